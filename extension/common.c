@@ -1,0 +1,278 @@
+/*
+ * common.c — the small pieces every API function shares: kept SPI plans,
+ * argument checks with the contract's 22023 errors, materialized SRF output,
+ * and the lock helpers that fix the lock order of contract §4.
+ */
+#include "im_sync.h"
+
+#include <stdarg.h>
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/lsyscache.h"
+
+SPIPlanPtr
+im_prepare(SPIPlanPtr *slot, const char *sql, int nargs,...)
+{
+	Oid			argtypes[FUNC_MAX_ARGS];
+	va_list		ap;
+	SPIPlanPtr	plan;
+
+	if (*slot != NULL)
+		return *slot;
+	Assert(nargs <= FUNC_MAX_ARGS);
+	va_start(ap, nargs);
+	for (int i = 0; i < nargs; i++)
+		argtypes[i] = va_arg(ap, Oid);
+	va_end(ap);
+
+	plan = SPI_prepare(sql, nargs, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "im_sync: SPI_prepare failed (%s) for: %s",
+			 SPI_result_code_string(SPI_result), sql);
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "im_sync: SPI_keepplan failed");
+	*slot = plan;
+	return plan;
+}
+
+uint64
+im_exec(SPIPlanPtr plan, Datum *values, const char *nulls, long count)
+{
+	int			rc = SPI_execute_plan(plan, values, nulls, false, count);
+
+	if (rc < 0)
+		elog(ERROR, "im_sync: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+static Datum
+get_datum(uint64 row, int col, bool *isnull)
+{
+	if (SPI_tuptable == NULL || row >= SPI_processed)
+		elog(ERROR, "im_sync: no result row " UINT64_FORMAT, row);
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+int64
+im_get_int64(uint64 row, int col, bool *isnull)
+{
+	bool		n;
+	Datum		d = get_datum(row, col, &n);
+
+	if (isnull)
+		*isnull = n;
+	return n ? 0 : DatumGetInt64(d);
+}
+
+int32
+im_get_int32(uint64 row, int col, bool *isnull)
+{
+	bool		n;
+	Datum		d = get_datum(row, col, &n);
+
+	if (isnull)
+		*isnull = n;
+	return n ? 0 : DatumGetInt32(d);
+}
+
+bool
+im_get_bool(uint64 row, int col, bool *isnull)
+{
+	bool		n;
+	Datum		d = get_datum(row, col, &n);
+
+	if (isnull)
+		*isnull = n;
+	return n ? false : DatumGetBool(d);
+}
+
+char *
+im_get_text(uint64 row, int col)
+{
+	bool		n;
+	Datum		d = get_datum(row, col, &n);
+	char	   *tmp;
+	char	   *s;
+
+	if (n)
+		return NULL;
+	/* Copy into the caller's (upper) context so it survives SPI_finish. */
+	tmp = TextDatumGetCString(d);
+	s = SPI_palloc(strlen(tmp) + 1);
+	strcpy(s, tmp);
+	pfree(tmp);
+	return s;
+}
+
+Datum
+im_get_datum_copy(uint64 row, int col, bool *isnull)
+{
+	Datum		d = get_datum(row, col, isnull);
+	Form_pg_attribute att = TupleDescAttr(SPI_tuptable->tupdesc, col - 1);
+
+	if (*isnull)
+		return (Datum) 0;
+	/* Into the caller's (upper) context so it survives SPI_finish. */
+	return SPI_datumTransfer(d, att->attbyval, att->attlen);
+}
+
+/* ---- argument checks -------------------------------------------------- */
+
+static void
+require_not_null(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be NULL", name)));
+}
+
+int64
+im_arg_id(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	int64		v;
+
+	require_not_null(fcinfo, argno, name);
+	v = PG_GETARG_INT64(argno);
+	if (v <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a positive id, got " INT64_FORMAT, name, v)));
+	return v;
+}
+
+char *
+im_arg_text(FunctionCallInfo fcinfo, int argno, const char *name, int max_chars)
+{
+	char	   *s;
+	int			len;
+
+	require_not_null(fcinfo, argno, name);
+	s = TextDatumGetCString(PG_GETARG_DATUM(argno));
+	len = pg_mbstrlen(s);
+	if (len < 1 || len > max_chars)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be 1 to %d characters long, got %d", name, max_chars, len)));
+	return s;
+}
+
+char *
+im_arg_device_id(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *s;
+	size_t		len;
+
+	require_not_null(fcinfo, argno, "device_id");
+	s = TextDatumGetCString(PG_GETARG_DATUM(argno));
+	len = strlen(s);
+	if (len < 1 || len > 64)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("device_id must be 1 to 64 characters long, got %zu bytes", len)));
+	for (size_t i = 0; i < len; i++)
+	{
+		char		c = s[i];
+
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+			  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("device_id may contain only A-Z a-z 0-9 . _ -"),
+					 errdetail("Character %zu is not allowed.", i + 1)));
+	}
+	return s;
+}
+
+int32
+im_arg_int32(FunctionCallInfo fcinfo, int argno, const char *name, int32 min, int32 max)
+{
+	int32		v;
+
+	require_not_null(fcinfo, argno, name);
+	v = PG_GETARG_INT32(argno);
+	if (v < min || v > max)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between %d and %d, got %d", name, min, max, v)));
+	return v;
+}
+
+/* ---- SRF output ------------------------------------------------------- */
+
+void
+im_srf_begin(FunctionCallInfo fcinfo)
+{
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+}
+
+void
+im_srf_row(FunctionCallInfo fcinfo, Datum *values, bool *nulls)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/* ---- locks ------------------------------------------------------------ */
+
+void
+im_lock_conversation(int64 conversation_id, ImConversation *conv)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+	char	   *s;
+
+	im_prepare(&plan,
+			   "SELECT kind, mode, head_msg_seq FROM im.conversation "
+			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(conversation_id);
+	if (im_exec(plan, args, NULL, 0) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("conversation " INT64_FORMAT " does not exist", conversation_id)));
+	conv->conversation_id = conversation_id;
+	s = im_get_text(0, 1);
+	strlcpy(conv->kind, s, sizeof(conv->kind));
+	s = im_get_text(0, 2);
+	strlcpy(conv->mode, s, sizeof(conv->mode));
+	conv->head_msg_seq = im_get_int64(0, 3, NULL);
+}
+
+void
+im_lock_user_heads(int64 *user_ids, int n)
+{
+	static SPIPlanPtr ins;
+	static SPIPlanPtr lock;
+	Datum		args[1];
+	Datum	   *elems;
+	ArrayType  *arr;
+
+	if (n <= 0)
+		return;
+	elems = palloc(sizeof(Datum) * n);
+	for (int i = 0; i < n; i++)
+		elems[i] = Int64GetDatum(user_ids[i]);
+	arr = construct_array(elems, n, INT8OID, 8, true, TYPALIGN_DOUBLE);
+	args[0] = PointerGetDatum(arr);
+
+	/* Sorted inserts, so two creators of the same heads cannot deadlock. */
+	im_prepare(&ins,
+			   "INSERT INTO im.user_head (user_id) "
+			   "SELECT u FROM pg_catalog.unnest($1::pg_catalog.int8[]) u ORDER BY u "
+			   "ON CONFLICT (user_id) DO NOTHING",
+			   1, INT8ARRAYOID);
+	im_exec(ins, args, NULL, 0);
+	im_prepare(&lock,
+			   "SELECT user_id FROM im.user_head "
+			   "WHERE user_id OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.int8[]) "
+			   "ORDER BY user_id FOR UPDATE",
+			   1, INT8ARRAYOID);
+	im_exec(lock, args, NULL, 0);
+	pfree(elems);
+}

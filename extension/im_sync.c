@@ -1,0 +1,126 @@
+/*
+ * im_sync.c — module entry point.  _PG_init only registers things: the
+ * settings of contract §9, the shared-memory request and the fanout workers.
+ * Each part's behaviour lives in its own file (see im_sync.h).
+ */
+#include "im_sync.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+
+PG_MODULE_MAGIC;
+
+char	   *im_database = NULL;
+int			im_fanout_workers = 1;
+bool		im_fanout_paused = false;
+int			im_fanout_max_attempts = 5;
+int			im_inbox_retention_s = 7 * 86400;
+int			im_device_inactive_after_s = 30 * 86400;
+int			im_recovery_max_replay = 1000;
+int			im_recovery_ttl_s = 15 * 60;
+int			im_token_ttl_s = 15 * 60;
+int			im_snapshot_ttl_s = 3600;
+int			im_max_batch_events = 10000;
+int			im_max_body_bytes = 65536;
+int			im_shared_log_min_members = 0;
+int			im_reconcile_outbox_age_s = 60;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+void		_PG_init(void);
+
+static void
+im_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(im_shmem_size());
+}
+
+static void
+im_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	im_shmem_init();
+}
+
+static void
+define_settings(void)
+{
+	DefineCustomStringVariable("im_sync.database",
+							   "Database the fanout workers connect to.",
+							   NULL, &im_database, "postgres",
+							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.fanout_workers",
+							"Number of background fanout workers (0: none).",
+							NULL, &im_fanout_workers, 1, 0, IM_MAX_FANOUT_WORKERS,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("im_sync.fanout_paused",
+							 "Makes the fanout workers idle; im.run_fanout still works.",
+							 NULL, &im_fanout_paused, false,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.fanout_max_attempts",
+							"Failures before an outbox item becomes a dead letter.",
+							NULL, &im_fanout_max_attempts, 5, 1, 1000,
+							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.inbox_retention",
+							"Inbox events younger than this are never collected.",
+							NULL, &im_inbox_retention_s, 7 * 86400, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.device_inactive_after",
+							"A device silent this long no longer holds the GC fence.",
+							NULL, &im_device_inactive_after_s, 30 * 86400, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.recovery_max_replay",
+							"Largest rollback gap replayed instead of a snapshot.",
+							NULL, &im_recovery_max_replay, 1000, 0, INT_MAX,
+							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.recovery_ttl",
+							"Lifetime of a recovery session and its retention lease.",
+							NULL, &im_recovery_ttl_s, 15 * 60, 1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.token_ttl",
+							"Lifetime of batch tokens and page cursors.",
+							NULL, &im_token_ttl_s, 15 * 60, 1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.snapshot_ttl",
+							"Lifetime of a snapshot and its retention lease.",
+							NULL, &im_snapshot_ttl_s, 3600, 1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.max_batch_events",
+							"Cap on the range of one sync batch.",
+							NULL, &im_max_batch_events, 10000, 1, INT_MAX,
+							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.max_body_bytes",
+							"Largest message body (octet_length of its JSON text).",
+							NULL, &im_max_body_bytes, 65536, 2, 64 * 1024 * 1024,
+							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.shared_log_min_members",
+							"Active members at which a join switches a group to shared_log (0: never).",
+							NULL, &im_shared_log_min_members, 0, 0, INT_MAX,
+							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.reconcile_outbox_age",
+							"Outbox items older than this are reported by im.reconcile.",
+							NULL, &im_reconcile_outbox_age_s, 60, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("im_sync");
+}
+
+void
+_PG_init(void)
+{
+	define_settings();
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = im_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = im_shmem_startup;
+	im_worker_register();
+}
