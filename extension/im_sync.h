@@ -27,6 +27,7 @@
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "utils/jsonb.h"
+#include "utils/timestamp.h"
 
 /* SQLSTATE for idempotency-key conflicts (contract §3). */
 #define ERRCODE_IM_CONFLICT MAKE_SQLSTATE('I', 'S', '4', '0', '9')
@@ -136,5 +137,86 @@ extern void im_lock_user_heads(int64 *user_ids, int n);
 	"'content_type', e.content_type, 'body', e.body, " \
 	"'target_message_id', e.target_message_id, 'recalled', e.recalled, " \
 	"'created_at', e.created_at)"
+
+
+/*
+ * Unread recount of contract §3 for fanout conversations: $1 user_id,
+ * $2 conversation_id, $3 read_msg_seq.  Counts `message` positions from
+ * other senders whose outbox item is processed, visible to the user by a
+ * membership period, not recalled by a processed recall, not deleted for
+ * the user, above the read cursor.  Fanout keeps unread_count equal to this
+ * by increments; report_read/delete_for_me/reconcile use it directly.
+ */
+#define IM_UNREAD_RECOUNT_SQL \
+	"SELECT pg_catalog.count(*) FROM im.event e " \
+	"WHERE e.conversation_id OPERATOR(pg_catalog.=) $2 AND e.kind OPERATOR(pg_catalog.=) 'message' " \
+	"  AND e.msg_seq OPERATOR(pg_catalog.>) $3 " \
+	"  AND e.sender_id OPERATOR(pg_catalog.<>) $1 " \
+	"  AND EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id OPERATOR(pg_catalog.=) e.message_id " \
+	"              AND o.state OPERATOR(pg_catalog.=) 'done') " \
+	"  AND EXISTS (SELECT 1 FROM im.membership_period p WHERE p.conversation_id OPERATOR(pg_catalog.=) e.conversation_id " \
+	"              AND p.user_id OPERATOR(pg_catalog.=) $1 AND p.join_seq OPERATOR(pg_catalog.<=) e.msg_seq " \
+	"              AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) e.msg_seq)) " \
+	"  AND NOT EXISTS (SELECT 1 FROM im.event r JOIN im.outbox ro ON ro.source_event_id OPERATOR(pg_catalog.=) r.message_id " \
+	"              WHERE r.target_message_id OPERATOR(pg_catalog.=) e.message_id AND r.kind OPERATOR(pg_catalog.=) 'recall' " \
+	"              AND ro.state OPERATOR(pg_catalog.=) 'done') " \
+	"  AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id OPERATOR(pg_catalog.=) $1 " \
+	"              AND d.message_id OPERATOR(pg_catalog.=) e.message_id)"
+
+/* ---- devices (common.c) ----------------------------------------------- */
+typedef struct ImDevice
+{
+	int64		user_id;
+	char		device_id[65];
+	char		state[12];		/* NEW ACTIVE RECOVERING RESETTING REVOKED */
+	int32		sync_generation;
+	int64		acked_sync_seq;
+	int64		issued_sync_seq;	/* highest sync_seq ever given to it */
+	int64		connection_epoch;
+	int32		registration;
+} ImDevice;
+
+/* SELECT … FOR UPDATE on the device row; P0002 when never registered. */
+extern void im_lock_device(int64 user_id, const char *device_id, ImDevice *dev);
+
+/* ---- signed tokens (token.c) ------------------------------------------ */
+/*
+ * Batch tokens, page cursors, snapshot tokens and device tokens are all
+ * "claims + key id + HMAC-SHA256" (PostgreSQL common/hmac.h), base64url.
+ * Fields a purpose does not use are 0 / empty.
+ */
+typedef enum ImTokenPurpose
+{
+	IM_TOKEN_DEVICE = 'D',		/* issue_device_token / authenticate */
+	IM_TOKEN_BATCH = 'B',		/* sync_changes batch_token */
+	IM_TOKEN_CURSOR = 'C',		/* sync_changes next_cursor */
+	IM_TOKEN_SNAPSHOT = 'S'		/* begin_snapshot snapshot_token */
+} ImTokenPurpose;
+
+typedef struct ImTokenClaims
+{
+	char		purpose;		/* ImTokenPurpose */
+	int64		user_id;
+	char		device_id[65];
+	int32		registration;	/* device registration the token was issued to */
+	int32		sync_generation;
+	int64		resume_from;
+	int64		watermark;		/* batch high watermark / snapshot base */
+	int64		recovery_session_id;	/* 0 when none */
+	int64		position;		/* cursor: last sync_seq returned */
+	int64		snapshot_id;
+	TimestampTz issued_at;
+	TimestampTz expires_at;
+} ImTokenClaims;
+
+/* Sign claims with the newest key (created on first use); palloc'd text. */
+extern char *im_token_sign(const ImTokenClaims *claims);
+/*
+ * Verify format, key and signature (constant time) and the purpose.
+ * Returns false for anything malformed, unknown key or bad signature
+ * (INVALID_TOKEN).  Expiry is NOT checked here: callers check the
+ * contract's order (user/device, revoked, generation, expiry).
+ */
+extern bool im_token_verify(const char *token, char purpose, ImTokenClaims *out);
 
 #endif							/* IM_SYNC_H */
