@@ -35,6 +35,7 @@ im_cluster_start() {
     echo "max_connections = 300"
     echo "shared_buffers = 256MB"
     echo "max_worker_processes = 16"
+    echo "fsync = off"
     echo "shared_preload_libraries = 'im_sync'"
     echo "im_sync.database = 'im_test'"
     echo "log_line_prefix = '%m [%p] %q%a '"
