@@ -1,37 +1,348 @@
 /*
- * worker.c — fanout background workers.  STUB: shared memory and wake-up
- * are placeholders until the worker is written.
+ * worker.c — fanout background workers, the commit-time wake-up and the
+ * cluster-wide counters.
+ *
+ * Shared memory holds one slot per worker (its pgprocno, so a committing
+ * sender can SetLatch it) and the rollback-proof counters of im.metrics().
+ * A sender never NOTIFYs (contract §4: NOTIFY takes a cluster-wide lock
+ * through commit and would serialize every send); it asks for a wake-up,
+ * and an XactCallback sets the workers' latches only once the commit is
+ * visible.  A lost wake-up costs at most one naptime: workers also poll.
+ *
+ * Each worker loop iteration is one transaction around im_fanout_batch()
+ * (fanout.c, the only writer of sync_seq) and im_send_hints(), so inbox
+ * events, heads, states and hints commit together (§13.1).  A failing item
+ * is handled inside the batch; a failing batch is caught here, logged and
+ * retried after a pause, so the worker stays up and never takes the
+ * cluster down with it (only an exit by signal restarts every backend).
  */
 #include "im_sync.h"
+
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "port/atomics.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timeout.h"
+
+/* Outbox items per worker transaction. */
+#define IM_WORKER_BATCH 500
+/* Poll interval when idle, and wait after a failed batch (ms). */
+#define IM_WORKER_NAPTIME_MS 1000
+#define IM_WORKER_ERROR_NAPTIME_MS 5000
+/* Seconds before the postmaster restarts a worker that exited. */
+#define IM_WORKER_RESTART_S 5
+
+typedef struct ImShared
+{
+	/* pgprocno + 1 of the worker running in each slot; 0 when none. */
+	pg_atomic_uint32 worker_procno[IM_MAX_FANOUT_WORKERS];
+	pg_atomic_uint64 counters[IM_COUNTER__COUNT];
+} ImShared;
+
+/* NULL when the library was not preloaded: counters read 0, no wake-ups. */
+static ImShared *im_shared = NULL;
+
+/* Backend-local: this transaction wrote outbox items. */
+static bool wake_at_commit = false;
+static bool xact_callback_registered = false;
+
+/* This worker's slot, for the exit callback. */
+static int	my_slot = -1;
+
+PGDLLEXPORT void im_fanout_worker_main(Datum main_arg);
 
 Size
 im_shmem_size(void)
 {
-	return 0;
+	return MAXALIGN(sizeof(ImShared));
 }
 
 void
 im_shmem_init(void)
 {
+	bool		found;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	im_shared = ShmemInitStruct("im_sync", im_shmem_size(), &found);
+	if (!found)
+	{
+		for (int i = 0; i < IM_MAX_FANOUT_WORKERS; i++)
+			pg_atomic_init_u32(&im_shared->worker_procno[i], 0);
+		for (int i = 0; i < IM_COUNTER__COUNT; i++)
+			pg_atomic_init_u64(&im_shared->counters[i], 0);
+	}
+	LWLockRelease(AddinShmemInitLock);
 }
 
+/*
+ * Register im_sync.fanout_workers workers (called from _PG_init while the
+ * library is being preloaded).  They restart a few seconds after any exit.
+ */
 void
 im_worker_register(void)
 {
+	for (int i = 0; i < im_fanout_workers; i++)
+	{
+		BackgroundWorker worker;
+
+		memset(&worker, 0, sizeof(worker));
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+			BGWORKER_BACKEND_DATABASE_CONNECTION;
+		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		worker.bgw_restart_time = IM_WORKER_RESTART_S;
+		snprintf(worker.bgw_library_name, BGW_MAXLEN, "im_sync");
+		snprintf(worker.bgw_function_name, BGW_MAXLEN, "im_fanout_worker_main");
+		snprintf(worker.bgw_name, BGW_MAXLEN, "im_sync fanout worker %d", i);
+		snprintf(worker.bgw_type, BGW_MAXLEN, "im_sync fanout worker");
+		worker.bgw_main_arg = Int32GetDatum(i);
+		worker.bgw_notify_pid = 0;
+		RegisterBackgroundWorker(&worker);
+	}
 }
 
+/*
+ * Wakes every registered worker.  Must not fail: it runs in the commit
+ * callback, after the transaction is already durable and visible.  A slot
+ * naming a process that has exited at worst sets a stranger's latch, which
+ * every latch user tolerates as a spurious wake-up.
+ */
+static void
+wake_workers(void)
+{
+	if (im_shared == NULL)
+		return;
+	for (int i = 0; i < IM_MAX_FANOUT_WORKERS; i++)
+	{
+		uint32		procno = pg_atomic_read_u32(&im_shared->worker_procno[i]);
+
+		if (procno != 0 && procno <= ProcGlobal->allProcCount)
+			SetLatch(&ProcGlobal->allProcs[procno - 1].procLatch);
+	}
+}
+
+/*
+ * XACT_EVENT_COMMIT runs after ProcArrayEndTransaction, so a worker that
+ * wakes up sees the new outbox rows.  An abort or PREPARE forgets the
+ * request (a prepared transaction's items are found by polling).
+ */
+static void
+im_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (wake_at_commit)
+			{
+				wake_at_commit = false;
+				wake_workers();
+			}
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			wake_at_commit = false;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * Ask the fanout workers to wake up once the current transaction commits.
+ * The callback is registered on first use in each backend, so this works
+ * whether or not the library was preloaded (without shared memory it is a
+ * no-op and im.run_fanout does the work).
+ */
 void
 im_wake_fanout_at_commit(void)
 {
+	if (im_shared == NULL)
+		return;
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(im_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	wake_at_commit = true;
 }
 
+/* Counters live in shared memory so a rollback does not undo them. */
 void
 im_counter_add(ImCounter which, int64 delta)
 {
+	if (im_shared == NULL || which < 0 || which >= IM_COUNTER__COUNT)
+		return;
+	pg_atomic_fetch_add_u64(&im_shared->counters[which], (uint64) delta);
 }
 
 int64
 im_counter_get(ImCounter which)
 {
-	return 0;
+	if (im_shared == NULL || which < 0 || which >= IM_COUNTER__COUNT)
+		return 0;
+	return (int64) pg_atomic_read_u64(&im_shared->counters[which]);
+}
+
+/* Clears this worker's slot so senders stop waking a dead process. */
+static void
+worker_on_exit(int code, Datum arg)
+{
+	if (im_shared != NULL && my_slot >= 0)
+		pg_atomic_write_u32(&im_shared->worker_procno[my_slot], 0);
+}
+
+static void
+worker_wait(long timeout_ms)
+{
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 timeout_ms, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+static void
+worker_reload_if_needed(void)
+{
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+}
+
+/*
+ * Runs one fanout batch in its own transaction.  Returns the number of
+ * items processed, 0 when the extension is not (or no longer) installed in
+ * this database.  Errors propagate to the caller's recovery block.
+ */
+static int64
+worker_run_batch(MemoryContext loop_cxt)
+{
+	int64		n = 0;
+	StringInfo	hints;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "im_sync fanout batch");
+
+	if (OidIsValid(get_extension_oid("im_sync", true)))
+	{
+		/* In the loop context: survives SPI_finish, reset next iteration. */
+		MemoryContext old = MemoryContextSwitchTo(loop_cxt);
+
+		hints = makeStringInfo();
+		MemoryContextSwitchTo(old);
+
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "im_sync: SPI_connect failed");
+		n = im_fanout_batch(IM_WORKER_BATCH, hints);
+		/* NOTIFY is queued now and delivered at this transaction's commit. */
+		im_send_hints(hints);
+		SPI_finish();
+	}
+	else
+		n = -1;
+
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(loop_cxt);
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return n;
+}
+
+/*
+ * Error recovery for a failed batch, modelled on PostgresMain's: report,
+ * abort the transaction (which also unwinds SPI and the snapshot stack),
+ * and go on.  FATAL (e.g. SIGTERM via die()) never gets here.
+ */
+static void
+worker_recover(MemoryContext loop_cxt)
+{
+	error_context_stack = NULL;
+	HOLD_INTERRUPTS();
+	disable_all_timeouts(false);
+	QueryCancelPending = false;
+	EmitErrorReport();
+	AbortCurrentTransaction();
+	MemoryContextSwitchTo(loop_cxt);
+	FlushErrorState();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	RESUME_INTERRUPTS();
+}
+
+void
+im_fanout_worker_main(Datum main_arg)
+{
+	int			slot = DatumGetInt32(main_arg);
+	MemoryContext loop_cxt;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	if (im_shared != NULL && slot >= 0 && slot < IM_MAX_FANOUT_WORKERS)
+	{
+		my_slot = slot;
+		before_shmem_exit(worker_on_exit, (Datum) 0);
+		pg_atomic_write_u32(&im_shared->worker_procno[slot],
+							(uint32) MyProc->pgprocno + 1);
+	}
+
+	BackgroundWorkerInitializeConnection(im_database, NULL, 0);
+	pgstat_report_appname("im_sync fanout worker");
+
+	loop_cxt = AllocSetContextCreate(TopMemoryContext, "im_sync worker loop",
+									 ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(loop_cxt);
+
+	for (;;)
+	{
+		volatile int64 n = 0;
+		volatile bool failed = false;
+
+		MemoryContextReset(loop_cxt);
+		CHECK_FOR_INTERRUPTS();
+		worker_reload_if_needed();
+
+		if (im_fanout_paused)
+		{
+			worker_wait(IM_WORKER_NAPTIME_MS);
+			continue;
+		}
+
+		PG_TRY();
+		{
+			n = worker_run_batch(loop_cxt);
+		}
+		PG_CATCH();
+		{
+			worker_recover(loop_cxt);
+			failed = true;
+		}
+		PG_END_TRY();
+
+		if (failed)
+			worker_wait(IM_WORKER_ERROR_NAPTIME_MS);
+		else if (n < 0)
+			/* Extension not installed here yet: wait for CREATE EXTENSION. */
+			worker_wait(5 * IM_WORKER_NAPTIME_MS);
+		else if (n == 0)
+			worker_wait(IM_WORKER_NAPTIME_MS);
+		/* n > 0: more may be queued, go again at once. */
+	}
 }
