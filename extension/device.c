@@ -48,12 +48,3 @@ im_authenticate(PG_FUNCTION_ARGS)
 					errmsg("authenticate is not implemented yet")));
 	PG_RETURN_NULL();
 }
-
-PG_FUNCTION_INFO_V1(im_rotate_token_key);
-Datum
-im_rotate_token_key(PG_FUNCTION_ARGS)
-{
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("rotate_token_key is not implemented yet")));
-	PG_RETURN_NULL();
-}
