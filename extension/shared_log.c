@@ -21,3 +21,10 @@ im_clear_dirty(PG_FUNCTION_ARGS)
 					errmsg("clear_dirty is not implemented yet")));
 	PG_RETURN_NULL();
 }
+
+void
+im_shared_log_deliver(int64 conversation_id, int64 msg_seq, int64 message_id, StringInfo hints)
+{
+	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					errmsg("shared_log mode is not implemented yet")));
+}
