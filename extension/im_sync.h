@@ -166,6 +166,18 @@ extern bool im_append_event(ImConversation *conv, const ImNewEvent *ev,
 /* jsonb Datum from C text (for system event bodies). */
 extern Datum im_jsonb_from_cstring(const char *json);
 
+/* ---- read state (read_state.c) ---------------------------------------- */
+/*
+ * Record a private event of user_id (kind "read_cursor" with read_msg_seq,
+ * or "delete_for_me" with message_id; the unused one 0) and its outbox item
+ * (msg_seq NULL, private_user_id set) in the caller's transaction, and ask
+ * the workers to wake at commit.  Fanout alone assigns its sync_seq.  The
+ * caller holds the user's head lock.  Returns the private_event_id.
+ */
+extern int64 im_enqueue_private_event(int64 user_id, int64 conversation_id,
+									  const char *kind, int64 read_msg_seq,
+									  int64 message_id);
+
 /* SQL fragment: one conversation position as contract §11 JSON, from an
  * im.event row aliased `e`. */
 #define IM_EVENT_JSON_SQL \
