@@ -203,7 +203,7 @@ im_device_session(PG_FUNCTION_ARGS)
 		elog(ERROR, "im_sync: SPI_connect failed");
 	im_prepare(&plan,
 			   "SELECT d.state, d.sync_generation, d.acked_sync_seq, "
-			   "       pg_catalog.coalesce(h.high_watermark, 0), "
+			   "       COALESCE(h.high_watermark, 0), "
 			   "       d.connection_epoch OPERATOR(pg_catalog.=) $3 "
 			   "FROM im.device d LEFT JOIN im.user_head h ON h.user_id OPERATOR(pg_catalog.=) d.user_id "
 			   "WHERE d.user_id OPERATOR(pg_catalog.=) $1 AND d.device_id OPERATOR(pg_catalog.=) $2",

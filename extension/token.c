@@ -190,7 +190,7 @@ rotate_key(void)
 	im_prepare(&lock, "LOCK TABLE im.token_key IN SHARE ROW EXCLUSIVE MODE", 0);
 	im_exec(lock, NULL, NULL, 0);
 	im_prepare(&maxid,
-			   "SELECT pg_catalog.coalesce(pg_catalog.max(key_id), 0) FROM im.token_key", 0);
+			   "SELECT COALESCE(pg_catalog.max(key_id), 0) FROM im.token_key", 0);
 	im_exec(maxid, NULL, NULL, 1);
 	next = im_get_int32(0, 1, NULL) + 1;
 	SPI_finish();
@@ -271,6 +271,7 @@ im_token_verify(const char *token, char purpose, ImTokenClaims *out)
 	uint8		mac[IM_MAC_LEN];
 	int32		key_id;
 	size_t		devlen;
+	int			enclen;
 	bool		ok;
 
 	memset(out, 0, sizeof(*out));
@@ -307,8 +308,8 @@ im_token_verify(const char *token, char purpose, ImTokenClaims *out)
 
 	/* Canonical form only: unused low bits of the last character must be 0. */
 	canon = palloc(pg_b64_enc_len(n) + 1);
-	if (pg_b64_encode((const char *) buf, n, canon, pg_b64_enc_len(n)) < 0 ||
-		strcmp(canon, std) != 0)
+	enclen = pg_b64_encode((const char *) buf, n, canon, pg_b64_enc_len(n));
+	if (enclen < 0 || (size_t) enclen != strlen(std) || memcmp(canon, std, enclen) != 0)
 		return false;
 
 	p = buf;
