@@ -1,0 +1,703 @@
+#!/usr/bin/python3
+"""Model test of the device sync protocol (contract §5, §6, §11).
+
+A client model keeps, per device, a local store: its generation, its
+local_applied_sync_seq and its view (conversation -> msg_seq -> position,
+plus the read cursor).  The store changes only by atomic commits: a whole
+sync batch (every page) is applied to a copy and the copy replaces the store,
+and only then is the batch ACKed.  A driver runs random operations against
+the real SQL API -- sends, idempotent retries, recalls, edits, joins,
+leaves, reads, deletions, partial fanout runs, partial syncs, crashes before
+the ACK, lost and late ACKs, rollbacks of the local store to an older copy,
+reinstalls, GC -- and at the end, after a final fanout and a full sync of
+every device, every device's view must equal, position for position, what
+fetch_messages returns to its user for every conversation in
+conversation_list (and the read cursors must agree).
+
+Along the way it checks what a client can check about each batch: events in
+sync_seq order, gap-free and exactly covering (resume_from, watermark]; a
+position (conversation, msg_seq) never changes identity; snapshot digests
+recomputed locally match; the server ACK never moves backwards.
+
+    model_test.py [--seed N ...] [--steps N] [--dsn DSN]
+
+Without --seed it runs a fixed set of seeds plus one random seed (printed).
+"""
+
+import argparse
+import copy
+import decimal
+import hashlib
+import json
+import os
+import random
+import sys
+import time
+
+import psycopg2
+import psycopg2.extensions
+import psycopg2.extras
+
+FIXED_SEEDS = [1, 2, 3, 4]
+N_USERS = 5
+DEVICES = ("phone", "desktop")
+
+# jsonb numbers as Decimal so digests can be recomputed without float noise.
+psycopg2.extras.register_default_jsonb(
+    loads=lambda s: json.loads(s, parse_float=decimal.Decimal), globally=True)
+
+
+class ModelFailure(Exception):
+    pass
+
+
+def check(cond, msg, *args):
+    if not cond:
+        raise ModelFailure(msg % args if args else msg)
+
+
+# ---------------------------------------------------------------- digests
+
+def _jstr(s):
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if ch == '"':
+            out.append('\\"')
+        elif ch == '\\':
+            out.append('\\\\')
+        elif ch == '\b':
+            out.append('\\b')
+        elif ch == '\f':
+            out.append('\\f')
+        elif ch == '\n':
+            out.append('\\n')
+        elif ch == '\r':
+            out.append('\\r')
+        elif ch == '\t':
+            out.append('\\t')
+        elif o < 0x20:
+            out.append('\\u%04x' % o)
+        else:
+            out.append(ch)
+    out.append('"')
+    return ''.join(out)
+
+
+def jsonb_text(v):
+    """The text PostgreSQL prints for a jsonb value (jsonb::text): object
+    keys shorter first, then bytewise; ", " and ": " separators."""
+    if v is None:
+        return 'null'
+    if v is True:
+        return 'true'
+    if v is False:
+        return 'false'
+    if isinstance(v, (int, decimal.Decimal)):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        return _jstr(v)
+    if isinstance(v, list):
+        return '[' + ', '.join(jsonb_text(x) for x in v) + ']'
+    if isinstance(v, dict):
+        keys = sorted(v, key=lambda k: (len(k.encode()), k.encode()))
+        return '{' + ', '.join('%s: %s' % (_jstr(k), jsonb_text(v[k])) for k in keys) + '}'
+    raise TypeError(type(v))
+
+
+def sha256_hex(text):
+    return hashlib.sha256(text.encode('utf-8')).hexdigest()
+
+
+# ------------------------------------------------------------ local store
+
+POS_KEYS = ('kind', 'conversation_id', 'msg_seq', 'message_id', 'sender_id',
+            'content_type', 'body', 'target_message_id', 'recalled', 'created_at')
+
+
+class Conv:
+    def __init__(self):
+        self.pos = {}          # msg_seq -> position dict (contract §11 keys)
+        self.read = 0          # read_msg_seq as the device knows it
+        self.edit_seq = {}     # target message_id -> msg_seq of the newest edit applied
+        self.deleted = set()   # message ids deleted for this user
+
+    def by_id(self, mid):
+        for p in self.pos.values():
+            if p['message_id'] == mid:
+                return p
+        return None
+
+
+class Store:
+    """What survives a client crash: the last committed local state."""
+
+    def __init__(self):
+        self.gen = None        # generation the store was built in (None: fresh install)
+        self.applied = 0       # local_applied_sync_seq
+        self.convs = {}
+
+    def copy(self):
+        return copy.deepcopy(self)
+
+
+def apply_position(st, p):
+    """Apply one conversation position (from a sync batch or from
+    fetch_messages) to a store.  Re-applying is harmless."""
+    c = st.convs.setdefault(p['conversation_id'], Conv())
+    pos = {k: p.get(k) for k in POS_KEYS}
+    for k in POS_KEYS:
+        check(k in p, 'position lacks key %s: %r', k, p)
+    if pos['message_id'] in c.deleted:
+        return
+    old = c.pos.get(pos['msg_seq'])
+    check(old is None or (old['message_id'] == pos['message_id'] and old['kind'] == pos['kind']),
+          'position %s/%s changed identity: had %r, got %r',
+          pos['conversation_id'], pos['msg_seq'], old, pos)
+    if old is not None and old['recalled'] and not pos['recalled']:
+        # A fresher copy can never un-recall; keep the tombstone.
+        pos['body'] = None
+        pos['recalled'] = True
+    c.pos[pos['msg_seq']] = pos
+    kind = pos['kind']
+    if kind == 'recall':
+        t = c.by_id(pos['target_message_id'])
+        if t is not None:
+            t['body'] = None
+            t['recalled'] = True
+        for q in c.pos.values():
+            if q['kind'] == 'edit' and q['target_message_id'] == pos['target_message_id']:
+                q['body'] = None
+                q['recalled'] = True
+    elif kind == 'edit':
+        t = c.by_id(pos['target_message_id'])
+        if pos['recalled']:
+            if t is not None:
+                t['body'] = None
+                t['recalled'] = True
+        elif t is not None and not t['recalled'] and \
+                pos['msg_seq'] > c.edit_seq.get(pos['target_message_id'], 0):
+            t['body'] = pos['body']
+            c.edit_seq[pos['target_message_id']] = pos['msg_seq']
+        if t is not None and t['recalled']:
+            pos['body'] = None
+            pos['recalled'] = True
+
+
+def apply_event(st, ev):
+    kind = ev['kind']
+    if kind == 'read_cursor':
+        c = st.convs.setdefault(ev['conversation_id'], Conv())
+        c.read = max(c.read, ev['read_msg_seq'])
+    elif kind == 'delete_for_me':
+        c = st.convs.setdefault(ev['conversation_id'], Conv())
+        mid = ev['message_id']
+        c.deleted.add(mid)
+        for s in [s for s, p in c.pos.items() if p['message_id'] == mid]:
+            del c.pos[s]
+    elif kind == 'conversation_dirty':
+        raise ModelFailure('conversation_dirty in a fanout-only model: %r' % ev)
+    else:
+        check(set(ev) == set(POS_KEYS) | {'sync_seq'}, 'event keys %s (contract §11)', sorted(ev))
+        apply_position(st, ev)
+
+
+# ------------------------------------------------------------------ driver
+
+class Device:
+    def __init__(self, user, name):
+        self.user = user
+        self.name = name
+        self.store = Store()       # committed local state
+        self.saved = []            # older copies of the store (for rollbacks)
+        self.last_token = None     # an old batch token, for late ACKs
+
+
+class Model:
+    def __init__(self, dsn, seed, steps, verbose=False):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.steps = steps
+        self.verbose = verbose
+        self.conn = psycopg2.connect(dsn)
+        self.conn.autocommit = True
+        self.gc_conn = psycopg2.connect(dsn)
+        self.gc_conn.autocommit = True
+        self.trace = []
+        self.counts = {}
+        self.users = list(range(seed * 100 + 1, seed * 100 + 1 + N_USERS))
+        self.devices = [Device(u, d) for u in self.users for d in DEVICES]
+        self.members = {}          # conversation -> set of active members (driver's truth)
+        self.kind = {}             # conversation -> 'direct' | 'group'
+        self.sent = []             # [conv, sender, message_id, recalled]
+        self.ckey = 0
+        self.max_ack = {}          # (user, device) -> highest server ACK seen
+        # A small replay limit sometimes, so rollbacks also end in snapshots.
+        self.max_replay = self.rng.choice([3, 10, 1000])
+        with self.conn.cursor() as cur:
+            cur.execute("SET im_sync.recovery_max_replay = %s", (str(self.max_replay),))
+
+    # ---- plumbing
+    def count(self, what, n=1):
+        self.counts[what] = self.counts.get(what, 0) + n
+
+    def note(self, text):
+        self.trace.append(text)
+        if len(self.trace) > 60:
+            del self.trace[:20]
+        if self.verbose:
+            print('   ', text)
+
+    def q(self, sql, args=(), conn=None):
+        with (conn or self.conn).cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+            cur.execute(sql, args)
+            return cur.fetchall() if cur.description else None
+
+    def q1(self, sql, args=(), conn=None):
+        rows = self.q(sql, args, conn)
+        check(len(rows) == 1, 'expected one row from %s, got %d', sql, len(rows))
+        return rows[0]
+
+    def key(self):
+        self.ckey += 1
+        return 'm%d-%d' % (self.seed, self.ckey)
+
+    def server_ack(self, dev):
+        r = self.q1("SELECT acked_sync_seq, sync_generation, state FROM im.device "
+                    "WHERE user_id = %s AND device_id = %s", (dev.user, dev.name))
+        k = (dev.user, dev.name)
+        check(r['acked_sync_seq'] >= self.max_ack.get(k, 0),
+              'server ACK of %s/%s moved backwards: %s -> %s', dev.user, dev.name,
+              self.max_ack.get(k), r['acked_sync_seq'])
+        self.max_ack[k] = r['acked_sync_seq']
+        return r
+
+    # ---- setup
+    def setup(self):
+        for d in self.devices:
+            r = self.q1("SELECT * FROM im.register_device(%s, %s)", (d.user, d.name))
+            check(r['state'] == 'NEW', 'fresh device not NEW: %r', r)
+        u = self.users
+        for a, b in ((u[0], u[1]), (u[1], u[2]), (u[0], u[3])):
+            c = self.q1("SELECT im.direct_conversation(%s, %s) AS c", (a, b))['c']
+            self.members[c] = {a, b}
+            self.kind[c] = 'direct'
+        for members in ((u[0], u[1], u[2]), (u[2], u[3], u[4])):
+            c = self.q1("SELECT im.create_conversation('group', %s) AS c", (list(members),))['c']
+            self.members[c] = set(members)
+            self.kind[c] = 'group'
+
+    # ---- server-side operations
+    def op_send(self):
+        c = self.rng.choice(sorted(self.members))
+        if not self.members[c]:
+            return self.op_join()
+        s = self.rng.choice(sorted(self.members[c]))
+        k = self.key()
+        body = {'text': 'msg %s from %d' % (k, s), 'n': self.ckey}
+        if self.rng.random() < 0.1:
+            body['text'] += ' "quoted" \\ tab\t ü'
+        r = self.q1("SELECT * FROM im.send_message(%s, %s, %s, %s)",
+                    (s, c, k, psycopg2.extras.Json(body)))
+        check(r['created'], 'first send not created: %r', r)
+        if self.rng.random() < 0.15:   # the response was lost: retry the same key
+            r2 = self.q1("SELECT * FROM im.send_message(%s, %s, %s, %s)",
+                         (s, c, k, psycopg2.extras.Json(body)))
+            check(not r2['created'] and r2['message_id'] == r['message_id']
+                  and r2['msg_seq'] == r['msg_seq'], 'retry not idempotent: %r vs %r', r, r2)
+            self.count('op.send_retry')
+        self.sent.append([c, s, r['message_id'], False])
+        self.note('send u%d c%d -> seq %d' % (s, c, r['msg_seq']))
+        self.count('op.send')
+
+    def _own_live(self):
+        live = [m for m in self.sent if not m[3] and m[1] in self.members[m[0]]]
+        return self.rng.choice(live) if live else None
+
+    def op_recall(self):
+        m = self._own_live()
+        if m is None:
+            return self.op_send()
+        c, s, mid, _ = m
+        r = self.q1("SELECT * FROM im.recall_message(%s, %s, %s, %s)", (s, c, self.key(), mid))
+        check(r['created'], 'recall not created: %r', r)
+        m[3] = True
+        self.note('recall u%d c%d msg %d -> seq %d' % (s, c, mid, r['msg_seq']))
+        self.count('op.recall')
+
+    def op_edit(self):
+        m = self._own_live()
+        if m is None:
+            return self.op_send()
+        c, s, mid, _ = m
+        body = {'text': 'edited %d at %d' % (mid, self.ckey + 1)}
+        r = self.q1("SELECT * FROM im.edit_message(%s, %s, %s, %s, %s)",
+                    (s, c, self.key(), mid, psycopg2.extras.Json(body)))
+        check(r['created'], 'edit not created: %r', r)
+        self.note('edit u%d c%d msg %d -> seq %d' % (s, c, mid, r['msg_seq']))
+        self.count('op.edit')
+
+    def op_join(self):
+        groups = [c for c in sorted(self.members) if self.kind[c] == 'group']
+        c = self.rng.choice(groups)
+        outside = [u for u in self.users if u not in self.members[c]]
+        if not outside:
+            return self.op_leave()
+        u = self.rng.choice(outside)
+        r = self.q1("SELECT * FROM im.join_conversation(%s, %s)", (c, u))
+        check(r['created'], 'join of a non-member not created: %r', r)
+        self.members[c].add(u)
+        self.note('join u%d c%d period %d at %d' % (u, c, r['membership_period_id'], r['join_seq']))
+        self.count('op.join')
+
+    def op_leave(self):
+        groups = [c for c in sorted(self.members) if self.kind[c] == 'group' and self.members[c]]
+        if not groups:
+            return self.op_join()
+        c = self.rng.choice(groups)
+        u = self.rng.choice(sorted(self.members[c]))
+        r = self.q1("SELECT * FROM im.leave_conversation(%s, %s)", (c, u))
+        self.members[c].discard(u)
+        self.note('leave u%d c%d leave_seq %d' % (u, c, r['leave_seq']))
+        self.count('op.leave')
+
+    def op_read(self):
+        d = self.rng.choice(self.devices)
+        convs = [c for c, v in d.store.convs.items() if v.pos]
+        if not convs:
+            return
+        c = self.rng.choice(sorted(convs))
+        upto = max(d.store.convs[c].pos)
+        r = self.q1("SELECT * FROM im.report_read(%s, %s, %s)", (d.user, c, upto))
+        check(r['read_msg_seq'] >= 0 and r['unread_count'] >= 0, 'bad report_read: %r', r)
+        self.note('read u%d c%d to %d -> %r' % (d.user, c, upto, dict(r)))
+        self.count('op.read')
+
+    def op_delete(self):
+        d = self.rng.choice(self.devices)
+        cands = [(c, p['message_id']) for c, v in sorted(d.store.convs.items())
+                 for p in v.pos.values() if p['kind'] == 'message']
+        if not cands:
+            return
+        c, mid = self.rng.choice(cands)
+        r = self.q1("SELECT im.delete_for_me(%s, %s, %s) AS d", (d.user, c, mid))
+        self.note('delete_for_me u%d c%d msg %d -> %s' % (d.user, c, mid, r['d']))
+        self.count('op.delete_for_me')
+
+    def op_fanout(self):
+        n = self.rng.choice([1, 2, 3, 5, 10000])
+        r = self.q1("SELECT im.run_fanout(%s) AS n", (n,))
+        self.note('run_fanout(%d) -> %d' % (n, r['n']))
+        self.count('op.fanout')
+
+    def op_gc(self, aggressive=None):
+        if aggressive is None:
+            aggressive = self.rng.random() < 0.5
+        with self.gc_conn.cursor() as cur:
+            cur.execute("SET im_sync.inbox_retention = 0")
+            # Aggressive: no device counts as recently seen, so only recovery
+            # sessions and snapshots hold the fence; devices left behind
+            # must get RESET_REQUIRED, never a gap.
+            cur.execute("SET im_sync.device_inactive_after = %s",
+                        ('0' if aggressive else '30d',))
+        rows = self.q("SELECT * FROM im.gc_inbox()", conn=self.gc_conn)
+        deleted = sum(r['deleted'] for r in rows)
+        self.note('gc_inbox(aggressive=%s) deleted %d' % (aggressive, deleted))
+        self.count('op.gc_aggressive' if aggressive else 'op.gc')
+        self.count('gc.deleted', deleted)
+
+    # ---- client-side operations
+    def op_sync(self, d=None, faults=True):
+        d = d or self.rng.choice(self.devices)
+        if faults and self.rng.random() < 0.25:
+            d.saved.append(d.store.copy())
+            d.saved = d.saved[-4:]
+        self.sync(d, faults)
+
+    def op_rollback(self):
+        d = self.rng.choice(self.devices)
+        if not d.saved:
+            return
+        d.store = self.rng.choice(d.saved).copy()
+        self.note('rollback %d/%s to gen %s applied %d' % (d.user, d.name, d.store.gen, d.store.applied))
+        self.count('op.rollback')
+        self.sync(d, faults=False)
+
+    def op_reinstall(self):
+        d = self.rng.choice(self.devices)
+        d.store = Store()
+        d.saved = []
+        self.note('reinstall %d/%s' % (d.user, d.name))
+        self.count('op.reinstall')
+        if self.rng.random() < 0.5:
+            self.snapshot(d, faults=False)   # a fresh install may go straight to a snapshot
+        self.sync(d, faults=False)
+
+    def op_late_ack(self):
+        d = self.rng.choice(self.devices)
+        if d.last_token is None:
+            return
+        tok, seq = d.last_token
+        before = self.server_ack(d)
+        r = self.q1("SELECT * FROM im.ack_sync(%s, %s, %s, %s)", (d.user, d.name, tok, seq))
+        check(r['status'] in ('OK', 'STALE_GENERATION', 'RESET_REQUIRED'),
+              'late ACK got %r', r)
+        after = self.server_ack(d)
+        check(after['acked_sync_seq'] == before['acked_sync_seq']
+              or (r['status'] == 'OK' and after['acked_sync_seq'] <= seq),
+              'late ACK moved the cursor: %r -> %r (%r)', dict(before), dict(after), dict(r))
+        self.note('late ack %d/%s %d -> %s' % (d.user, d.name, seq, r['status']))
+        self.count('ack.late.' + r['status'])
+
+    # ---- the sync protocol
+    def sync(self, d, faults=True, max_rounds=20):
+        for _ in range(max_rounds):
+            done = self.sync_round(d, faults)
+            if done:
+                return True
+        raise ModelFailure('device %d/%s did not converge in %d rounds' % (d.user, d.name, max_rounds))
+
+    def sync_round(self, d, faults):
+        """One sync_changes batch.  True when nothing more is due."""
+        st = d.store
+        limit = self.rng.choice([1, 2, 3, 7, 200])
+        r = self.q1("SELECT * FROM im.sync_changes(%s, %s, %s, %s, %s)",
+                    (d.user, d.name, st.gen, st.applied, limit))
+        status = r['status']
+        self.count('sync.' + status)
+        self.note('sync %d/%s gen %s la %d -> %s gen %s from %s hw %s user_hw %s' % (
+            d.user, d.name, st.gen, st.applied, status, r['sync_generation'],
+            r['resume_from'], r['batch_high_watermark'], r['user_high_watermark']))
+        if status == 'RESET_REQUIRED':
+            check(r['events'] == [] and r['batch_token'] is None and r['next_cursor'] is None
+                  and not r['has_more'], 'RESET_REQUIRED carries data: %r', r)
+            self.snapshot(d, faults)
+            return False
+        check(status in ('OK', 'RECOVERY'), 'unexpected sync status %r', r)
+        if status == 'OK':
+            check(r['sync_generation'] == st.gen, 'OK in another generation: %r', r)
+            check(r['resume_from'] == r['server_acked_sync_seq'], 'OK batch not from the server ACK: %r', r)
+        else:
+            # A new session starts at la; the same session again (rule 4) at
+            # its own resume_from, which is at or below la.
+            check(r['resume_from'] <= st.applied, 'RECOVERY from above la %d: %r', st.applied, r)
+        resume, hw, token = r['resume_from'], r['batch_high_watermark'], r['batch_token']
+        check(resume <= hw <= r['user_high_watermark'], 'watermarks out of order: %r', r)
+        events = list(r['events'])
+        page = r
+        pages = 1
+        abort_at = self.rng.randint(1, 4) if faults and self.rng.random() < 0.1 else None
+        while page['has_more']:
+            if abort_at is not None and pages >= abort_at:
+                self.note('  partial sync: stopped after %d pages' % pages)
+                self.count('fault.partial_sync')
+                return True
+            if faults and self.rng.random() < 0.05:
+                # GC between pages: the batch's range must survive it.  With
+                # aggressive GC only a recovery session holds the fence.
+                self.op_gc(aggressive=(status == 'RECOVERY' and self.rng.random() < 0.5))
+            if faults and self.rng.random() < 0.05:
+                self.op_send()
+                self.op_fanout()
+            page = self.q1("SELECT * FROM im.sync_changes(%s, %s, %s, %s, %s, %s)",
+                           (d.user, d.name, None, None, limit, page['next_cursor']))
+            pages += 1
+            check(page['status'] == status and page['batch_token'] == token
+                  and page['resume_from'] == resume and page['batch_high_watermark'] == hw,
+                  'page disagrees with its batch: %r vs %r', dict(page), dict(r))
+            events.extend(page['events'])
+        self.count('sync.pages', pages)
+        seqs = [e['sync_seq'] for e in events]
+        check(seqs == list(range(resume + 1, hw + 1)),
+              'batch (%d, %d] of %d/%s is not exactly its range: %s', resume, hw, d.user, d.name, seqs)
+        # Per conversation, events come in msg_seq order.
+        last = {}
+        for e in events:
+            if e.get('msg_seq') is not None and e['kind'] not in ('read_cursor', 'delete_for_me', 'conversation_dirty'):
+                check(e['msg_seq'] > last.get(e['conversation_id'], 0),
+                      'conversation %s out of msg_seq order in batch: %s', e['conversation_id'], events)
+                last[e['conversation_id']] = e['msg_seq']
+        # Apply atomically: build the new store on a copy.
+        new = st.copy()
+        for e in events:
+            apply_event(new, e)
+        new.gen = r['sync_generation']
+        # After a lost ACK the batch may replay what we already hold.
+        new.applied = max(hw, st.applied)
+        if faults and self.rng.random() < 0.08:
+            self.note('  crash before local commit')
+            self.count('fault.crash_before_commit')
+            return True
+        d.store = new
+        self.count('batches')
+        self.count('events', len(events))
+        if status == 'RECOVERY':
+            self.count('recoveries')
+        if faults and self.rng.random() < 0.08:
+            self.note('  ACK lost')
+            self.count('fault.ack_lost')
+            d.last_token = (token, hw)
+            return True
+        a = self.q1("SELECT * FROM im.ack_sync(%s, %s, %s, %s)", (d.user, d.name, token, hw))
+        check(a['status'] == 'OK', 'ACK of an applied batch refused: %r', a)
+        check(a['acked_sync_seq'] >= hw, 'ACK %d answered %r', hw, a)
+        if self.rng.random() < 0.3:
+            d.last_token = (token, self.rng.randint(resume, hw))
+        self.server_ack(d)
+        return status == 'OK' and r['user_high_watermark'] <= new.applied
+
+    def snapshot(self, d, faults):
+        b = self.q1("SELECT * FROM im.begin_snapshot(%s, %s)", (d.user, d.name))
+        check(b['status'] == 'READY', 'begin_snapshot: %r', b)
+        self.count('snapshots')
+        S, tok = b['base_sync_seq'], b['snapshot_token']
+        self.note('snapshot %d/%s gen %d S %d pages %d' % (d.user, d.name, b['sync_generation'], S, b['page_count']))
+        items, digests = [], []
+        for p in range(b['page_count']):
+            f = self.q1("SELECT * FROM im.fetch_snapshot(%s, %s, %s, %s)", (d.user, d.name, tok, p))
+            check(f['status'] == 'OK' and f['page'] == p, 'fetch_snapshot page %d: %r', p, f)
+            pd = sha256_hex(jsonb_text(f['items']))
+            check(pd == f['page_digest'], 'page %d digest: local %s server %s', p, pd, f['page_digest'])
+            for it in f['items']:
+                body = {k: v for k, v in it.items() if k != 'digest'}
+                check(sha256_hex(jsonb_text(body)) == it['digest'], 'item digest mismatch: %r', it)
+            digests.append(pd)
+            items.extend(f['items'])
+        manifest = sha256_hex(''.join(digests))
+        check(manifest == b['manifest_digest'], 'manifest digest: local %s server %s', manifest, b['manifest_digest'])
+        if faults and self.rng.random() < 0.1:
+            self.note('  crash during snapshot install')
+            self.count('fault.snapshot_crash')
+            return
+        new = Store()
+        for it in items:
+            c = it['conversation_id']
+            conv = new.convs.setdefault(c, Conv())
+            after = 0
+            while after < it['last_msg_seq']:
+                m = self.q1("SELECT * FROM im.fetch_messages(%s, %s, %s, %s, %s)",
+                            (d.user, c, after, self.rng.choice([2, 5, 100]), it['last_msg_seq']))
+                for p in m['messages']:
+                    check(set(p) == set(POS_KEYS), 'fetch_messages keys %s (contract §11)', sorted(p))
+                    check(after < p['msg_seq'] <= it['last_msg_seq'], 'fetch_messages out of range: %r', p)
+                    apply_position(new, p)
+                self.count('fetch_messages')
+                if not m['has_more']:
+                    break
+                check(m['next_after_seq'] > after, 'fetch_messages does not advance: %r', m)
+                after = m['next_after_seq']
+            conv.read = max(conv.read, it['read_msg_seq'])
+            for mid in it['recalled_message_ids'] or []:
+                t = conv.by_id(mid)
+                check(t is None or t['recalled'], 'manifest recalls %s, fetch_messages shows it live', mid)
+        a = self.q1("SELECT * FROM im.ack_snapshot(%s, %s, %s, %s)", (d.user, d.name, tok, manifest))
+        check(a['status'] == 'OK' and a['acked_sync_seq'] == S, 'ack_snapshot: %r', a)
+        if faults and self.rng.random() < 0.05:
+            self.note('  crash after ack_snapshot, before local commit')
+            self.count('fault.snapshot_crash_after_ack')
+            return
+        new.gen = b['sync_generation']
+        new.applied = S
+        d.store = new
+        self.server_ack(d)
+
+    # ---- the final comparison
+    def final_check(self):
+        for _ in range(100):
+            if self.q1("SELECT im.run_fanout() AS n")['n'] == 0:
+                break
+        for d in self.devices:
+            self.sync(d, faults=False)
+        for u in self.users:
+            convs, after = [], None
+            while True:
+                rows = self.q("SELECT * FROM im.conversation_list(%s, %s, %s)", (u, 2, after))
+                convs.extend(rows)
+                if len(rows) < 2:
+                    break
+                after = rows[-1]['conversation_id']
+            truth = {}
+            for cl in convs:
+                c = cl['conversation_id']
+                pos, after_seq = [], 0
+                while True:
+                    m = self.q1("SELECT * FROM im.fetch_messages(%s, %s, %s, %s)", (u, c, after_seq, 50))
+                    pos.extend(m['messages'])
+                    if not m['has_more']:
+                        break
+                    after_seq = m['next_after_seq']
+                truth[c] = ([{k: p[k] for k in POS_KEYS} for p in pos], cl['read_msg_seq'])
+                self.count('final.positions', len(pos))
+            for d in [x for x in self.devices if x.user == u]:
+                got = {c: v for c, v in d.store.convs.items()}
+                check(set(got) == set(truth),
+                      'user %d device %s knows conversations %s, conversation_list says %s',
+                      u, d.name, sorted(got), sorted(truth))
+                for c, (want, read) in truth.items():
+                    have = [got[c].pos[s] for s in sorted(got[c].pos)]
+                    if have != want:
+                        diff = [(a, b) for a, b in zip(have, want) if a != b][:3]
+                        raise ModelFailure('user %d device %s conversation %d differs from fetch_messages '
+                                           '(%d vs %d positions); first differences (device, server): %r' % (
+                                               u, d.name, c, len(have), len(want), diff or (have[len(want):] or want[len(have):])[:3]))
+                    check(got[c].read == read, 'user %d device %s conversation %d read cursor %d, server %d',
+                          u, d.name, c, got[c].read, read)
+        rows = self.q("SELECT * FROM im.reconcile()")
+        check(not rows, 'reconcile reports problems: %r', rows)
+
+    # ---- main loop
+    def run(self):
+        self.setup()
+        ops = [(self.op_send, 25), (self.op_recall, 4), (self.op_edit, 5), (self.op_join, 3),
+               (self.op_leave, 3), (self.op_read, 4), (self.op_delete, 2), (self.op_fanout, 12),
+               (self.op_sync, 30), (self.op_rollback, 3), (self.op_reinstall, 2),
+               (self.op_late_ack, 3), (self.op_gc, 2)]
+        fns = [f for f, _ in ops]
+        weights = [w for _, w in ops]
+        for step in range(self.steps):
+            self.rng.choices(fns, weights)[0]()
+        self.final_check()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--seed', type=int, action='append', help='seed to run (repeatable); replays exactly')
+    ap.add_argument('--steps', type=int, default=300)
+    ap.add_argument('--dsn', default=os.environ.get('IM_MODEL_DSN', 'dbname=im_model'))
+    ap.add_argument('-v', '--verbose', action='store_true')
+    args = ap.parse_args()
+    seeds = args.seed or FIXED_SEEDS + [random.SystemRandom().randrange(1000, 10 ** 6)]
+    failed = 0
+    for seed in seeds:
+        t0 = time.time()
+        m = Model(args.dsn, seed, args.steps, args.verbose)
+        try:
+            m.run()
+        except (ModelFailure, psycopg2.Error) as e:
+            failed += 1
+            print('seed %d: FAILED after %.1fs (replay: --seed %d --steps %d)' % (seed, time.time() - t0, seed, args.steps))
+            print('  recall_max_replay=%d; last operations:' % m.max_replay)
+            for t in m.trace[-25:]:
+                print('   ', t)
+            print('  error: %s: %s' % (type(e).__name__, str(e).strip()[:3000]))
+            continue
+        finally:
+            m.conn.close()
+            m.gc_conn.close()
+        c = m.counts
+        print('seed %d: ok in %.1fs, max_replay=%d' % (seed, time.time() - t0, m.max_replay))
+        print('  ops: ' + ', '.join('%s=%d' % (k[3:], v) for k, v in sorted(c.items()) if k.startswith('op.')))
+        print('  batches=%d events=%d pages=%d recoveries=%d resets=%d snapshots=%d fetch_messages=%d final_positions=%d' % (
+            c.get('batches', 0), c.get('events', 0), c.get('sync.pages', 0), c.get('recoveries', 0),
+            c.get('sync.RESET_REQUIRED', 0), c.get('snapshots', 0), c.get('fetch_messages', 0),
+            c.get('final.positions', 0)))
+        print('  faults: ' + (', '.join('%s=%d' % (k[6:], v) for k, v in sorted(c.items())
+                                        if k.startswith('fault.') or k.startswith('ack.late.')) or 'none'))
+    print('model: %d seeds, %d failed' % (len(seeds), failed))
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
