@@ -114,6 +114,8 @@ CREATE TABLE im.outbox (
     CHECK ((msg_seq IS NULL) = (private_user_id IS NOT NULL))
 );
 CREATE INDEX outbox_pending_idx ON im.outbox (conversation_id, msg_seq) WHERE state = 'pending';
+-- Dead letters are rare: a partial index keeps metrics and reconcile cheap.
+CREATE INDEX outbox_dead_idx ON im.outbox (outbox_id) WHERE state = 'dead';
 
 -- Items covered by two periods of one user: kept, reported, not delivered.
 CREATE TABLE im.fanout_quarantine (
@@ -397,6 +399,10 @@ AS 'MODULE_PATHNAME', 'im_gc_inbox' LANGUAGE C;
 CREATE FUNCTION im.reconcile()
 RETURNS TABLE(check_name text, severity text, conversation_id bigint, user_id bigint, detail jsonb)
 AS 'MODULE_PATHNAME', 'im_reconcile' LANGUAGE C;
+-- Re-runs missing fanout through the idempotent path; reports what it cannot decide.
+CREATE FUNCTION im.repair_fanout(retry_dead boolean DEFAULT false, dry_run boolean DEFAULT false)
+RETURNS TABLE(action text, outbox_id bigint, conversation_id bigint, user_id bigint, detail jsonb)
+AS 'MODULE_PATHNAME', 'im_repair_fanout' LANGUAGE C;
 CREATE FUNCTION im.metrics()
 RETURNS TABLE(name text, value double precision, help text)
 AS 'MODULE_PATHNAME', 'im_metrics' LANGUAGE C;

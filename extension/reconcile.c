@@ -1,14 +1,612 @@
 /*
- * reconcile.c — reconcile.
- * STUB: not implemented yet.
+ * reconcile.c — im.reconcile() and im.repair_fanout() (contract §8, design
+ * doc §18.3).
+ *
+ * reconcile re-derives from the facts (events, membership periods, outbox)
+ * what the materialized state (inboxes, heads, unread counts, device ACKs)
+ * must be, and reports every difference as a row; a healthy database gives
+ * none.  It only reads.  It protects the §2.3 invariants by making their
+ * violation visible: fanout delivers exactly the users contract §1 lets see
+ * a position, with the period it was made for; heads match their logs;
+ * unread equals its recount; no ACK runs ahead of the log.
+ *
+ * Severities: "critical" means someone may see what they must not (extra
+ * deliveries, overlapping periods, ACK beyond the log); "error" means a fact
+ * is missing or a materialized value is wrong; "warning" is operational
+ * (backlog, stuck sessions) and usually heals by itself.
+ *
+ * Cost: reconcile is a batch job.  It scans the processed outbox, the
+ * periods and the logs; run it off-peak (or per shard in a later version).
+ *
+ * repair_fanout re-runs missing fanout through the regular idempotent path:
+ * it puts the outbox item back to 'pending' (attempts 0), so fanout
+ * redelivers with the ORIGINAL idempotency key (user, source_event_id,
+ * period) and only the missing rows get inserted.  Recipients are never
+ * decided from the current member list: the fanout decides them from the
+ * periods again.  What cannot be decided safely — overlapping periods,
+ * quarantined users, recipients whose log has been collected past the item
+ * (their idempotency record is gone, so a redelivery would duplicate), or a
+ * delivery nobody should have — is only reported for manual review (§18.3).
  */
 #include "im_sync.h"
 
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+/*
+ * Delivery audit of processed outbox items (contract §1, §4).  One row per
+ * (item, user, scope) where expectation and inbox differ:
+ *   missing       a user the periods let see the item has no inbox event (or,
+ *                 for a shared_log 'message' position, no dirty marker whose
+ *                 target reaches it);
+ *   extra         an inbox event no period (or the private recipient) calls for;
+ *   unverifiable  expected but absent, and the user's log has been collected
+ *                 past the item: GC'd history is not checked.
+ * Quarantined (item, user) pairs are expected nowhere (reported apart).
+ * inbox.created_at and outbox.processed_at come from the same fanout
+ * transaction, so "processed strictly after the oldest retained event" means
+ * the item's event, if delivered, is still in the log.
+ * Columns: 1 outbox_id, 2 conversation_id, 3 msg_seq, 4 source_event_id,
+ * 5 user_id, 6 scope, 7 problem, 8 kind, 9 overlap (the user has overlapping
+ * periods in the conversation).
+ */
+#define DELIVERY_AUDIT_SQL \
+	"WITH item AS (" \
+	"  SELECT o.outbox_id, o.conversation_id, o.msg_seq, o.source_event_id, o.processed_at, " \
+	"         o.private_user_id, COALESCE(e.kind, pe.kind) AS kind, " \
+	"         (e.kind OPERATOR(pg_catalog.=) 'message' AND e.mode OPERATOR(pg_catalog.=) 'shared_log') IS TRUE AS shared, " \
+	"         COALESCE(t.msg_seq, e.msg_seq) AS vis_seq " \
+	"  FROM im.outbox o " \
+	"  LEFT JOIN im.event e ON o.private_user_id IS NULL AND e.message_id OPERATOR(pg_catalog.=) o.source_event_id " \
+	"  LEFT JOIN im.event t ON t.message_id OPERATOR(pg_catalog.=) e.target_message_id " \
+	"  LEFT JOIN im.private_event pe ON o.private_user_id IS NOT NULL " \
+	"       AND pe.private_event_id OPERATOR(pg_catalog.=) o.source_event_id " \
+	"  WHERE o.state OPERATOR(pg_catalog.=) 'done'), " \
+	"exp AS (" \
+	"  SELECT i.outbox_id, p.user_id, p.membership_period_id AS scope " \
+	"  FROM item i JOIN im.membership_period p ON p.conversation_id OPERATOR(pg_catalog.=) i.conversation_id " \
+	"   AND p.join_seq OPERATOR(pg_catalog.<=) i.vis_seq " \
+	"   AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) i.vis_seq) " \
+	"  WHERE i.private_user_id IS NULL " \
+	"  UNION " \
+	"  SELECT i.outbox_id, p.user_id, p.membership_period_id " \
+	"  FROM item i JOIN im.membership_period p ON p.leave_event_id OPERATOR(pg_catalog.=) i.source_event_id " \
+	"  WHERE i.kind OPERATOR(pg_catalog.=) 'leave' " \
+	"  UNION " \
+	"  SELECT i.outbox_id, i.private_user_id, 0 FROM item i WHERE i.private_user_id IS NOT NULL), " \
+	"act AS (" \
+	"  SELECT i.outbox_id, b.user_id, b.delivery_scope AS scope " \
+	"  FROM item i JOIN im.inbox b ON b.source_event_id OPERATOR(pg_catalog.=) i.source_event_id), " \
+	"gc AS (" \
+	"  SELECT h.user_id, (SELECT pg_catalog.min(b.created_at) FROM im.inbox b " \
+	"                     WHERE b.user_id OPERATOR(pg_catalog.=) h.user_id) AS first_at " \
+	"  FROM im.user_head h WHERE h.gc_floor OPERATOR(pg_catalog.>) 0), " \
+	"cmp AS (" \
+	"  SELECT COALESCE(x.outbox_id, a.outbox_id) AS outbox_id, COALESCE(x.user_id, a.user_id) AS user_id, " \
+	"         COALESCE(x.scope, a.scope) AS scope, x.outbox_id IS NOT NULL AS expected, " \
+	"         a.outbox_id IS NOT NULL AS delivered " \
+	"  FROM (SELECT * FROM exp WHERE NOT EXISTS (SELECT 1 FROM im.fanout_quarantine q " \
+	"        WHERE q.outbox_id OPERATOR(pg_catalog.=) exp.outbox_id AND q.user_id OPERATOR(pg_catalog.=) exp.user_id)) x " \
+	"  FULL JOIN act a ON a.outbox_id OPERATOR(pg_catalog.=) x.outbox_id AND a.user_id OPERATOR(pg_catalog.=) x.user_id " \
+	"   AND a.scope OPERATOR(pg_catalog.=) x.scope) " \
+	"SELECT i.outbox_id, i.conversation_id, i.msg_seq, i.source_event_id, c.user_id, c.scope, " \
+	"  CASE WHEN NOT c.expected THEN 'extra' " \
+	"       WHEN NOT i.shared AND g.user_id IS NOT NULL " \
+	"            AND NOT COALESCE(i.processed_at OPERATOR(pg_catalog.>) g.first_at, false) THEN 'unverifiable' " \
+	"       ELSE 'missing' END AS problem, " \
+	"  i.kind, " \
+	"  EXISTS (SELECT 1 FROM im.membership_period p1 JOIN im.membership_period p2 " \
+	"          ON p2.conversation_id OPERATOR(pg_catalog.=) p1.conversation_id " \
+	"         AND p2.user_id OPERATOR(pg_catalog.=) p1.user_id " \
+	"         AND p2.membership_period_id OPERATOR(pg_catalog.>) p1.membership_period_id " \
+	"         AND pg_catalog.int8range(p1.join_seq, p1.leave_seq, '[]') OPERATOR(pg_catalog.&&) " \
+	"             pg_catalog.int8range(p2.join_seq, p2.leave_seq, '[]') " \
+	"          WHERE p1.conversation_id OPERATOR(pg_catalog.=) i.conversation_id " \
+	"            AND p1.user_id OPERATOR(pg_catalog.=) c.user_id) AS overlap " \
+	"FROM cmp c JOIN item i ON i.outbox_id OPERATOR(pg_catalog.=) c.outbox_id " \
+	"LEFT JOIN gc g ON g.user_id OPERATOR(pg_catalog.=) c.user_id " \
+	"WHERE NOT (c.expected AND c.delivered) " \
+	"  AND NOT (c.expected AND i.shared AND EXISTS (SELECT 1 FROM im.user_conversation uc " \
+	"           WHERE uc.user_id OPERATOR(pg_catalog.=) c.user_id " \
+	"             AND uc.conversation_id OPERATOR(pg_catalog.=) i.conversation_id " \
+	"             AND uc.dirty_target_msg_seq OPERATOR(pg_catalog.>=) i.msg_seq))"
+
+/*
+ * The checks of §18.3 that are one set-based query each.  Every query takes
+ * $1 = im_sync.reconcile_outbox_age in seconds (most ignore it) and returns
+ * (check_name, severity, conversation_id, user_id, detail) in a stable order.
+ */
+typedef struct ReconcileCheck
+{
+	const char *name;			/* for the plan cache and comments only */
+	const char *sql;
+} ReconcileCheck;
+
+static const ReconcileCheck checks[] = {
+	/* Every accepted position has its reliable event (§3.2, §6.1). */
+	{"message_without_outbox",
+	 "SELECT 'message_without_outbox', 'error', e.conversation_id, e.sender_id, "
+	 "  pg_catalog.jsonb_build_object('message_id', e.message_id, 'msg_seq', e.msg_seq, 'kind', e.kind) "
+	 "FROM im.event e WHERE NOT EXISTS (SELECT 1 FROM im.outbox o "
+	 "  WHERE o.source_event_id OPERATOR(pg_catalog.=) e.message_id) "
+	 "ORDER BY e.conversation_id, e.msg_seq"},
+	/* Stored but not propagating: the outbox is stuck or the workers are down. */
+	{"outbox_pending_too_old",
+	 "SELECT 'outbox_pending_too_old', 'warning', o.conversation_id, o.private_user_id, "
+	 "  pg_catalog.jsonb_build_object('outbox_id', o.outbox_id, 'msg_seq', o.msg_seq, "
+	 "    'attempts', o.attempts, 'age_seconds', "
+	 "    pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) o.created_at))::bigint) "
+	 "FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'pending' "
+	 "  AND o.created_at OPERATOR(pg_catalog.<) pg_catalog.now() OPERATOR(pg_catalog.-) "
+	 "      pg_catalog.make_interval(secs => $1) "
+	 "ORDER BY o.conversation_id, o.outbox_id"},
+	/* Fanout hit exactly the periods covering each position (§18.3 line 3). */
+	{"fanout_delivery",
+	 "SELECT CASE d.problem WHEN 'extra' THEN 'fanout_extra' ELSE 'fanout_missing' END, "
+	 "  CASE d.problem WHEN 'extra' THEN 'critical' ELSE 'error' END, "
+	 "  d.conversation_id, d.user_id, "
+	 "  pg_catalog.jsonb_build_object('outbox_id', d.outbox_id, 'msg_seq', d.msg_seq, "
+	 "    'source_event_id', d.source_event_id, 'delivery_scope', d.scope, 'kind', d.kind) "
+	 "FROM (" DELIVERY_AUDIT_SQL ") d WHERE d.problem OPERATOR(pg_catalog.<>) 'unverifiable' "
+	 "ORDER BY d.conversation_id, d.user_id, d.outbox_id, d.scope"},
+	/* An item covered by two periods of one user: kept, not delivered. */
+	{"fanout_quarantined",
+	 "SELECT 'fanout_quarantined', 'critical', o.conversation_id, q.user_id, "
+	 "  pg_catalog.jsonb_build_object('outbox_id', q.outbox_id, 'msg_seq', o.msg_seq, "
+	 "    'source_event_id', o.source_event_id, 'periods', pg_catalog.to_jsonb(q.periods)) "
+	 "FROM im.fanout_quarantine q JOIN im.outbox o ON o.outbox_id OPERATOR(pg_catalog.=) q.outbox_id "
+	 "ORDER BY o.conversation_id, q.user_id, q.outbox_id"},
+	/* Failed fanout_max_attempts times; the conversation moved on without it. */
+	{"dead_letter",
+	 "SELECT 'dead_letter', 'error', o.conversation_id, o.private_user_id, "
+	 "  pg_catalog.jsonb_build_object('outbox_id', o.outbox_id, 'msg_seq', o.msg_seq, "
+	 "    'source_event_id', o.source_event_id, 'attempts', o.attempts, 'last_error', o.last_error) "
+	 "FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'dead' "
+	 "ORDER BY o.conversation_id, o.outbox_id"},
+	/* The exclusion constraint should make this impossible; check anyway. */
+	{"overlapping_periods",
+	 "SELECT 'overlapping_periods', 'critical', p1.conversation_id, p1.user_id, "
+	 "  pg_catalog.jsonb_build_object('periods', pg_catalog.jsonb_build_array("
+	 "    pg_catalog.jsonb_build_object('membership_period_id', p1.membership_period_id, "
+	 "      'join_seq', p1.join_seq, 'leave_seq', p1.leave_seq), "
+	 "    pg_catalog.jsonb_build_object('membership_period_id', p2.membership_period_id, "
+	 "      'join_seq', p2.join_seq, 'leave_seq', p2.leave_seq))) "
+	 "FROM im.membership_period p1 JOIN im.membership_period p2 "
+	 "  ON p2.conversation_id OPERATOR(pg_catalog.=) p1.conversation_id "
+	 " AND p2.user_id OPERATOR(pg_catalog.=) p1.user_id "
+	 " AND p2.membership_period_id OPERATOR(pg_catalog.>) p1.membership_period_id "
+	 " AND pg_catalog.int8range(p1.join_seq, p1.leave_seq, '[]') OPERATOR(pg_catalog.&&) "
+	 "     pg_catalog.int8range(p2.join_seq, p2.leave_seq, '[]') "
+	 "ORDER BY p1.conversation_id, p1.user_id, p1.membership_period_id, p2.membership_period_id"},
+	/* A user event must point at an existing fact (message + msg_seq). */
+	{"inbox_missing_source",
+	 "SELECT 'inbox_missing_source', 'error', b.conversation_id, b.user_id, "
+	 "  pg_catalog.jsonb_build_object('sync_seq', b.sync_seq, 'source_event_id', b.source_event_id, "
+	 "    'msg_seq', b.msg_seq, 'kind', b.kind) "
+	 "FROM im.inbox b "
+	 "LEFT JOIN im.event e ON b.msg_seq IS NOT NULL AND e.message_id OPERATOR(pg_catalog.=) b.source_event_id "
+	 "LEFT JOIN im.private_event pe ON b.msg_seq IS NULL AND pe.private_event_id OPERATOR(pg_catalog.=) b.source_event_id "
+	 "WHERE CASE WHEN b.msg_seq IS NOT NULL "
+	 "  THEN e.message_id IS NULL OR e.conversation_id OPERATOR(pg_catalog.<>) b.conversation_id "
+	 "       OR e.msg_seq OPERATOR(pg_catalog.<>) b.msg_seq "
+	 "  ELSE b.kind OPERATOR(pg_catalog.<>) 'conversation_dirty' AND pe.private_event_id IS NULL END "
+	 "ORDER BY b.conversation_id, b.user_id, b.sync_seq"},
+	/* §18.3: a device ACK never exceeds the user's committed log. */
+	{"ack_beyond_watermark",
+	 "SELECT 'ack_beyond_watermark', 'critical', NULL::bigint, d.user_id, "
+	 "  pg_catalog.jsonb_build_object('device_id', d.device_id, 'acked_sync_seq', d.acked_sync_seq, "
+	 "    'high_watermark', COALESCE(h.high_watermark, 0)) "
+	 "FROM im.device d LEFT JOIN im.user_head h ON h.user_id OPERATOR(pg_catalog.=) d.user_id "
+	 "WHERE d.acked_sync_seq OPERATOR(pg_catalog.>) COALESCE(h.high_watermark, 0) "
+	 "ORDER BY d.user_id, d.device_id"},
+	/* The single writer's counter equals the facts, and msg_seq is gap-free. */
+	{"conversation_head",
+	 "SELECT 'conversation_head_mismatch', 'error', c.conversation_id, NULL::bigint, "
+	 "  pg_catalog.jsonb_build_object('head_msg_seq', c.head_msg_seq, 'max_msg_seq', s.max_seq, "
+	 "    'positions', s.n) "
+	 "FROM im.conversation c, LATERAL (SELECT COALESCE(pg_catalog.max(e.msg_seq), 0) AS max_seq, "
+	 "    pg_catalog.count(*) AS n FROM im.event e "
+	 "    WHERE e.conversation_id OPERATOR(pg_catalog.=) c.conversation_id) s "
+	 "WHERE c.head_msg_seq OPERATOR(pg_catalog.<>) s.max_seq OR s.n OPERATOR(pg_catalog.<>) s.max_seq "
+	 "ORDER BY c.conversation_id"},
+	/* sync_seq is gap-free per user: the log holds exactly (gc_floor, high_watermark]. */
+	{"sync_seq_gap",
+	 "SELECT 'sync_seq_gap', 'error', NULL::bigint, h.user_id, "
+	 "  pg_catalog.jsonb_build_object('gc_floor', h.gc_floor, 'high_watermark', h.high_watermark, "
+	 "    'retained_events', s.n, 'max_sync_seq', s.max_seq) "
+	 "FROM im.user_head h, LATERAL (SELECT pg_catalog.count(*) AS n, "
+	 "    COALESCE(pg_catalog.max(b.sync_seq), 0) AS max_seq FROM im.inbox b "
+	 "    WHERE b.user_id OPERATOR(pg_catalog.=) h.user_id "
+	 "      AND b.sync_seq OPERATOR(pg_catalog.>) h.gc_floor) s "
+	 "WHERE s.n OPERATOR(pg_catalog.<>) h.high_watermark OPERATOR(pg_catalog.-) h.gc_floor "
+	 "   OR s.max_seq OPERATOR(pg_catalog.>) h.high_watermark "
+	 "ORDER BY h.user_id"},
+	/* A recovery lease that outlived its session still pins the GC fence. */
+	{"recovery_session_stuck",
+	 "SELECT 'recovery_session_stuck', 'warning', NULL::bigint, r.user_id, "
+	 "  pg_catalog.jsonb_build_object('recovery_session_id', r.recovery_session_id, "
+	 "    'device_id', r.device_id, 'sync_generation', r.sync_generation) "
+	 "FROM im.recovery_session r WHERE r.state OPERATOR(pg_catalog.=) 'ACTIVE' "
+	 "  AND r.expires_at OPERATOR(pg_catalog.<) pg_catalog.now() "
+	 "ORDER BY r.user_id, r.recovery_session_id"},
+	/* A snapshot past its expiry that was never installed. */
+	{"snapshot_stuck",
+	 "SELECT 'snapshot_stuck', 'warning', NULL::bigint, s.user_id, "
+	 "  pg_catalog.jsonb_build_object('snapshot_id', s.snapshot_id, 'device_id', s.device_id, "
+	 "    'state', s.state, 'sync_generation', s.sync_generation) "
+	 "FROM im.snapshot s WHERE s.state OPERATOR(pg_catalog.=) ANY ('{READY,BUILDING}'::text[]) "
+	 "  AND s.installed_at IS NULL AND s.expires_at OPERATOR(pg_catalog.<) pg_catalog.now() "
+	 "ORDER BY s.user_id, s.snapshot_id"},
+};
+
+#define NUM_CHECKS lengthof(checks)
+
+static void
+emit_rows(FunctionCallInfo fcinfo, uint64 n)
+{
+	for (uint64 r = 0; r < n; r++)
+	{
+		Datum		values[5];
+		bool		nulls[5];
+
+		for (int c = 0; c < 5; c++)
+			values[c] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
+									  c + 1, &nulls[c]);
+		im_srf_row(fcinfo, values, nulls);
+	}
+}
+
+/*
+ * Unread counts of fanout conversations must equal IM_UNREAD_RECOUNT_SQL
+ * (contract §3, §13.1).  shared_log conversations keep an upper bound and
+ * are skipped.  One recount per state row: reconcile is a batch job.
+ */
+static void
+check_unread(FunctionCallInfo fcinfo)
+{
+	static SPIPlanPtr rows_plan;
+	static SPIPlanPtr recount_plan;
+	uint64		n;
+	int64	   *uid;
+	int64	   *cid;
+	int64	   *readseq;
+	int64	   *stored;
+
+	im_prepare(&rows_plan,
+			   "SELECT uc.user_id, uc.conversation_id, uc.read_msg_seq, uc.unread_count "
+			   "FROM im.user_conversation uc JOIN im.conversation c "
+			   "  ON c.conversation_id OPERATOR(pg_catalog.=) uc.conversation_id "
+			   "WHERE c.mode OPERATOR(pg_catalog.=) 'fanout' "
+			   "ORDER BY uc.conversation_id, uc.user_id", 0);
+	im_prepare(&recount_plan, IM_UNREAD_RECOUNT_SQL, 3, INT8OID, INT8OID, INT8OID);
+
+	n = im_exec(rows_plan, NULL, NULL, 0);
+	if (n == 0)
+		return;
+	/* Copy out: the recount below replaces SPI_tuptable. */
+	uid = palloc(sizeof(int64) * n);
+	cid = palloc(sizeof(int64) * n);
+	readseq = palloc(sizeof(int64) * n);
+	stored = palloc(sizeof(int64) * n);
+	for (uint64 r = 0; r < n; r++)
+	{
+		uid[r] = im_get_int64(r, 1, NULL);
+		cid[r] = im_get_int64(r, 2, NULL);
+		readseq[r] = im_get_int64(r, 3, NULL);
+		stored[r] = im_get_int64(r, 4, NULL);
+	}
+	for (uint64 r = 0; r < n; r++)
+	{
+		Datum		args[3];
+		int64		recount;
+
+		args[0] = Int64GetDatum(uid[r]);
+		args[1] = Int64GetDatum(cid[r]);
+		args[2] = Int64GetDatum(readseq[r]);
+		im_exec(recount_plan, args, NULL, 1);
+		recount = im_get_int64(0, 1, NULL);
+		if (recount != stored[r])
+		{
+			Datum		values[5];
+			bool		nulls[5] = {false, false, false, false, false};
+			char		detail[160];
+
+			snprintf(detail, sizeof(detail),
+					 "{\"unread_count\": " INT64_FORMAT ", \"recount\": " INT64_FORMAT
+					 ", \"read_msg_seq\": " INT64_FORMAT "}",
+					 stored[r], recount, readseq[r]);
+			values[0] = CStringGetTextDatum("unread_mismatch");
+			values[1] = CStringGetTextDatum("error");
+			values[2] = Int64GetDatum(cid[r]);
+			values[3] = Int64GetDatum(uid[r]);
+			values[4] = DirectFunctionCall1(jsonb_in, CStringGetDatum(detail));
+			im_srf_row(fcinfo, values, nulls);
+		}
+	}
+}
+
+/*
+ * im.reconcile(): every §18.3 check, in a fixed order; no rows when healthy.
+ */
 PG_FUNCTION_INFO_V1(im_reconcile);
 Datum
 im_reconcile(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("reconcile is not implemented yet")));
+	static SPIPlanPtr plans[NUM_CHECKS];
+	Datum		args[1];
+
+	im_srf_begin(fcinfo);
+	args[0] = Int32GetDatum(im_reconcile_outbox_age_s);
+
+	SPI_connect();
+	for (int i = 0; i < (int) NUM_CHECKS; i++)
+	{
+		uint64		n;
+
+		im_prepare(&plans[i], checks[i].sql, 1, INT4OID);
+		n = im_exec(plans[i], args, NULL, 0);
+		emit_rows(fcinfo, n);
+		/* The unread recount goes after the delivery checks it depends on. */
+		if (strcmp(checks[i].name, "conversation_head") == 0)
+			check_unread(fcinfo);
+	}
+	SPI_finish();
+	PG_RETURN_NULL();
+}
+
+/* ---- repair ----------------------------------------------------------- */
+
+static void
+repair_row(FunctionCallInfo fcinfo, const char *action, int64 outbox_id,
+		   int64 conversation_id, bool user_null, int64 user_id, Datum detail)
+{
+	Datum		values[5];
+	bool		nulls[5] = {false, false, false, false, false};
+
+	values[0] = CStringGetTextDatum(action);
+	values[1] = Int64GetDatum(outbox_id);
+	values[2] = Int64GetDatum(conversation_id);
+	values[3] = Int64GetDatum(user_id);
+	nulls[3] = user_null;
+	values[4] = detail;
+	im_srf_row(fcinfo, values, nulls);
+}
+
+/*
+ * im.repair_fanout(retry_dead boolean DEFAULT false, dry_run boolean DEFAULT false)
+ *   RETURNS TABLE(action text, outbox_id bigint, conversation_id bigint,
+ *                 user_id bigint, detail jsonb)
+ *
+ * Guarantees: an outbox item is put back to 'pending' only when every
+ * difference of its delivery is a missing event of a user whose log still
+ * holds the item's time and who has no overlapping periods, and it has no
+ * extra delivery; redelivery then goes through the regular fanout with the
+ * original idempotency key, so what was delivered stays untouched.
+ * Everything else is reported as 'manual_review' and left alone.  Every
+ * requeue leaves an im.audit row (who, which item, user, period, before and
+ * after).  Dead letters are retried only when asked (retry_dead): the
+ * operator fixes the cause first.
+ */
+PG_FUNCTION_INFO_V1(im_repair_fanout);
+Datum
+im_repair_fanout(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr audit_plan;
+	static SPIPlanPtr requeue_plan;
+	static SPIPlanPtr audit_row_plan;
+	static SPIPlanPtr dead_plan;
+	static SPIPlanPtr quarantine_plan;
+	bool		retry_dead = PG_ARGISNULL(0) ? false : PG_GETARG_BOOL(0);
+	bool		dry_run = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
+	uint64		n;
+	int64	   *outbox;
+	int64	   *conv;
+	int64	   *msgseq;
+	bool	   *msgseq_null;
+	int64	   *source;
+	int64	   *user;
+	int64	   *scope;
+	char	  **problem;
+	char	  **kind;
+	bool	   *overlap;
+	bool		requeued_any = false;
+
+	im_srf_begin(fcinfo);
+	SPI_connect();
+
+	/*
+	 * Rows of one item are adjacent.  Collected history (unverifiable) only
+	 * matters for items that also miss something: it blocks their requeue.
+	 */
+	im_prepare(&audit_plan,
+			   "SELECT * FROM (SELECT d.*, pg_catalog.bool_or(d.problem OPERATOR(pg_catalog.=) 'missing') "
+			   "    OVER (PARTITION BY d.outbox_id) AS item_missing "
+			   "  FROM (" DELIVERY_AUDIT_SQL ") d) z "
+			   "WHERE z.problem OPERATOR(pg_catalog.<>) 'unverifiable' OR z.item_missing "
+			   "ORDER BY z.outbox_id, z.user_id, z.scope", 0);
+	n = im_exec(audit_plan, NULL, NULL, 0);
+
+	outbox = palloc0(sizeof(int64) * (n + 1));
+	conv = palloc0(sizeof(int64) * (n + 1));
+	msgseq = palloc0(sizeof(int64) * (n + 1));
+	msgseq_null = palloc0(sizeof(bool) * (n + 1));
+	source = palloc0(sizeof(int64) * (n + 1));
+	user = palloc0(sizeof(int64) * (n + 1));
+	scope = palloc0(sizeof(int64) * (n + 1));
+	problem = palloc0(sizeof(char *) * (n + 1));
+	kind = palloc0(sizeof(char *) * (n + 1));
+	overlap = palloc0(sizeof(bool) * (n + 1));
+	for (uint64 r = 0; r < n; r++)
+	{
+		outbox[r] = im_get_int64(r, 1, NULL);
+		conv[r] = im_get_int64(r, 2, NULL);
+		msgseq[r] = im_get_int64(r, 3, &msgseq_null[r]);
+		source[r] = im_get_int64(r, 4, NULL);
+		user[r] = im_get_int64(r, 5, NULL);
+		scope[r] = im_get_int64(r, 6, NULL);
+		problem[r] = im_get_text(r, 7);
+		kind[r] = im_get_text(r, 8);
+		overlap[r] = im_get_bool(r, 9, NULL);
+	}
+
+	im_prepare(&requeue_plan,
+			   "UPDATE im.outbox SET state = 'pending', attempts = 0, last_error = NULL, "
+			   "  next_attempt_at = pg_catalog.now() "
+			   "WHERE outbox_id OPERATOR(pg_catalog.=) $1 AND state OPERATOR(pg_catalog.=) $2",
+			   2, INT8OID, TEXTOID);
+	im_prepare(&audit_row_plan,
+			   "INSERT INTO im.audit (action, user_id, detail) VALUES ('repair_fanout', $1, $2)",
+			   2, INT8OID, JSONBOID);
+
+	for (uint64 first = 0; first < n;)
+	{
+		uint64		last = first;
+		bool		has_missing = false;
+		bool		safe = true;
+
+		while (last + 1 < n && outbox[last + 1] == outbox[first])
+			last++;
+		for (uint64 r = first; r <= last; r++)
+		{
+			if (strcmp(problem[r], "missing") == 0)
+			{
+				has_missing = true;
+				if (overlap[r])
+					safe = false;
+			}
+			else
+				safe = false;	/* extra or unverifiable */
+		}
+		if (has_missing)
+		{
+			bool		done = false;
+
+			if (safe && !dry_run)
+			{
+				Datum		a[2];
+
+				a[0] = Int64GetDatum(outbox[first]);
+				a[1] = CStringGetTextDatum("done");
+				done = im_exec(requeue_plan, a, NULL, 0) == 1;
+				requeued_any |= done;
+			}
+			for (uint64 r = first; r <= last; r++)
+			{
+				StringInfoData d;
+				const char *action;
+				const char *reason = NULL;
+				Datum		detail;
+
+				if (!safe)
+				{
+					action = "manual_review";
+					if (strcmp(problem[r], "extra") == 0)
+						reason = "unexpected_delivery";
+					else if (strcmp(problem[r], "unverifiable") == 0)
+						reason = "history_collected";
+					else if (overlap[r])
+						reason = "overlapping_periods";
+					else
+						reason = "item_needs_review";
+				}
+				else
+					action = dry_run ? "would_requeue" : (done ? "requeued" : "skipped_changed");
+
+				initStringInfo(&d);
+				appendStringInfo(&d, "{\"kind\": \"%s\", \"source_event_id\": " INT64_FORMAT
+								 ", \"delivery_scope\": " INT64_FORMAT ", \"problem\": \"%s\"",
+								 kind[r] ? kind[r] : "", source[r], scope[r], problem[r]);
+				if (!msgseq_null[r])
+					appendStringInfo(&d, ", \"msg_seq\": " INT64_FORMAT, msgseq[r]);
+				if (reason)
+					appendStringInfo(&d, ", \"reason\": \"%s\"", reason);
+				if (done)
+					appendStringInfoString(&d, ", \"state_before\": \"done\", \"state_after\": \"pending\"");
+				appendStringInfoChar(&d, '}');
+				detail = DirectFunctionCall1(jsonb_in, CStringGetDatum(d.data));
+
+				if (done)
+				{
+					Datum		a[2];
+
+					a[0] = Int64GetDatum(user[r]);
+					a[1] = DirectFunctionCall1(jsonb_in, CStringGetDatum(
+							psprintf("{\"outbox_id\": " INT64_FORMAT ", \"conversation_id\": " INT64_FORMAT
+									 ", \"detail\": %s}", outbox[r], conv[r], d.data)));
+					im_exec(audit_row_plan, a, NULL, 0);
+				}
+				repair_row(fcinfo, action, outbox[r], conv[r], false, user[r], detail);
+			}
+		}
+		first = last + 1;
+	}
+
+	/* Quarantined pairs: two periods cover the item; a person decides. */
+	im_prepare(&quarantine_plan,
+			   "SELECT q.outbox_id, o.conversation_id, q.user_id, "
+			   "  pg_catalog.jsonb_build_object('reason', 'quarantined', 'msg_seq', o.msg_seq, "
+			   "    'periods', pg_catalog.to_jsonb(q.periods)) "
+			   "FROM im.fanout_quarantine q JOIN im.outbox o ON o.outbox_id OPERATOR(pg_catalog.=) q.outbox_id "
+			   "ORDER BY q.outbox_id, q.user_id", 0);
+	n = im_exec(quarantine_plan, NULL, NULL, 0);
+	for (uint64 r = 0; r < n; r++)
+	{
+		bool		isnull;
+
+		repair_row(fcinfo, "manual_review", im_get_int64(r, 1, NULL), im_get_int64(r, 2, NULL),
+				   false, im_get_int64(r, 3, NULL), im_get_datum_copy(r, 4, &isnull));
+	}
+
+	/* Dead letters: retried only on request, through the same fanout. */
+	im_prepare(&dead_plan,
+			   "SELECT o.outbox_id, o.conversation_id, o.private_user_id, "
+			   "  pg_catalog.jsonb_build_object('reason', 'dead_letter', 'msg_seq', o.msg_seq, "
+			   "    'source_event_id', o.source_event_id, 'attempts', o.attempts) "
+			   "FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'dead' ORDER BY o.outbox_id", 0);
+	n = im_exec(dead_plan, NULL, NULL, 0);
+	if (n > 0)
+	{
+		int64	   *ids = palloc(sizeof(int64) * n);
+		int64	   *convs = palloc(sizeof(int64) * n);
+		int64	   *users = palloc(sizeof(int64) * n);
+		bool	   *users_null = palloc(sizeof(bool) * n);
+		Datum	   *details = palloc(sizeof(Datum) * n);
+
+		for (uint64 r = 0; r < n; r++)
+		{
+			bool		isnull;
+
+			ids[r] = im_get_int64(r, 1, NULL);
+			convs[r] = im_get_int64(r, 2, NULL);
+			users[r] = im_get_int64(r, 3, &users_null[r]);
+			details[r] = im_get_datum_copy(r, 4, &isnull);
+		}
+		for (uint64 r = 0; r < n; r++)
+		{
+			const char *action = "manual_review";
+
+			if (retry_dead && dry_run)
+				action = "would_requeue";
+			else if (retry_dead)
+			{
+				Datum		a[2];
+
+				a[0] = Int64GetDatum(ids[r]);
+				a[1] = CStringGetTextDatum("dead");
+				if (im_exec(requeue_plan, a, NULL, 0) == 1)
+				{
+					action = "requeued";
+					requeued_any = true;
+				}
+				else
+					action = "skipped_changed";
+			}
+			repair_row(fcinfo, action, ids[r], convs[r], users_null[r], users[r], details[r]);
+		}
+	}
+
+	SPI_finish();
+	if (requeued_any)
+		im_wake_fanout_at_commit();
 	PG_RETURN_NULL();
 }
