@@ -1,32 +1,406 @@
 /*
- * read_state.c — read cursors, delete_for_me, message_status.
- * STUB: not implemented yet.
+ * read_state.c — the user's read cursor (report_read), deletions for oneself
+ * (delete_for_me), the private events that carry both to the user's other
+ * devices, and message_status (contract §7, design §13, §12.4, §0.1).
+ *
+ * Invariants protected:
+ *   - the read cursor is per user and only moves forward, clamped to what
+ *     fanout has placed in the user's state; it clears only the positions it
+ *     covers, so a message fanned out while the report runs stays unread
+ *     (§13.3): unread_count is recounted from facts with the new cursor,
+ *     under the user's head lock, which every fanout of this user also holds;
+ *   - reading never moves a device ACK (§13.2, §2.3): other devices learn
+ *     the cursor from a read_cursor private event in their log, which only
+ *     fanout writes (one writer of sync_seq);
+ *   - lock order (contract §4): the user head, then the user's state row.
  */
 #include "im_sync.h"
 
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+/* Mode and kind of a conversation, P0002 when it does not exist. */
+static void
+read_conversation(int64 conversation_id, ImConversation *conv)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+
+	im_prepare(&plan,
+			   "SELECT kind, mode, head_msg_seq FROM im.conversation "
+			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(conversation_id);
+	if (im_exec(plan, args, NULL, 1) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("conversation " INT64_FORMAT " does not exist", conversation_id)));
+	conv->conversation_id = conversation_id;
+	strlcpy(conv->kind, im_get_text(0, 1), sizeof(conv->kind));
+	strlcpy(conv->mode, im_get_text(0, 2), sizeof(conv->mode));
+	conv->head_msg_seq = im_get_int64(0, 3, NULL);
+}
+
+int64
+im_enqueue_private_event(int64 user_id, int64 conversation_id,
+						 const char *kind, int64 read_msg_seq, int64 message_id)
+{
+	static SPIPlanPtr plan;
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+
+	/* One statement: the event and its outbox item cannot come apart. */
+	im_prepare(&plan,
+			   "WITH pe AS ("
+			   "  INSERT INTO im.private_event (user_id, conversation_id, kind, read_msg_seq, message_id) "
+			   "  VALUES ($1, $2, $3, $4, $5) RETURNING private_event_id, user_id, conversation_id) "
+			   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id, private_user_id) "
+			   "SELECT pe.conversation_id, NULL, pe.private_event_id, pe.user_id FROM pe "
+			   "RETURNING source_event_id",
+			   5, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = Int64GetDatum(conversation_id);
+	args[2] = CStringGetTextDatum(kind);
+	args[3] = Int64GetDatum(read_msg_seq);
+	args[4] = Int64GetDatum(message_id);
+	if (read_msg_seq == 0)
+		nulls[3] = 'n';
+	if (message_id == 0)
+		nulls[4] = 'n';
+	if (im_exec(plan, args, nulls, 0) != 1)
+		elog(ERROR, "im_sync: private event was not recorded");
+	im_wake_fanout_at_commit();
+	return im_get_int64(0, 1, NULL);
+}
+
+/* 42501 unless the user has or had a period in the conversation. */
+static void
+require_ever_member(int64 user_id, int64 conversation_id, const char *what)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+
+	im_prepare(&plan,
+			   "SELECT 1 FROM im.membership_period "
+			   "WHERE conversation_id OPERATOR(pg_catalog.=) $2 "
+			   "AND user_id OPERATOR(pg_catalog.=) $1 LIMIT 1",
+			   2, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = Int64GetDatum(conversation_id);
+	if (im_exec(plan, args, NULL, 1) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("user " INT64_FORMAT " was never a member of conversation " INT64_FORMAT,
+						user_id, conversation_id),
+				 errdetail("Only a conversation the user has or had a membership period in can be %s.",
+						   what)));
+}
+
+/* IM_UNREAD_RECOUNT_SQL for one user and conversation at read cursor `read`. */
+static int64
+unread_recount(int64 user_id, int64 conversation_id, int64 read)
+{
+	static SPIPlanPtr plan;
+	Datum		args[3];
+
+	im_prepare(&plan, IM_UNREAD_RECOUNT_SQL, 3, INT8OID, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = Int64GetDatum(conversation_id);
+	args[2] = Int64GetDatum(read);
+	im_exec(plan, args, NULL, 1);
+	return im_get_int64(0, 1, NULL);
+}
+
 PG_FUNCTION_INFO_V1(im_report_read);
+/*
+ * report_read(user_id, conversation_id, read_to_seq) moves the user's read
+ * cursor forward to read_to_seq, clamped to the user's last visible position
+ * (contract §3: last_msg_seq, or in shared_log mode the dirty target); a
+ * lower value changes nothing.  Returns the cursor and unread count now.
+ */
 Datum
 im_report_read(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("report_read is not implemented yet")));
-	PG_RETURN_NULL();
+	static SPIPlanPtr state_plan;
+	static SPIPlanPtr update_plan;
+	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
+	int64		read_to_seq;
+	ImConversation conv;
+	Datum		args[4];
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+	int64		read_msg_seq = 0;
+	int64		unread_count = 0;
+
+	if (PG_ARGISNULL(2) || PG_GETARG_INT64(2) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("read_to_seq must be a non-negative msg_seq")));
+	read_to_seq = PG_GETARG_INT64(2);
+
+	im_srf_begin(fcinfo);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "im_sync: SPI_connect failed");
+
+	read_conversation(conversation_id, &conv);
+	require_ever_member(user_id, conversation_id, "read");
+
+	/* Lock order: the user head first, so no fanout of this user runs now. */
+	im_lock_user_heads(&user_id, 1);
+	im_prepare(&state_plan,
+			   "SELECT last_msg_seq, read_msg_seq, unread_count, dirty_target_msg_seq "
+			   "FROM im.user_conversation "
+			   "WHERE user_id OPERATOR(pg_catalog.=) $1 "
+			   "AND conversation_id OPERATOR(pg_catalog.=) $2 FOR UPDATE",
+			   2, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = Int64GetDatum(conversation_id);
+
+	/* No state row yet: fanout placed nothing, so nothing can be covered. */
+	if (im_exec(state_plan, args, NULL, 1) == 1)
+	{
+		bool		shared_log = strcmp(conv.mode, "shared_log") == 0;
+		int64		last = im_get_int64(0, 1, NULL);
+		int64		target = im_get_int64(0, 4, NULL);
+		int64		limit = shared_log ? Max(last, target) : last;
+		int64		wanted = Min(read_to_seq, limit);
+
+		read_msg_seq = im_get_int64(0, 2, NULL);
+		unread_count = im_get_int64(0, 3, NULL);
+
+		if (wanted > read_msg_seq)
+		{
+			read_msg_seq = wanted;
+			/*
+			 * Recount with the new cursor rather than zeroing: a message
+			 * above it stays unread (§13.3).  shared_log: the upper bound of
+			 * contract §3.
+			 */
+			if (shared_log)
+				unread_count = Max(0, target - read_msg_seq);
+			else
+				unread_count = unread_recount(user_id, conversation_id, read_msg_seq);
+
+			im_prepare(&update_plan,
+					   "UPDATE im.user_conversation "
+					   "SET read_msg_seq = $3, unread_count = $4, "
+					   "    version = version OPERATOR(pg_catalog.+) 1 "
+					   "WHERE user_id OPERATOR(pg_catalog.=) $1 "
+					   "AND conversation_id OPERATOR(pg_catalog.=) $2",
+					   4, INT8OID, INT8OID, INT8OID, INT8OID);
+			args[2] = Int64GetDatum(read_msg_seq);
+			args[3] = Int64GetDatum(unread_count);
+			im_exec(update_plan, args, NULL, 0);
+
+			im_enqueue_private_event(user_id, conversation_id, "read_cursor",
+									 read_msg_seq, 0);
+		}
+	}
+
+	values[0] = Int64GetDatum(read_msg_seq);
+	values[1] = Int64GetDatum(unread_count);
+	im_srf_row(fcinfo, values, nulls);
+	SPI_finish();
+	return (Datum) 0;
 }
 
 PG_FUNCTION_INFO_V1(im_delete_for_me);
+/*
+ * delete_for_me(user_id, conversation_id, message_id): hides a message the
+ * user can see from that user only (§12.4: not a recall).  True when
+ * recorded now, false when it was already deleted; P0002 for a message the
+ * user cannot see.  Unread is recounted so the deleted message stops
+ * counting, and the user's devices learn it from a delete_for_me event.
+ */
 Datum
 im_delete_for_me(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("delete_for_me is not implemented yet")));
-	PG_RETURN_NULL();
+	static SPIPlanPtr visible_plan;
+	static SPIPlanPtr insert_plan;
+	static SPIPlanPtr recount_plan;
+	static SPIPlanPtr cursor_plan;
+	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
+	int64		message_id = im_arg_id(fcinfo, 2, "message_id");
+	ImConversation conv;
+	Datum		args[4];
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "im_sync: SPI_connect failed");
+
+	read_conversation(conversation_id, &conv);
+
+	/* A `message` of this conversation inside one of the user's periods. */
+	im_prepare(&visible_plan,
+			   "SELECT 1 FROM im.event e JOIN im.membership_period p "
+			   "  ON p.conversation_id OPERATOR(pg_catalog.=) e.conversation_id "
+			   " AND p.user_id OPERATOR(pg_catalog.=) $1 "
+			   " AND p.join_seq OPERATOR(pg_catalog.<=) e.msg_seq "
+			   " AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) e.msg_seq) "
+			   "WHERE e.message_id OPERATOR(pg_catalog.=) $3 "
+			   "  AND e.conversation_id OPERATOR(pg_catalog.=) $2 "
+			   "  AND e.kind OPERATOR(pg_catalog.=) 'message'",
+			   3, INT8OID, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = Int64GetDatum(conversation_id);
+	args[2] = Int64GetDatum(message_id);
+	if (im_exec(visible_plan, args, NULL, 1) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("message " INT64_FORMAT " of conversation " INT64_FORMAT
+						" is not visible to user " INT64_FORMAT,
+						message_id, conversation_id, user_id),
+				 errdetail("Only a message inside one of the user's membership periods can be deleted for the user.")));
+
+	im_lock_user_heads(&user_id, 1);
+
+	im_prepare(&insert_plan,
+			   "INSERT INTO im.deleted_for_me (user_id, message_id) VALUES ($1, $2) "
+			   "ON CONFLICT (user_id, message_id) DO NOTHING",
+			   2, INT8OID, INT8OID);
+	args[1] = Int64GetDatum(message_id);
+	if (im_exec(insert_plan, args, NULL, 0) == 0)
+	{
+		SPI_finish();
+		PG_RETURN_BOOL(false);
+	}
+
+	/*
+	 * The deleted message stops counting as unread (contract §3); in
+	 * shared_log mode the count is an upper bound and stays.  The recount
+	 * sees the row inserted above.
+	 */
+	if (strcmp(conv.mode, "fanout") == 0)
+	{
+		im_prepare(&recount_plan,
+				   "UPDATE im.user_conversation uc "
+				   "SET unread_count = (" IM_UNREAD_RECOUNT_SQL "), "
+				   "    version = uc.version OPERATOR(pg_catalog.+) 1 "
+				   "WHERE uc.user_id OPERATOR(pg_catalog.=) $1 "
+				   "AND uc.conversation_id OPERATOR(pg_catalog.=) $2 "
+				   "AND uc.read_msg_seq OPERATOR(pg_catalog.=) $3",
+				   3, INT8OID, INT8OID, INT8OID);
+		/* The cursor cannot move meanwhile: we hold the user head. */
+		im_prepare(&cursor_plan,
+				   "SELECT read_msg_seq FROM im.user_conversation "
+				   "WHERE user_id OPERATOR(pg_catalog.=) $1 "
+				   "AND conversation_id OPERATOR(pg_catalog.=) $2 FOR UPDATE",
+				   2, INT8OID, INT8OID);
+		args[1] = Int64GetDatum(conversation_id);
+		if (im_exec(cursor_plan, args, NULL, 1) == 1)
+		{
+			args[2] = Int64GetDatum(im_get_int64(0, 1, NULL));
+			im_exec(recount_plan, args, NULL, 0);
+		}
+	}
+
+	im_enqueue_private_event(user_id, conversation_id, "delete_for_me", 0, message_id);
+	SPI_finish();
+	PG_RETURN_BOOL(true);
 }
 
 PG_FUNCTION_INFO_V1(im_message_status);
+/*
+ * message_status(message_id): the four facts of §0.1, apart, one row per
+ * non-revoked device of every user contract §1 lets see the position
+ * (sender included; a user who deleted it for itself no longer sees it and
+ * is not listed).
+ *   accepted      the event row exists, i.e. its transaction committed.
+ *   in_sync_scope its outbox item is processed (a missing item counts as
+ *                 processed: items are written with the event and only ever
+ *                 removed after processing) and not quarantined for the
+ *                 user.  Decided from outbox state and visibility, not from
+ *                 the inbox row, so it stays true after GC.
+ *   device_synced the device ACK covers the user's inbox event for it.  NULL
+ *                 for a `message` position in shared_log mode (no per-user
+ *                 event).  When the inbox event was collected, true iff the
+ *                 device ACK reaches the user's gc_floor: every collected
+ *                 sync_seq is <= gc_floor, and GC never passes the ACK of a
+ *                 device holding the fence, so only devices that must
+ *                 snapshot anyway (NEW, RESETTING, inactive) can read false.
+ *   user_read     the user's read cursor covers its msg_seq (§13.2: never
+ *                 inferred from a device ACK).
+ */
 Datum
 im_message_status(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("message_status is not implemented yet")));
-	PG_RETURN_NULL();
+	static SPIPlanPtr exists_plan;
+	static SPIPlanPtr status_plan;
+	int64		message_id = im_arg_id(fcinfo, 0, "message_id");
+	Datum		args[1];
+	uint64		n;
+
+	im_srf_begin(fcinfo);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "im_sync: SPI_connect failed");
+
+	im_prepare(&exists_plan,
+			   "SELECT 1 FROM im.event WHERE message_id OPERATOR(pg_catalog.=) $1",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(message_id);
+	if (im_exec(exists_plan, args, NULL, 1) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("message " INT64_FORMAT " does not exist", message_id)));
+
+	im_prepare(&status_plan,
+			   "WITH e AS ("
+			   "  SELECT e.*, pg_catalog.coalesce(t.msg_seq, e.msg_seq) AS cover_seq "
+			   "  FROM im.event e LEFT JOIN im.event t "
+			   "    ON t.message_id OPERATOR(pg_catalog.=) e.target_message_id "
+			   "  WHERE e.message_id OPERATOR(pg_catalog.=) $1), "
+			   "u AS ("
+			   "  SELECT DISTINCT p.user_id FROM e JOIN im.membership_period p "
+			   "    ON p.conversation_id OPERATOR(pg_catalog.=) e.conversation_id "
+			   "  WHERE ((p.join_seq OPERATOR(pg_catalog.<=) e.cover_seq "
+			   "          AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) e.cover_seq)) "
+			   "         OR p.leave_event_id OPERATOR(pg_catalog.=) e.message_id) "
+			   "    AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d "
+			   "         WHERE d.user_id OPERATOR(pg_catalog.=) p.user_id "
+			   "           AND (d.message_id OPERATOR(pg_catalog.=) e.message_id "
+			   "                OR d.message_id OPERATOR(pg_catalog.=) e.target_message_id))), "
+			   "s AS ("
+			   "  SELECT u.user_id, "
+			   "    (NOT EXISTS (SELECT 1 FROM im.outbox o "
+			   "                 WHERE o.source_event_id OPERATOR(pg_catalog.=) $1 "
+			   "                   AND o.state OPERATOR(pg_catalog.<>) 'done') "
+			   "     AND NOT EXISTS (SELECT 1 FROM im.outbox o JOIN im.fanout_quarantine q "
+			   "                   ON q.outbox_id OPERATOR(pg_catalog.=) o.outbox_id "
+			   "                 WHERE o.source_event_id OPERATOR(pg_catalog.=) $1 "
+			   "                   AND q.user_id OPERATOR(pg_catalog.=) u.user_id)) AS in_scope "
+			   "  FROM u) "
+			   "SELECT s.user_id, d.device_id, true, s.in_scope, "
+			   "  CASE WHEN e.kind OPERATOR(pg_catalog.=) 'message' "
+			   "            AND e.mode OPERATOR(pg_catalog.=) 'shared_log' THEN NULL "
+			   "       WHEN NOT s.in_scope THEN false "
+			   "       ELSE pg_catalog.coalesce("
+			   "         (SELECT pg_catalog.min(i.sync_seq) OPERATOR(pg_catalog.<=) d.acked_sync_seq "
+			   "          FROM im.inbox i WHERE i.user_id OPERATOR(pg_catalog.=) s.user_id "
+			   "            AND i.source_event_id OPERATOR(pg_catalog.=) $1), "
+			   "         pg_catalog.coalesce(h.gc_floor, 0) OPERATOR(pg_catalog.>) 0 "
+			   "         AND d.acked_sync_seq OPERATOR(pg_catalog.>=) h.gc_floor) END, "
+			   "  pg_catalog.coalesce(uc.read_msg_seq OPERATOR(pg_catalog.>=) e.msg_seq, false) "
+			   "FROM s CROSS JOIN e "
+			   "JOIN im.device d ON d.user_id OPERATOR(pg_catalog.=) s.user_id "
+			   "               AND d.state OPERATOR(pg_catalog.<>) 'REVOKED' "
+			   "LEFT JOIN im.user_head h ON h.user_id OPERATOR(pg_catalog.=) s.user_id "
+			   "LEFT JOIN im.user_conversation uc ON uc.user_id OPERATOR(pg_catalog.=) s.user_id "
+			   "      AND uc.conversation_id OPERATOR(pg_catalog.=) e.conversation_id "
+			   "ORDER BY s.user_id, d.device_id",
+			   1, INT8OID);
+	n = im_exec(status_plan, args, NULL, 0);
+	for (uint64 r = 0; r < n; r++)
+	{
+		Datum		values[6];
+		bool		nulls[6];
+
+		for (int c = 0; c < 6; c++)
+			values[c] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
+									  c + 1, &nulls[c]);
+		/* The tuplestore copies the values, so SPI memory may go after. */
+		im_srf_row(fcinfo, values, nulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
 }
