@@ -120,10 +120,10 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 			   "          AND e.msg_seq OPERATOR(pg_catalog.<=) $4 "
 			   "          AND " HISTORY_VISIBLE_SQL
 			   "        ORDER BY e.msg_seq LIMIT $5 OPERATOR(pg_catalog.+) 1) e) "
-			   "SELECT pg_catalog.coalesce(pg_catalog.jsonb_agg(" IM_EVENT_JSON_SQL
+			   "SELECT COALESCE(pg_catalog.jsonb_agg(" IM_EVENT_JSON_SQL
 			   "           ORDER BY e.msg_seq) FILTER (WHERE e.rn OPERATOR(pg_catalog.<=) $5), "
 			   "         '[]'::pg_catalog.jsonb), "
-			   "       pg_catalog.coalesce(pg_catalog.max(e.msg_seq) "
+			   "       COALESCE(pg_catalog.max(e.msg_seq) "
 			   "           FILTER (WHERE e.rn OPERATOR(pg_catalog.<=) $5), $3), "
 			   "       pg_catalog.count(*) OPERATOR(pg_catalog.>) $5 "
 			   "FROM vis e",
