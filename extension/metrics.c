@@ -1,14 +1,229 @@
 /*
- * metrics.c — metrics.
- * STUB: not implemented yet.
+ * metrics.c — im.metrics(): Prometheus-style gauges, counters and per-stage
+ * latency histograms (contract §8, design doc §18.1, §6.3).
+ *
+ * Rows are (name, value, help); a histogram is the usual family of rows
+ * name_bucket{le="…"} (cumulative), name_sum and name_count.  The gateway's
+ * GET /metrics prints them as Prometheus text.
+ *
+ * Cost: a scrape never scans event-sized tables in full.  Outbox gauges use
+ * the partial indexes on pending and dead items; per-user and per-device
+ * gauges read one row per user (im.user_head) or device (im.device); the
+ * latency histograms sample the newest IM_METRICS_SAMPLE outbox items by
+ * primary key and at most IM_METRICS_SAMPLE inbox rows / devices.
+ *
+ * Every latency names its stage (§18.1: never one mixed "message latency"):
+ *   im_stage_accept_to_fanout_seconds  outbox.processed_at − outbox.created_at:
+ *       send committed its outbox item → the fanout transaction that
+ *       processed it (queueing + retries);
+ *   im_stage_accept_to_log_seconds     inbox.created_at − outbox.created_at,
+ *       one sample per recipient event: accepted → in that user's log
+ *       (both stamps are transaction start times, so the stage that follows
+ *       fanout, "processed → inbox written", is the same transaction and
+ *       would always read 0; this stage is what a user actually waits);
+ *   im_stage_log_to_ack_seconds        device.acked_at − inbox.created_at of
+ *       the event the device's ACK points at: in the log → applied and
+ *       acknowledged by the device (latest ACK per device).
  */
 #include "im_sync.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+/* A device more than this many events behind its user's log is "behind". */
+#define IM_DEVICES_BEHIND_THRESHOLD 1000
+/* Upper bound of rows a histogram looks at. */
+#define IM_METRICS_SAMPLE 10000
+
+static const double buckets[] = {
+	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800
+};
+
+#define NUM_BUCKETS lengthof(buckets)
+
+#define STR(x) #x
+#define XSTR(x) STR(x)
+
+/* Gauges from tables: (name, value, help). */
+static const char *gauges_sql =
+"SELECT 'im_outbox_pending', (SELECT pg_catalog.count(*) FROM im.outbox o "
+"   WHERE o.state OPERATOR(pg_catalog.=) 'pending')::float8, "
+"  'Outbox items accepted and not yet fanned out.' "
+"UNION ALL SELECT 'im_outbox_oldest_pending_age_seconds', "
+"  COALESCE((SELECT EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.created_at)) "
+"     FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'pending'), 0)::float8, "
+"  'Age of the oldest pending outbox item (0 when none).' "
+"UNION ALL SELECT 'im_fanout_lag_seconds', "
+"  COALESCE((SELECT EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.created_at)) "
+"     FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'pending' "
+"       AND o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()), 0)::float8, "
+"  'How far fanout is behind: now minus the acceptance time of the oldest pending item that is ready to run (items waiting for a retry backoff excluded; 0 when none).' "
+"UNION ALL SELECT 'im_fanout_quarantined_items', "
+"  (SELECT pg_catalog.count(*) FROM im.fanout_quarantine)::float8, "
+"  'Item-user pairs covered by two membership periods: kept, not delivered, need review.' "
+"UNION ALL SELECT 'im_fanout_dead_letters', (SELECT pg_catalog.count(*) FROM im.outbox o "
+"   WHERE o.state OPERATOR(pg_catalog.=) 'dead')::float8, "
+"  'Outbox items that failed im_sync.fanout_max_attempts times (see im.reconcile).' "
+"UNION ALL SELECT 'im_inbox_events', (SELECT COALESCE(pg_catalog.sum(h.high_watermark OPERATOR(pg_catalog.-) h.gc_floor), 0) "
+"   FROM im.user_head h)::float8, "
+"  'Events retained in all user logs (sum of high_watermark - gc_floor).' "
+"UNION ALL SELECT 'im_user_watermark_spread', (SELECT COALESCE(pg_catalog.percentile_disc(0.99) "
+"   WITHIN GROUP (ORDER BY h.high_watermark OPERATOR(pg_catalog.-) h.gc_floor), 0) FROM im.user_head h)::float8, "
+"  'p99 over users of the retained log length (high_watermark - gc_floor).' "
+"UNION ALL SELECT 'im_devices_behind', (SELECT pg_catalog.count(*) FROM im.device d "
+"   JOIN im.user_head h ON h.user_id OPERATOR(pg_catalog.=) d.user_id "
+"   WHERE d.state OPERATOR(pg_catalog.=) ANY ('{ACTIVE,RECOVERING}'::text[]) "
+"     AND h.high_watermark OPERATOR(pg_catalog.-) d.acked_sync_seq OPERATOR(pg_catalog.>) "
+XSTR(IM_DEVICES_BEHIND_THRESHOLD) ")::float8, "
+"  'ACTIVE or RECOVERING devices whose ACK is more than " XSTR(IM_DEVICES_BEHIND_THRESHOLD)
+" events behind their user''s high watermark.' "
+"UNION ALL SELECT 'im_recovery_sessions_active', (SELECT pg_catalog.count(*) FROM im.recovery_session r "
+"   WHERE r.state OPERATOR(pg_catalog.=) 'ACTIVE' AND r.expires_at OPERATOR(pg_catalog.>) pg_catalog.now())::float8, "
+"  'Unexpired recovery sessions (each holds a retention lease).' "
+"UNION ALL SELECT 'im_recovery_session_oldest_age_seconds', "
+"  COALESCE((SELECT EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(r.created_at)) "
+"     FROM im.recovery_session r WHERE r.state OPERATOR(pg_catalog.=) 'ACTIVE'), 0)::float8, "
+"  'Age of the oldest ACTIVE recovery session (0 when none).' "
+"UNION ALL SELECT 'im_snapshots_building', (SELECT pg_catalog.count(*) FROM im.snapshot s "
+"   WHERE s.state OPERATOR(pg_catalog.=) 'BUILDING')::float8, "
+"  'Snapshots being built.' "
+"UNION ALL SELECT 'im_snapshots_ready', (SELECT pg_catalog.count(*) FROM im.snapshot s "
+"   WHERE s.state OPERATOR(pg_catalog.=) 'READY' AND s.expires_at OPERATOR(pg_catalog.>) pg_catalog.now())::float8, "
+"  'Unexpired snapshots built and not yet installed (each holds the retention fence).'";
+
+/* Histogram samples: one float8 column `secs` each. */
+typedef struct Stage
+{
+	const char *name;
+	const char *help;
+	const char *sample_sql;
+} Stage;
+
+static const Stage stages[] = {
+	{"im_stage_accept_to_fanout_seconds",
+	 "Stage accepted -> fanned out: outbox processed_at - created_at over the newest "
+	 XSTR(IM_METRICS_SAMPLE) " processed items.",
+	 "SELECT EXTRACT(epoch FROM o.processed_at OPERATOR(pg_catalog.-) o.created_at)::float8 AS secs "
+	 "FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'done' AND o.processed_at IS NOT NULL "
+	 "ORDER BY o.outbox_id DESC LIMIT " XSTR(IM_METRICS_SAMPLE)},
+	{"im_stage_accept_to_log_seconds",
+	 "Stage accepted -> in the user's log: inbox created_at - outbox created_at, per recipient event, "
+	 "for the newest 1000 processed items (at most " XSTR(IM_METRICS_SAMPLE) " events).",
+	 "SELECT EXTRACT(epoch FROM b.created_at OPERATOR(pg_catalog.-) o.created_at)::float8 AS secs "
+	 "FROM (SELECT o.source_event_id, o.created_at FROM im.outbox o "
+	 "      WHERE o.state OPERATOR(pg_catalog.=) 'done' ORDER BY o.outbox_id DESC LIMIT 1000) o "
+	 "JOIN im.inbox b ON b.source_event_id OPERATOR(pg_catalog.=) o.source_event_id "
+	 "LIMIT " XSTR(IM_METRICS_SAMPLE)},
+	{"im_stage_log_to_ack_seconds",
+	 "Stage in the user's log -> acknowledged by a device: device acked_at - inbox created_at "
+	 "of the acknowledged event (latest ACK of at most " XSTR(IM_METRICS_SAMPLE) " devices).",
+	 "SELECT EXTRACT(epoch FROM d.acked_at OPERATOR(pg_catalog.-) b.created_at)::float8 AS secs "
+	 "FROM im.device d JOIN im.inbox b ON b.user_id OPERATOR(pg_catalog.=) d.user_id "
+	 "  AND b.sync_seq OPERATOR(pg_catalog.=) d.acked_sync_seq "
+	 "WHERE d.acked_at IS NOT NULL AND d.acked_sync_seq OPERATOR(pg_catalog.>) 0 "
+	 "LIMIT " XSTR(IM_METRICS_SAMPLE)},
+};
+
+#define NUM_STAGES lengthof(stages)
+
+static void
+metric_row(FunctionCallInfo fcinfo, const char *name, double value, const char *help)
+{
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	values[0] = CStringGetTextDatum(name);
+	values[1] = Float8GetDatum(value);
+	values[2] = CStringGetTextDatum(help);
+	im_srf_row(fcinfo, values, nulls);
+}
+
+/*
+ * One histogram: cumulative bucket counts, +Inf equal to _count, _sum.
+ * Negative samples (clock steps, a redelivered item) count in the lowest
+ * bucket rather than vanish.
+ */
+static void
+emit_histogram(FunctionCallInfo fcinfo, const Stage *stage, SPIPlanPtr *plan)
+{
+	uint64		n;
+	uint64		counts[NUM_BUCKETS];
+	double		sum = 0;
+
+	im_prepare(plan, stage->sample_sql, 0);
+	n = im_exec(*plan, NULL, NULL, 0);
+	memset(counts, 0, sizeof(counts));
+	for (uint64 r = 0; r < n; r++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull);
+		double		secs;
+
+		if (isnull)
+			continue;
+		secs = DatumGetFloat8(d);
+		if (secs < 0)
+			secs = 0;
+		sum += secs;
+		for (int b = 0; b < (int) NUM_BUCKETS; b++)
+			if (secs <= buckets[b])
+				counts[b]++;
+	}
+	for (int b = 0; b < (int) NUM_BUCKETS; b++)
+	{
+		char	   *name = psprintf("%s_bucket{le=\"%g\"}", stage->name, buckets[b]);
+
+		metric_row(fcinfo, name, (double) counts[b], stage->help);
+	}
+	metric_row(fcinfo, psprintf("%s_bucket{le=\"+Inf\"}", stage->name), (double) n, stage->help);
+	metric_row(fcinfo, psprintf("%s_sum", stage->name), sum, stage->help);
+	metric_row(fcinfo, psprintf("%s_count", stage->name), (double) n, stage->help);
+}
 
 PG_FUNCTION_INFO_V1(im_metrics);
 Datum
 im_metrics(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("metrics is not implemented yet")));
+	static SPIPlanPtr gauges_plan;
+	static SPIPlanPtr stage_plans[NUM_STAGES];
+	uint64		n;
+
+	im_srf_begin(fcinfo);
+	SPI_connect();
+
+	im_prepare(&gauges_plan, gauges_sql, 0);
+	n = im_exec(gauges_plan, NULL, NULL, 0);
+	for (uint64 r = 0; r < n; r++)
+	{
+		Datum		values[3];
+		bool		nulls[3];
+
+		for (int c = 0; c < 3; c++)
+			values[c] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
+									  c + 1, &nulls[c]);
+		im_srf_row(fcinfo, values, nulls);
+	}
+
+	/*
+	 * Counters live in shared memory (they must survive the rollback of the
+	 * counted failure); they read 0 when the library is not preloaded and
+	 * restart from 0 with the server, as Prometheus counters may.
+	 */
+	metric_row(fcinfo, "im_resets_total", (double) im_counter_get(IM_COUNTER_RESETS),
+			   "Devices sent to RESET_REQUIRED since server start.");
+	metric_row(fcinfo, "im_gc_deleted_total", (double) im_counter_get(IM_COUNTER_GC_DELETED),
+			   "Inbox events deleted by gc_inbox since server start.");
+	metric_row(fcinfo, "im_duplicate_deliveries_total",
+			   (double) im_counter_get(IM_COUNTER_DUPLICATE_DELIVERIES),
+			   "Fanout deliveries skipped because the idempotency key already existed, since server start.");
+	metric_row(fcinfo, "im_stale_generation_acks_total", (double) im_counter_get(IM_COUNTER_STALE_ACKS),
+			   "ACKs refused with STALE_GENERATION since server start.");
+	metric_row(fcinfo, "im_auth_failures_total", (double) im_counter_get(IM_COUNTER_AUTH_FAILURES),
+			   "Failed device authentications since server start.");
+
+	for (int s = 0; s < (int) NUM_STAGES; s++)
+		emit_histogram(fcinfo, &stages[s], &stage_plans[s]);
+
+	SPI_finish();
 	PG_RETURN_NULL();
 }
