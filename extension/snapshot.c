@@ -1,32 +1,487 @@
 /*
- * snapshot.c — snapshots.
- * STUB: not implemented yet.
+ * snapshot.c — begin_snapshot, fetch_snapshot, ack_snapshot (contract §6,
+ * design §7.5): a device without a trusted cursor installs a frozen view of
+ * its user's state at S = base_sync_seq and then syncs incrementally from
+ * S + 1.
+ *
+ * Invariants protected:
+ *   - the cut is consistent (§7.5, §19.1 快照切面): the manifest is the
+ *     user's view after applying every event <= S and nothing later.  It is
+ *     built while holding the user's head row lock; every fanout that writes
+ *     into this user's log takes that lock first, so no event <= S can still
+ *     be in flight and no event > S can be half visible;
+ *   - generation fence (§2.3): begin_snapshot bumps sync_generation, so every
+ *     older batch token, cursor or snapshot token stops working; only a
+ *     device still RESETTING in the token's generation becomes ACTIVE at S;
+ *   - snapshots are immutable once READY: pages and digests never change,
+ *     so a client can re-download a page and the digests still prove it.
  */
 #include "im_sync.h"
 
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+/* Items per manifest page. */
+#define IM_SNAPSHOT_PAGE_ITEMS 100
+
+/* lower-case hex SHA-256 of the UTF-8 text of x, as SQL */
+#define SHA256_HEX(x) \
+	"pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(" x ", 'UTF8')), 'hex')"
+
+/*
+ * Build the pages of snapshot $2 for user $1, $3 items per page.
+ *
+ * "Delivered to the user's log as of S": the caller holds the user's head
+ * lock, so every fanout transaction that delivers to this user has either
+ * committed — its outbox item reads 'done' here (READ COMMITTED: this
+ * statement's snapshot is taken after the lock was granted) — or waits for
+ * us with its item still 'pending'.  A missing outbox item means processed
+ * and collected (items are written with their event).  Deciding from the
+ * outbox rather than from inbox rows keeps the rule true after GC of the
+ * log.  A position counts for the user by contract §1 (periods; recall and
+ * edit by their target; the leaver's own leave).
+ *
+ * Per item (contract §6): periods whose join event is delivered, with
+ * leave_seq only when the leave event is delivered; last_msg_seq the highest
+ * delivered visible position; mode the one carried by the latest delivered
+ * position the user saw at its own msg_seq; recalled_message_ids the targets
+ * of delivered recalls.  read_msg_seq, unread_count, the dirty marker and the
+ * row version are the committed user_conversation row: the read state may be
+ * ahead of the log (contract §6), the rest changes only together with the
+ * log under the same head lock.
+ */
+#define SNAPSHOT_BUILD_SQL \
+	"WITH per AS (" \
+	"  SELECT p.* FROM im.membership_period p WHERE p.user_id OPERATOR(pg_catalog.=) $1), " \
+	"pos AS (" \
+	"  SELECT e.conversation_id, e.message_id, e.msg_seq, e.kind, e.target_message_id, " \
+	"         CASE WHEN e.kind OPERATOR(pg_catalog.=) 'mode' THEN e.body OPERATOR(pg_catalog.->>) 'mode' " \
+	"              ELSE e.mode END AS mode, " \
+	"         (e.kind NOT IN ('recall', 'edit') AND EXISTS (SELECT 1 FROM per p " \
+	"            WHERE p.conversation_id OPERATOR(pg_catalog.=) e.conversation_id " \
+	"              AND p.join_seq OPERATOR(pg_catalog.<=) e.msg_seq " \
+	"              AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) e.msg_seq))) AS own " \
+	"  FROM im.event e " \
+	"  LEFT JOIN im.event t ON t.message_id OPERATOR(pg_catalog.=) e.target_message_id " \
+	"  WHERE e.conversation_id IN (SELECT conversation_id FROM per) " \
+	"    AND (EXISTS (SELECT 1 FROM per p " \
+	"            WHERE p.conversation_id OPERATOR(pg_catalog.=) e.conversation_id " \
+	"              AND p.join_seq OPERATOR(pg_catalog.<=) COALESCE(t.msg_seq, e.msg_seq) " \
+	"              AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) COALESCE(t.msg_seq, e.msg_seq))) " \
+	"         OR (e.kind OPERATOR(pg_catalog.=) 'leave' AND EXISTS (SELECT 1 FROM per p " \
+	"            WHERE p.leave_event_id OPERATOR(pg_catalog.=) e.message_id))) " \
+	"    AND NOT EXISTS (SELECT 1 FROM im.outbox o " \
+	"            WHERE o.source_event_id OPERATOR(pg_catalog.=) e.message_id " \
+	"              AND (o.state OPERATOR(pg_catalog.<>) 'done' " \
+	"                   OR EXISTS (SELECT 1 FROM im.fanout_quarantine q " \
+	"                              WHERE q.outbox_id OPERATOR(pg_catalog.=) o.outbox_id " \
+	"                                AND q.user_id OPERATOR(pg_catalog.=) $1)))), " \
+	"conv AS (" \
+	"  SELECT p.conversation_id, " \
+	"         pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(" \
+	"           'membership_period_id', p.membership_period_id, 'join_seq', p.join_seq, " \
+	"           'leave_seq', CASE WHEN p.leave_event_id IN (SELECT message_id FROM pos) " \
+	"                             THEN p.leave_seq END) ORDER BY p.join_seq) AS periods " \
+	"  FROM per p WHERE p.join_event_id IN (SELECT message_id FROM pos) " \
+	"  GROUP BY p.conversation_id), " \
+	"item AS (" \
+	"  SELECT c.conversation_id, pg_catalog.jsonb_build_object(" \
+	"    'conversation_id', c.conversation_id, 'kind', k.kind, " \
+	"    'mode', COALESCE((SELECT x.mode FROM pos x WHERE x.conversation_id OPERATOR(pg_catalog.=) c.conversation_id " \
+	"                        AND x.own AND x.mode IS NOT NULL ORDER BY x.msg_seq DESC LIMIT 1), k.mode), " \
+	"    'version', COALESCE(uc.version, 0), 'periods', c.periods, " \
+	"    'last_msg_seq', COALESCE((SELECT pg_catalog.max(x.msg_seq) FROM pos x " \
+	"                        WHERE x.conversation_id OPERATOR(pg_catalog.=) c.conversation_id), 0), " \
+	"    'read_msg_seq', COALESCE(uc.read_msg_seq, 0), 'unread_count', COALESCE(uc.unread_count, 0), " \
+	"    'dirty_target_msg_seq', COALESCE(uc.dirty_target_msg_seq, 0), " \
+	"    'dirty_version', COALESCE(uc.dirty_version, 0), " \
+	"    'recalled_message_ids', COALESCE((SELECT pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FROM pos x " \
+	"                        WHERE x.conversation_id OPERATOR(pg_catalog.=) c.conversation_id " \
+	"                          AND x.kind OPERATOR(pg_catalog.=) 'recall'), '[]'::pg_catalog.jsonb)) AS body " \
+	"  FROM conv c JOIN im.conversation k ON k.conversation_id OPERATOR(pg_catalog.=) c.conversation_id " \
+	"  LEFT JOIN im.user_conversation uc ON uc.user_id OPERATOR(pg_catalog.=) $1 " \
+	"       AND uc.conversation_id OPERATOR(pg_catalog.=) c.conversation_id), " \
+	"numbered AS (" \
+	"  SELECT i.conversation_id, " \
+	"         i.body OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('digest', " SHA256_HEX("i.body::pg_catalog.text") ") AS item, " \
+	"         (pg_catalog.row_number() OVER (ORDER BY i.conversation_id) OPERATOR(pg_catalog.-) 1) " \
+	"           OPERATOR(pg_catalog./) $3 AS page_no " \
+	"  FROM item i), " \
+	"pages AS (" \
+	"  SELECT n.page_no::pg_catalog.int4 AS page_no, " \
+	"         pg_catalog.jsonb_agg(n.item ORDER BY n.conversation_id) AS items " \
+	"  FROM numbered n GROUP BY n.page_no) " \
+	"INSERT INTO im.snapshot_page (snapshot_id, page_no, items, page_digest) " \
+	"SELECT $2, pg.page_no, pg.items, " SHA256_HEX("pg.items::pg_catalog.text") " FROM pages pg"
+
+/* Result row of a refused token-bearing call: status plus NULLs. */
+static void
+status_row(FunctionCallInfo fcinfo, int ncols, const char *status,
+		   int extra_col, Datum extra)
+{
+	Datum		values[8];
+	bool		nulls[8];
+
+	Assert(ncols <= 8);
+	for (int i = 0; i < ncols; i++)
+	{
+		values[i] = (Datum) 0;
+		nulls[i] = true;
+	}
+	values[0] = CStringGetTextDatum(status);
+	nulls[0] = false;
+	if (extra_col > 0)
+	{
+		values[extra_col] = extra;
+		nulls[extra_col] = false;
+	}
+	im_srf_row(fcinfo, values, nulls);
+}
+
 PG_FUNCTION_INFO_V1(im_begin_snapshot);
+/*
+ * begin_snapshot(user_id, device_id): in the caller's transaction, bump the
+ * device's generation, make it RESETTING, fix S = the user's high watermark
+ * and store the immutable manifest of the user's view at S.  Statuses READY
+ * and DEVICE_REVOKED.  Any other device state may begin a snapshot.
+ */
 Datum
 im_begin_snapshot(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("begin_snapshot is not implemented yet")));
-	PG_RETURN_NULL();
+	static SPIPlanPtr head_plan;
+	static SPIPlanPtr device_plan;
+	static SPIPlanPtr end_plan;
+	static SPIPlanPtr abandon_plan;
+	static SPIPlanPtr snap_plan;
+	static SPIPlanPtr build_plan;
+	static SPIPlanPtr empty_plan;
+	static SPIPlanPtr seal_plan;
+	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	char	   *device_id = im_arg_device_id(fcinfo, 1);
+	ImDevice	dev;
+	ImTokenClaims claims;
+	int64		base;
+	int32		generation;
+	int64		snapshot_id;
+	int32		page_count;
+	char	   *manifest_digest;
+	char	   *token;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	TimestampTz expires_at = now + (TimestampTz) im_snapshot_ttl_s * USECS_PER_SEC;
+	Datum		args[6];
+	Datum		values[7];
+	bool		nulls[7] = {false, false, false, false, false, false, false};
+
+	im_srf_begin(fcinfo);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "im_sync: SPI_connect failed");
+
+	/* Lock order: the device row, then the user head. */
+	im_lock_device(user_id, device_id, &dev);
+	if (strcmp(dev.state, "REVOKED") == 0)
+	{
+		status_row(fcinfo, 7, "DEVICE_REVOKED", 2, Int32GetDatum(dev.sync_generation));
+		SPI_finish();
+		return (Datum) 0;
+	}
+
+	/*
+	 * Hold the user's head row until commit.  Every fanout that writes into
+	 * this user's log locks it first, so while we hold it S is exactly the
+	 * last event of the log, no event <= S is still in flight, and the
+	 * manifest built below is a consistent cut at S (§7.5).  Events that
+	 * arrive meanwhile wait and get sync_seq > S.
+	 */
+	im_lock_user_heads(&user_id, 1);
+	im_prepare(&head_plan,
+			   "SELECT high_watermark FROM im.user_head WHERE user_id OPERATOR(pg_catalog.=) $1",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	if (im_exec(head_plan, args, NULL, 1) != 1)
+		elog(ERROR, "im_sync: user head of " INT64_FORMAT " vanished", user_id);
+	base = im_get_int64(0, 1, NULL);
+
+	/* Bumping the generation kills every older token of this device. */
+	im_prepare(&device_plan,
+			   "UPDATE im.device SET sync_generation = sync_generation OPERATOR(pg_catalog.+) 1, "
+			   "  state = 'RESETTING', "
+			   "  issued_sync_seq = GREATEST(issued_sync_seq, $3), last_seen_at = pg_catalog.now() "
+			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+			   "RETURNING sync_generation",
+			   3, INT8OID, TEXTOID, INT8OID);
+	args[1] = CStringGetTextDatum(device_id);
+	args[2] = Int64GetDatum(base);
+	if (im_exec(device_plan, args, NULL, 0) != 1)
+		elog(ERROR, "im_sync: device row vanished while locked");
+	generation = im_get_int32(0, 1, NULL);
+
+	/*
+	 * A recovery session of an older generation can never complete now;
+	 * end it so its lease stops holding the GC fence.  Older snapshots of
+	 * the device can never be installed either.
+	 */
+	im_prepare(&end_plan,
+			   "UPDATE im.recovery_session SET state = 'ENDED', ended_at = pg_catalog.now() "
+			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+			   "AND state OPERATOR(pg_catalog.=) 'ACTIVE'",
+			   2, INT8OID, TEXTOID);
+	im_exec(end_plan, args, NULL, 0);
+	im_prepare(&abandon_plan,
+			   "UPDATE im.snapshot SET state = 'ABANDONED' "
+			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+			   "AND state IN ('BUILDING', 'READY')",
+			   2, INT8OID, TEXTOID);
+	im_exec(abandon_plan, args, NULL, 0);
+
+	/* BUILDING until every page is written, then sealed READY (§7.5). */
+	im_prepare(&snap_plan,
+			   "INSERT INTO im.snapshot (user_id, device_id, sync_generation, base_sync_seq, "
+			   "  page_count, manifest_digest, state, expires_at) "
+			   "VALUES ($1, $2, $3, $4, 0, '', 'BUILDING', $5) RETURNING snapshot_id",
+			   5, INT8OID, TEXTOID, INT4OID, INT8OID, TIMESTAMPTZOID);
+	args[2] = Int32GetDatum(generation);
+	args[3] = Int64GetDatum(base);
+	args[4] = TimestampTzGetDatum(expires_at);
+	if (im_exec(snap_plan, args, NULL, 0) != 1)
+		elog(ERROR, "im_sync: snapshot row not created");
+	snapshot_id = im_get_int64(0, 1, NULL);
+
+	im_prepare(&build_plan, SNAPSHOT_BUILD_SQL, 3, INT8OID, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = Int64GetDatum(snapshot_id);
+	args[2] = Int64GetDatum((int64) IM_SNAPSHOT_PAGE_ITEMS);
+	if (im_exec(build_plan, args, NULL, 0) == 0)
+	{
+		/* No conversation yet: one empty page, so every manifest has one. */
+		im_prepare(&empty_plan,
+				   "INSERT INTO im.snapshot_page (snapshot_id, page_no, items, page_digest) "
+				   "VALUES ($1, 0, '[]'::pg_catalog.jsonb, " SHA256_HEX("'[]'::pg_catalog.jsonb::pg_catalog.text") ")",
+				   1, INT8OID);
+		im_exec(empty_plan, &args[1], NULL, 0);
+	}
+
+	im_prepare(&seal_plan,
+			   "UPDATE im.snapshot s SET state = 'READY', page_count = g.n, manifest_digest = g.d "
+			   "FROM (SELECT pg_catalog.count(*)::pg_catalog.int4 AS n, "
+			   "        " SHA256_HEX("pg_catalog.string_agg(page_digest, '' ORDER BY page_no)") " AS d "
+			   "      FROM im.snapshot_page WHERE snapshot_id OPERATOR(pg_catalog.=) $1) g "
+			   "WHERE s.snapshot_id OPERATOR(pg_catalog.=) $1 "
+			   "RETURNING s.page_count, s.manifest_digest",
+			   1, INT8OID);
+	if (im_exec(seal_plan, &args[1], NULL, 0) != 1)
+		elog(ERROR, "im_sync: snapshot %lld not sealed", (long long) snapshot_id);
+	page_count = im_get_int32(0, 1, NULL);
+	manifest_digest = im_get_text(0, 2);
+
+	memset(&claims, 0, sizeof(claims));
+	claims.purpose = IM_TOKEN_SNAPSHOT;
+	claims.user_id = user_id;
+	strlcpy(claims.device_id, device_id, sizeof(claims.device_id));
+	claims.registration = dev.registration;
+	claims.sync_generation = generation;
+	claims.watermark = base;
+	claims.snapshot_id = snapshot_id;
+	claims.issued_at = now;
+	claims.expires_at = expires_at;
+	token = im_token_sign(&claims);
+
+	values[0] = CStringGetTextDatum("READY");
+	values[1] = Int64GetDatum(snapshot_id);
+	values[2] = Int32GetDatum(generation);
+	values[3] = Int64GetDatum(base);
+	values[4] = CStringGetTextDatum(token);
+	values[5] = Int32GetDatum(page_count);
+	values[6] = CStringGetTextDatum(manifest_digest);
+	im_srf_row(fcinfo, values, nulls);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * The common checks of contract §5, in its order, for a snapshot token
+ * presented by (user_id, device_id).  Locks the device row (P0002 if never
+ * registered).  Returns NULL when the token may be used, else the status.
+ * A token issued to an earlier registration of the device was revoked with
+ * it (contract §5), so it reads DEVICE_REVOKED.
+ */
+static const char *
+check_snapshot_token(int64 user_id, const char *device_id, const char *token,
+					 ImDevice *dev, ImTokenClaims *claims)
+{
+	im_lock_device(user_id, device_id, dev);
+	if (!im_token_verify(token, IM_TOKEN_SNAPSHOT, claims))
+		return "INVALID_TOKEN";
+	if (claims->user_id != user_id || strcmp(claims->device_id, device_id) != 0)
+		return "INVALID_TOKEN";
+	if (strcmp(dev->state, "REVOKED") == 0 || claims->registration != dev->registration)
+		return "DEVICE_REVOKED";
+	if (claims->sync_generation != dev->sync_generation)
+		return "STALE_GENERATION";
+	if (claims->expires_at <= GetCurrentTimestamp())
+		return "EXPIRED";
+	return NULL;
+}
+
+static char *
+arg_token(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("snapshot_token must not be NULL"),
+				 errhint("Pass the snapshot_token returned by begin_snapshot.")));
+	return TextDatumGetCString(PG_GETARG_DATUM(argno));
 }
 
 PG_FUNCTION_INFO_V1(im_fetch_snapshot);
+/*
+ * fetch_snapshot(user_id, device_id, snapshot_token, page_no): one stored
+ * page of the manifest.  Read-only; a failed check never returns data.
+ */
 Datum
 im_fetch_snapshot(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("fetch_snapshot is not implemented yet")));
-	PG_RETURN_NULL();
+	static SPIPlanPtr page_plan;
+	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	char	   *device_id = im_arg_device_id(fcinfo, 1);
+	char	   *token = arg_token(fcinfo, 2);
+	int32		page_no;
+	ImDevice	dev;
+	ImTokenClaims claims;
+	const char *refused;
+	int32		page_count;
+	Datum		args[2];
+	Datum		values[5];
+	bool		nulls[5] = {false, false, false, false, false};
+	bool		isnull;
+
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("page_no must not be NULL")));
+	page_no = PG_GETARG_INT32(3);
+
+	im_srf_begin(fcinfo);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "im_sync: SPI_connect failed");
+
+	refused = check_snapshot_token(user_id, device_id, token, &dev, &claims);
+	if (refused != NULL)
+	{
+		status_row(fcinfo, 5, refused, 0, (Datum) 0);
+		SPI_finish();
+		return (Datum) 0;
+	}
+
+	im_prepare(&page_plan,
+			   "SELECT s.page_count, p.items, p.page_digest FROM im.snapshot s "
+			   "LEFT JOIN im.snapshot_page p ON p.snapshot_id OPERATOR(pg_catalog.=) s.snapshot_id "
+			   "     AND p.page_no OPERATOR(pg_catalog.=) $2 "
+			   "WHERE s.snapshot_id OPERATOR(pg_catalog.=) $1",
+			   2, INT8OID, INT4OID);
+	args[0] = Int64GetDatum(claims.snapshot_id);
+	args[1] = Int32GetDatum(page_no);
+	if (im_exec(page_plan, args, NULL, 1) != 1)
+		elog(ERROR, "im_sync: snapshot " INT64_FORMAT " of a valid token is missing",
+			 claims.snapshot_id);
+	page_count = im_get_int32(0, 1, NULL);
+	if (page_no < 0 || page_no >= page_count)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("page_no %d is outside the snapshot's pages 0 to %d", page_no, page_count - 1)));
+
+	values[0] = CStringGetTextDatum("OK");
+	values[1] = Int32GetDatum(page_no);
+	values[2] = Int32GetDatum(page_count);
+	values[3] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	values[4] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &nulls[4]);
+	nulls[3] = isnull;
+	if (isnull || nulls[4])
+		elog(ERROR, "im_sync: page %d of snapshot " INT64_FORMAT " is missing",
+			 page_no, claims.snapshot_id);
+	im_srf_row(fcinfo, values, nulls);
+	SPI_finish();
+	return (Datum) 0;
 }
 
 PG_FUNCTION_INFO_V1(im_ack_snapshot);
+/*
+ * ack_snapshot(user_id, device_id, snapshot_token, manifest_digest): the
+ * client installed every page and proves it with the manifest digest.  Only
+ * a device still RESETTING in the token's generation becomes ACTIVE with
+ * ACK = S; a repeat after success answers OK with the current ACK.  Every
+ * status reports the device's current ACK.
+ */
 Datum
 im_ack_snapshot(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("ack_snapshot is not implemented yet")));
-	PG_RETURN_NULL();
+	static SPIPlanPtr digest_plan;
+	static SPIPlanPtr install_plan;
+	static SPIPlanPtr mark_plan;
+	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	char	   *device_id = im_arg_device_id(fcinfo, 1);
+	char	   *token = arg_token(fcinfo, 2);
+	char	   *digest;
+	char	   *stored;
+	ImDevice	dev;
+	ImTokenClaims claims;
+	const char *refused;
+	int64		acked;
+	Datum		args[3];
+
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("manifest_digest must not be NULL")));
+	digest = TextDatumGetCString(PG_GETARG_DATUM(3));
+
+	im_srf_begin(fcinfo);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "im_sync: SPI_connect failed");
+
+	refused = check_snapshot_token(user_id, device_id, token, &dev, &claims);
+	acked = dev.acked_sync_seq;
+	if (refused == NULL)
+	{
+		im_prepare(&digest_plan,
+				   "SELECT manifest_digest FROM im.snapshot "
+				   "WHERE snapshot_id OPERATOR(pg_catalog.=) $1",
+				   1, INT8OID);
+		args[0] = Int64GetDatum(claims.snapshot_id);
+		if (im_exec(digest_plan, args, NULL, 1) != 1)
+			elog(ERROR, "im_sync: snapshot " INT64_FORMAT " of a valid token is missing",
+				 claims.snapshot_id);
+		stored = im_get_text(0, 1);
+		if (strcmp(stored, digest) != 0)
+			refused = "DIGEST_MISMATCH";
+	}
+	if (refused == NULL && strcmp(dev.state, "RESETTING") == 0)
+	{
+		/* Same generation (checked above) and still RESETTING: install. */
+		im_prepare(&install_plan,
+				   "UPDATE im.device SET state = 'ACTIVE', acked_sync_seq = $3, "
+				   "  issued_sync_seq = GREATEST(issued_sync_seq, $3), "
+				   "  acked_at = pg_catalog.now(), last_seen_at = pg_catalog.now() "
+				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+				   "RETURNING acked_sync_seq",
+				   3, INT8OID, TEXTOID, INT8OID);
+		args[0] = Int64GetDatum(user_id);
+		args[1] = CStringGetTextDatum(device_id);
+		args[2] = Int64GetDatum(claims.watermark);
+		if (im_exec(install_plan, args, NULL, 0) != 1)
+			elog(ERROR, "im_sync: device row vanished while locked");
+		acked = im_get_int64(0, 1, NULL);
+
+		im_prepare(&mark_plan,
+				   "UPDATE im.snapshot SET state = 'INSTALLED', installed_at = pg_catalog.now() "
+				   "WHERE snapshot_id OPERATOR(pg_catalog.=) $1",
+				   1, INT8OID);
+		args[0] = Int64GetDatum(claims.snapshot_id);
+		im_exec(mark_plan, args, NULL, 0);
+	}
+
+	status_row(fcinfo, 2, refused != NULL ? refused : "OK", 1, Int64GetDatum(acked));
+	SPI_finish();
+	return (Datum) 0;
 }
