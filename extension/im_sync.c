@@ -81,11 +81,13 @@ define_settings(void)
 							PGC_SUSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("im_sync.recovery_ttl",
 							"Lifetime of a recovery session and its retention lease.",
-							NULL, &im_recovery_ttl_s, 15 * 60, 1, INT_MAX,
+							/* 0: sessions expire at once (tests; superuser only) */
+							NULL, &im_recovery_ttl_s, 15 * 60, 0, INT_MAX,
 							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomIntVariable("im_sync.token_ttl",
 							"Lifetime of batch tokens and page cursors.",
-							NULL, &im_token_ttl_s, 15 * 60, 1, INT_MAX,
+							/* 0: tokens expire at once (tests; superuser only) */
+							NULL, &im_token_ttl_s, 15 * 60, 0, INT_MAX,
 							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomIntVariable("im_sync.snapshot_ttl",
 							"Lifetime of a snapshot and its retention lease.",

@@ -1,23 +1,739 @@
 /*
- * sync.c — sync_changes, ack_sync, recovery sessions.
- * STUB: not implemented yet.
+ * sync.c — sync_changes, ack_sync and recovery sessions (contract §5, §8.3;
+ * design §7, §8, §11.1).
+ *
+ * Invariants protected here:
+ *   - a device never skips an event: every batch serves a contiguous range
+ *     (resume_from, batch_high_watermark] fixed at batch start; a range the
+ *     log no longer holds answers RESET_REQUIRED, never a gap (§2.3);
+ *   - a device's ACK never moves backwards and only moves within its current
+ *     generation (CAS on generation and value, under the device row lock);
+ *   - every reset/recovery bumps the generation, which kills every older
+ *     batch token and cursor (STALE_GENERATION);
+ *   - a recovery session holds a retention lease on (resume_from, …] until
+ *     it completes or expires (gc.c reads it).
+ *
+ * Locks: the device row (FOR UPDATE), then the user's head FOR SHARE.  The
+ * share lock makes the gc_floor test and the creation of a recovery lease
+ * atomic with respect to gc_inbox, which advances gc_floor under FOR UPDATE
+ * on the same row and computes its fence after getting it.
  */
 #include "im_sync.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+/* One result row of sync_changes. */
+typedef struct SyncRow
+{
+	const char *status;
+	int32		generation;
+	char	   *batch_token;	/* NULL on empty statuses */
+	bool		has_range;
+	int64		resume_from;
+	int64		watermark;
+	int64		acked;
+	Datum		events;			/* jsonb, (Datum) 0 → '[]' */
+	char	   *next_cursor;
+	bool		has_more;
+	int64		recovery_session_id;	/* 0 → NULL */
+	int64		user_hw;
+} SyncRow;
+
+typedef struct UserHead
+{
+	int64		high_watermark;
+	int64		gc_floor;
+} UserHead;
+
+static Datum
+empty_events(void)
+{
+	return DirectFunctionCall1(jsonb_in, CStringGetDatum("[]"));
+}
+
+static void
+emit_sync_row(FunctionCallInfo fcinfo, SyncRow *r)
+{
+	Datum		v[11];
+	bool		n[11];
+
+	memset(n, 0, sizeof(n));
+	v[0] = CStringGetTextDatum(r->status);
+	v[1] = Int32GetDatum(r->generation);
+	if (r->batch_token)
+		v[2] = CStringGetTextDatum(r->batch_token);
+	else
+		n[2] = true;
+	v[3] = Int64GetDatum(r->resume_from);
+	v[4] = Int64GetDatum(r->watermark);
+	n[3] = n[4] = !r->has_range;
+	v[5] = Int64GetDatum(r->acked);
+	v[6] = r->events ? r->events : empty_events();
+	if (r->next_cursor)
+		v[7] = CStringGetTextDatum(r->next_cursor);
+	else
+		n[7] = true;
+	v[8] = BoolGetDatum(r->has_more);
+	v[9] = Int64GetDatum(r->recovery_session_id);
+	n[9] = (r->recovery_session_id == 0);
+	v[10] = Int64GetDatum(r->user_hw);
+	im_srf_row(fcinfo, v, n);
+}
+
+/* The empty shape every non-data status has (contract §5). */
+static void
+set_empty(SyncRow *r, const char *status, const ImDevice *dev, int64 user_hw)
+{
+	memset(r, 0, sizeof(*r));
+	r->status = status;
+	r->generation = dev->sync_generation;
+	r->acked = dev->acked_sync_seq;
+	r->user_hw = user_hw;
+}
+
+/* Signs in `cxt` (the function's caller context) so it survives SPI_finish. */
+static char *
+sign_in(MemoryContext cxt, const ImTokenClaims *c)
+{
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+	char	   *t = im_token_sign(c);
+
+	MemoryContextSwitchTo(old);
+	return t;
+}
+
+static Datum
+device_args(Datum *args, int64 user_id, const char *device_id)
+{
+	args[0] = Int64GetDatum(user_id);
+	args[1] = CStringGetTextDatum(device_id);
+	return (Datum) 0;
+}
+
+/*
+ * The user's head under FOR SHARE (see file header).  The head exists once a
+ * device is registered; create it if an older row is missing.
+ */
+static void
+share_user_head(int64 user_id, UserHead *h)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+
+	im_prepare(&plan,
+			   "SELECT high_watermark, gc_floor FROM im.user_head "
+			   "WHERE user_id OPERATOR(pg_catalog.=) $1 FOR SHARE",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	if (im_exec(plan, args, NULL, 1) != 1)
+	{
+		im_lock_user_heads(&user_id, 1);
+		h->high_watermark = 0;
+		h->gc_floor = 0;
+		return;
+	}
+	h->high_watermark = im_get_int64(0, 1, NULL);
+	h->gc_floor = im_get_int64(0, 2, NULL);
+}
+
+/* Committed high watermark without a lock (for answers only). */
+static int64
+user_hw_now(int64 user_id)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+
+	im_prepare(&plan,
+			   "SELECT high_watermark FROM im.user_head WHERE user_id OPERATOR(pg_catalog.=) $1",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	if (im_exec(plan, args, NULL, 1) != 1)
+		return 0;
+	return im_get_int64(0, 1, NULL);
+}
+
+static void
+touch_device(int64 user_id, const char *device_id)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+
+	im_prepare(&plan,
+			   "UPDATE im.device SET last_seen_at = pg_catalog.now() "
+			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
+			   2, INT8OID, TEXTOID);
+	device_args(args, user_id, device_id);
+	im_exec(plan, args, NULL, 0);
+}
+
+/*
+ * End the device's active recovery sessions with `how` (ENDED when replaced
+ * or revoked, EXPIRED when its lease ran out).  Releases their GC leases.
+ */
+static void
+end_sessions(int64 user_id, const char *device_id, const char *how)
+{
+	static SPIPlanPtr plan;
+	Datum		args[3];
+
+	im_prepare(&plan,
+			   "UPDATE im.recovery_session SET state = $3, ended_at = pg_catalog.now() "
+			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+			   "AND state OPERATOR(pg_catalog.=) 'ACTIVE'",
+			   3, INT8OID, TEXTOID, TEXTOID);
+	device_args(args, user_id, device_id);
+	args[2] = CStringGetTextDatum(how);
+	im_exec(plan, args, NULL, 0);
+}
+
+/*
+ * "bump": generation + 1 (kills every older token) and the new state.
+ * Updates dev in place.
+ */
+static void
+bump_generation(ImDevice *dev, const char *new_state)
+{
+	static SPIPlanPtr plan;
+	Datum		args[3];
+
+	im_prepare(&plan,
+			   "UPDATE im.device SET sync_generation = sync_generation OPERATOR(pg_catalog.+) 1, "
+			   "  state = $3, last_seen_at = pg_catalog.now() "
+			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+			   "RETURNING sync_generation",
+			   3, INT8OID, TEXTOID, TEXTOID);
+	device_args(args, dev->user_id, dev->device_id);
+	args[2] = CStringGetTextDatum(new_state);
+	im_exec(plan, args, NULL, 0);
+	dev->sync_generation = im_get_int32(0, 1, NULL);
+	strlcpy(dev->state, new_state, sizeof(dev->state));
+}
+
+/* bump + RESETTING: the device must take a snapshot. */
+static void
+force_reset(ImDevice *dev)
+{
+	end_sessions(dev->user_id, dev->device_id, "ENDED");
+	bump_generation(dev, "RESETTING");
+	im_counter_add(IM_COUNTER_RESETS, 1);
+}
+
+/* issued = max of every watermark ever given to the device. */
+static void
+note_issued(ImDevice *dev, int64 watermark)
+{
+	static SPIPlanPtr plan;
+	Datum		args[3];
+
+	if (watermark <= dev->issued_sync_seq)
+		return;
+	im_prepare(&plan,
+			   "UPDATE im.device SET issued_sync_seq = pg_catalog.greatest(issued_sync_seq, $3) "
+			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
+			   3, INT8OID, TEXTOID, INT8OID);
+	device_args(args, dev->user_id, dev->device_id);
+	args[2] = Int64GetDatum(watermark);
+	im_exec(plan, args, NULL, 0);
+	dev->issued_sync_seq = watermark;
+}
+
+/*
+ * One page: events with sync_seq in (after, watermark], at most `limit`
+ * inbox rows, as contract §11 JSON in sync_seq order.  A position the user
+ * deleted for itself is skipped (contract §1) but still consumed, so the
+ * cursor moves past it.  Returns the jsonb (copied to the upper context) and
+ * sets *last to the last sync_seq consumed and *more.
+ */
+static Datum
+read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
+		  int64 *last, bool *more)
+{
+	static SPIPlanPtr plan;
+	Datum		args[4];
+	bool		isnull;
+	Datum		events;
+	int64		n;
+
+	im_prepare(&plan,
+			   "WITH r AS ("
+			   "  SELECT i.sync_seq, i.kind, i.conversation_id, i.source_event_id, i.payload "
+			   "  FROM im.inbox i WHERE i.user_id OPERATOR(pg_catalog.=) $1 "
+			   "  AND i.sync_seq OPERATOR(pg_catalog.>) $2 AND i.sync_seq OPERATOR(pg_catalog.<=) $3 "
+			   "  ORDER BY i.sync_seq LIMIT $4), "
+			   "j AS ("
+			   "  SELECT r.sync_seq, CASE WHEN r.kind OPERATOR(pg_catalog.=) ANY "
+			   "      ('{read_cursor,delete_for_me,conversation_dirty}'::pg_catalog.text[]) "
+			   "    THEN pg_catalog.jsonb_build_object('sync_seq', r.sync_seq, 'kind', r.kind, "
+			   "           'conversation_id', r.conversation_id) "
+			   "         OPERATOR(pg_catalog.||) COALESCE(r.payload, '{}'::pg_catalog.jsonb) "
+			   "    ELSE (SELECT " IM_EVENT_JSON_SQL
+			   "            OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('sync_seq', r.sync_seq) "
+			   "          FROM im.event e WHERE e.message_id OPERATOR(pg_catalog.=) r.source_event_id "
+			   "          AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d "
+			   "                 WHERE d.user_id OPERATOR(pg_catalog.=) $1 "
+			   "                 AND d.message_id OPERATOR(pg_catalog.=) e.message_id)) "
+			   "    END AS ev FROM r) "
+			   "SELECT COALESCE(pg_catalog.jsonb_agg(ev ORDER BY sync_seq) FILTER (WHERE ev IS NOT NULL), "
+			   "                '[]'::pg_catalog.jsonb), "
+			   "       COALESCE(pg_catalog.max(sync_seq), $2), pg_catalog.count(*) FROM j",
+			   4, INT8OID, INT8OID, INT8OID, INT4OID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = Int64GetDatum(after);
+	args[2] = Int64GetDatum(watermark);
+	args[3] = Int32GetDatum(limit);
+	im_exec(plan, args, NULL, 1);
+	events = im_get_datum_copy(0, 1, &isnull);
+	*last = im_get_int64(0, 2, NULL);
+	n = im_get_int64(0, 3, NULL);
+	/* The log is gap-free in (gc_floor, high watermark]: a full page that
+	 * stopped below the watermark has more behind it. */
+	*more = (n == limit && *last < watermark);
+	return events;
+}
+
+/*
+ * Fill r with a data page of the batch described by c (purpose B claims)
+ * starting after `after`, plus a cursor when more remains.
+ */
+static void
+serve_page(MemoryContext upper, SyncRow *r, const ImTokenClaims *batch,
+		   int64 after, int32 limit, const char *status, int64 acked)
+{
+	ImTokenClaims cur;
+	int64		last;
+
+	memset(r, 0, sizeof(*r));
+	r->status = status;
+	r->generation = batch->sync_generation;
+	r->has_range = true;
+	r->resume_from = batch->resume_from;
+	r->watermark = batch->watermark;
+	r->acked = acked;
+	r->recovery_session_id = batch->recovery_session_id;
+	r->events = read_page(batch->user_id, after, batch->watermark, limit,
+						  &last, &r->has_more);
+	r->batch_token = sign_in(upper, batch);
+	if (r->has_more)
+	{
+		/* A cursor is the batch plus its position; it expires with it. */
+		cur = *batch;
+		cur.purpose = IM_TOKEN_CURSOR;
+		cur.position = last;
+		r->next_cursor = sign_in(upper, &cur);
+	}
+	r->user_hw = user_hw_now(batch->user_id);
+}
+
+static void
+make_batch_claims(ImTokenClaims *c, const ImDevice *dev, int64 resume_from,
+				  int64 watermark, int64 session_id, TimestampTz session_expires)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	memset(c, 0, sizeof(*c));
+	c->purpose = IM_TOKEN_BATCH;
+	c->user_id = dev->user_id;
+	strlcpy(c->device_id, dev->device_id, sizeof(c->device_id));
+	c->registration = dev->registration;
+	c->sync_generation = dev->sync_generation;
+	c->resume_from = resume_from;
+	c->watermark = watermark;
+	c->recovery_session_id = session_id;
+	c->issued_at = now;
+	c->expires_at = now + (int64) im_token_ttl_s * USECS_PER_SEC;
+	/* tokens and cursors expire no later than their recovery session */
+	if (session_id != 0 && session_expires < c->expires_at)
+		c->expires_at = session_expires;
+}
+
+/*
+ * The common token checks of contract §5, in order.  Returns NULL when the
+ * token passed, else the status to answer.  dev is the locked device named
+ * by the arguments.
+ */
+static const char *
+check_token(const char *token, char purpose, int64 user_id, const ImDevice *dev,
+			ImTokenClaims *c)
+{
+	if (!im_token_verify(token, purpose, c))
+		return "INVALID_TOKEN";
+	if (c->user_id != user_id || strcmp(c->device_id, dev->device_id) != 0)
+		return "INVALID_TOKEN";
+	if (strcmp(dev->state, "REVOKED") == 0)
+		return "DEVICE_REVOKED";
+	if (c->sync_generation != dev->sync_generation || c->registration != dev->registration)
+		return "STALE_GENERATION";
+	if (GetCurrentTimestamp() >= c->expires_at)
+		return "EXPIRED";
+	return NULL;
+}
+
+/* The device's ACTIVE recovery session, if any. */
+typedef struct RecoverySession
+{
+	int64		id;
+	int32		generation;
+	int64		resume_from;
+	int64		watermark;
+	TimestampTz expires_at;
+} RecoverySession;
+
+static bool
+active_session(int64 user_id, const char *device_id, RecoverySession *s)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+	bool		isnull;
+
+	im_prepare(&plan,
+			   "SELECT recovery_session_id, sync_generation, resume_from, batch_high_watermark, expires_at "
+			   "FROM im.recovery_session WHERE user_id OPERATOR(pg_catalog.=) $1 "
+			   "AND device_id OPERATOR(pg_catalog.=) $2 AND state OPERATOR(pg_catalog.=) 'ACTIVE' "
+			   "ORDER BY recovery_session_id DESC LIMIT 1",
+			   2, INT8OID, TEXTOID);
+	device_args(args, user_id, device_id);
+	if (im_exec(plan, args, NULL, 1) != 1)
+		return false;
+	s->id = im_get_int64(0, 1, NULL);
+	s->generation = im_get_int32(0, 2, NULL);
+	s->resume_from = im_get_int64(0, 3, NULL);
+	s->watermark = im_get_int64(0, 4, NULL);
+	s->expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+													  SPI_tuptable->tupdesc, 5, &isnull));
+	return true;
+}
+
+static void
+new_session(const ImDevice *dev, int64 resume_from, int64 watermark, RecoverySession *s)
+{
+	static SPIPlanPtr plan;
+	Datum		args[6];
+	bool		isnull;
+
+	im_prepare(&plan,
+			   "INSERT INTO im.recovery_session (user_id, device_id, sync_generation, resume_from, "
+			   "  batch_high_watermark, expires_at) "
+			   "VALUES ($1, $2, $3, $4, $5, pg_catalog.now() OPERATOR(pg_catalog.+) "
+			   "        pg_catalog.make_interval(secs => $6)) "
+			   "RETURNING recovery_session_id, expires_at",
+			   6, INT8OID, TEXTOID, INT4OID, INT8OID, INT8OID, FLOAT8OID);
+	device_args(args, dev->user_id, dev->device_id);
+	args[2] = Int32GetDatum(dev->sync_generation);
+	args[3] = Int64GetDatum(resume_from);
+	args[4] = Int64GetDatum(watermark);
+	args[5] = Float8GetDatum((double) im_recovery_ttl_s);
+	im_exec(plan, args, NULL, 0);
+	s->id = im_get_int64(0, 1, NULL);
+	s->generation = dev->sync_generation;
+	s->resume_from = resume_from;
+	s->watermark = watermark;
+	s->expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+													  SPI_tuptable->tupdesc, 2, &isnull));
+}
+
+/* Start of a batch: the nine rules of contract §5, first match decides. */
+static void
+start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 cg,
+			int64 la, int32 limit)
+{
+	UserHead	head;
+	RecoverySession s;
+	ImTokenClaims c;
+	bool		same_gen = !cg_null && cg == dev->sync_generation;
+	int64		ack = dev->acked_sync_seq;
+
+	/* 1 */
+	if (strcmp(dev->state, "REVOKED") == 0)
+	{
+		set_empty(r, "DEVICE_REVOKED", dev, user_hw_now(dev->user_id));
+		return;
+	}
+	touch_device(dev->user_id, dev->device_id);
+	share_user_head(dev->user_id, &head);
+
+	/* 2: the snapshot call bumps */
+	if (strcmp(dev->state, "NEW") == 0 || strcmp(dev->state, "RESETTING") == 0)
+	{
+		set_empty(r, "RESET_REQUIRED", dev, head.high_watermark);
+		return;
+	}
+	if (strcmp(dev->state, "RECOVERING") == 0)
+	{
+		bool		have = active_session(dev->user_id, dev->device_id, &s);
+
+		/* 3: lease ran out (or lost): the replay range is no longer held */
+		if (!have || s.generation != dev->sync_generation ||
+			GetCurrentTimestamp() >= s.expires_at)
+		{
+			end_sessions(dev->user_id, dev->device_id, "EXPIRED");
+			bump_generation(dev, "RESETTING");
+			im_counter_add(IM_COUNTER_RESETS, 1);
+			set_empty(r, "RESET_REQUIRED", dev, head.high_watermark);
+			return;
+		}
+		/* 4: the same session batch again */
+		if (same_gen && la >= s.resume_from)
+		{
+			make_batch_claims(&c, dev, s.resume_from, s.watermark, s.id, s.expires_at);
+			serve_page(upper, r, &c, s.resume_from, limit, "RECOVERY", ack);
+			return;
+		}
+	}
+	else if (strcmp(dev->state, "ACTIVE") == 0 && same_gen && la >= ack)
+	{
+		/* 5: ahead of anything ever issued: corrupt cursor */
+		/* 6: server ACK older than the retained log */
+		if (la > dev->issued_sync_seq || ack < head.gc_floor)
+		{
+			force_reset(dev);
+			set_empty(r, "RESET_REQUIRED", dev, head.high_watermark);
+			return;
+		}
+		/* 7 */
+		{
+			int64		wm = Min(head.high_watermark, ack + (int64) im_max_batch_events);
+
+			note_issued(dev, wm);
+			make_batch_claims(&c, dev, ack, wm, 0, 0);
+			serve_page(upper, r, &c, ack, limit, "OK", ack);
+			return;
+		}
+	}
+
+	/* 8: rollback, reinstall, other generation — replay if the log holds it */
+	if (head.gc_floor <= la && ack - la <= (int64) im_recovery_max_replay &&
+		la <= dev->issued_sync_seq)
+	{
+		int64		wm = Min(head.high_watermark, la + (int64) im_max_batch_events);
+
+		wm = Max(wm, ack);
+		end_sessions(dev->user_id, dev->device_id, "ENDED");
+		bump_generation(dev, "RECOVERING");
+		new_session(dev, la, wm, &s);
+		note_issued(dev, wm);
+		make_batch_claims(&c, dev, la, wm, s.id, s.expires_at);
+		serve_page(upper, r, &c, la, limit, "RECOVERY", ack);
+		return;
+	}
+
+	/* 9 */
+	force_reset(dev);
+	set_empty(r, "RESET_REQUIRED", dev, head.high_watermark);
+}
+
+/* A continuation page: only the cursor counts (contract §5). */
+static void
+next_page(MemoryContext upper, SyncRow *r, ImDevice *dev, int64 user_id,
+		  const char *cursor, int32 limit)
+{
+	ImTokenClaims c;
+	const char *fail = check_token(cursor, IM_TOKEN_CURSOR, user_id, dev, &c);
+	UserHead	head;
+
+	if (fail)
+	{
+		set_empty(r, fail, dev, user_hw_now(user_id));
+		return;
+	}
+	touch_device(dev->user_id, dev->device_id);
+	share_user_head(user_id, &head);
+	/* The rest of the batch was collected (device left behind): never a gap. */
+	if (head.gc_floor > c.position)
+	{
+		force_reset(dev);
+		set_empty(r, "RESET_REQUIRED", dev, head.high_watermark);
+		return;
+	}
+	{
+		int64		after = c.position;
+
+		c.purpose = IM_TOKEN_BATCH;
+		c.position = 0;
+		serve_page(upper, r, &c, after, limit,
+				   c.recovery_session_id ? "RECOVERY" : "OK", dev->acked_sync_seq);
+	}
+}
 
 PG_FUNCTION_INFO_V1(im_sync_changes);
 Datum
 im_sync_changes(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("sync_changes is not implemented yet")));
-	PG_RETURN_NULL();
+	MemoryContext upper = CurrentMemoryContext;
+	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	char	   *device_id = im_arg_device_id(fcinfo, 1);
+	int32		limit = im_arg_int32(fcinfo, 4, "page_limit", 1, 10000);
+	int64		la = 0;
+	ImDevice	dev;
+	SyncRow		r;
+
+	if (!PG_ARGISNULL(3))
+	{
+		la = PG_GETARG_INT64(3);
+		if (la < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("local_applied_sync_seq must not be negative, got " INT64_FORMAT, la),
+					 errhint("Pass NULL or 0 for a device that has applied nothing.")));
+	}
+
+	im_srf_begin(fcinfo);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "im_sync: SPI_connect failed");
+	im_lock_device(user_id, device_id, &dev);
+	if (PG_ARGISNULL(5))
+		start_batch(upper, &r, &dev, PG_ARGISNULL(2), PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2),
+					la, limit);
+	else
+		next_page(upper, &r, &dev, user_id,
+				  text_to_cstring(PG_GETARG_TEXT_PP(5)), limit);
+	SPI_finish();
+	emit_sync_row(fcinfo, &r);
+	return (Datum) 0;
+}
+
+static void
+emit_ack(FunctionCallInfo fcinfo, const char *status, int64 acked)
+{
+	Datum		v[2];
+	bool		n[2] = {false, false};
+
+	v[0] = CStringGetTextDatum(status);
+	v[1] = Int64GetDatum(acked);
+	im_srf_row(fcinfo, v, n);
+}
+
+/*
+ * Recovery batch ACK: below the watermark changes nothing; the full
+ * watermark completes the session (CAS on id, state and generation), makes
+ * the device ACTIVE and its ACK max(ACK, watermark).
+ */
+static const char *
+ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
+{
+	static SPIPlanPtr sel;
+	static SPIPlanPtr done;
+	static SPIPlanPtr activate;
+	Datum		args[4];
+	char	   *state;
+
+	im_prepare(&sel,
+			   "SELECT state FROM im.recovery_session "
+			   "WHERE recovery_session_id OPERATOR(pg_catalog.=) $1",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(c->recovery_session_id);
+	if (im_exec(sel, args, NULL, 1) != 1)
+		return "RESET_REQUIRED";
+	state = im_get_text(0, 1);
+	if (strcmp(state, "COMPLETED") == 0)
+		return "OK";
+	if (strcmp(state, "ACTIVE") != 0)
+		return "RESET_REQUIRED";
+	if (ack_seq < c->watermark)
+		return "OK";
+
+	im_prepare(&done,
+			   "UPDATE im.recovery_session SET state = 'COMPLETED', ended_at = pg_catalog.now() "
+			   "WHERE recovery_session_id OPERATOR(pg_catalog.=) $1 "
+			   "AND state OPERATOR(pg_catalog.=) 'ACTIVE' AND sync_generation OPERATOR(pg_catalog.=) $2",
+			   2, INT8OID, INT4OID);
+	args[0] = Int64GetDatum(c->recovery_session_id);
+	args[1] = Int32GetDatum(c->sync_generation);
+	if (im_exec(done, args, NULL, 0) != 1)
+		return "OK";			/* lost the race to an identical ACK: it completed */
+
+	im_prepare(&activate,
+			   "UPDATE im.device SET state = 'ACTIVE', "
+			   "  acked_sync_seq = pg_catalog.greatest(acked_sync_seq, $4), "
+			   "  acked_at = pg_catalog.now(), last_seen_at = pg_catalog.now() "
+			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+			   "AND sync_generation OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'RECOVERING' "
+			   "RETURNING acked_sync_seq",
+			   4, INT8OID, TEXTOID, INT4OID, INT8OID);
+	device_args(args, dev->user_id, dev->device_id);
+	args[2] = Int32GetDatum(c->sync_generation);
+	args[3] = Int64GetDatum(c->watermark);
+	if (im_exec(activate, args, NULL, 0) == 1)
+	{
+		dev->acked_sync_seq = im_get_int64(0, 1, NULL);
+		strlcpy(dev->state, "ACTIVE", sizeof(dev->state));
+	}
+	return "OK";
 }
 
 PG_FUNCTION_INFO_V1(im_ack_sync);
+/*
+ * ack_sync (§8.3): the ACK only moves forward, only in the token's
+ * generation, never beyond the token's watermark.
+ */
 Datum
 im_ack_sync(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("ack_sync is not implemented yet")));
-	PG_RETURN_NULL();
+	static SPIPlanPtr cas;
+	static SPIPlanPtr touch;
+	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	char	   *device_id = im_arg_device_id(fcinfo, 1);
+	int64		ack_seq;
+	ImDevice	dev;
+	ImTokenClaims c;
+	const char *status;
+	Datum		args[5];
+
+	if (PG_ARGISNULL(3) || PG_GETARG_INT64(3) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ack_seq must be a non-negative sync_seq"),
+				 errhint("Acknowledge the highest sync_seq the device has applied.")));
+	ack_seq = PG_GETARG_INT64(3);
+
+	im_srf_begin(fcinfo);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "im_sync: SPI_connect failed");
+	/* Device row lock: concurrent ACKs of one device are applied one by one. */
+	im_lock_device(user_id, device_id, &dev);
+	if (PG_ARGISNULL(2))
+		status = "INVALID_TOKEN";
+	else
+		status = check_token(text_to_cstring(PG_GETARG_TEXT_PP(2)), IM_TOKEN_BATCH,
+							 user_id, &dev, &c);
+	if (status != NULL)
+	{
+		if (strcmp(status, "STALE_GENERATION") == 0)
+			im_counter_add(IM_COUNTER_STALE_ACKS, 1);
+	}
+	else if (ack_seq > c.watermark)
+		status = "BEYOND_WATERMARK";
+	else if (c.recovery_session_id != 0)
+		status = ack_recovery(&c, &dev, ack_seq);
+	else
+	{
+		/* §8.3 monotone CAS: never backwards, only in this generation */
+		im_prepare(&cas,
+				   "UPDATE im.device SET acked_sync_seq = $4, acked_at = pg_catalog.now(), "
+				   "  last_seen_at = pg_catalog.now() "
+				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+				   "AND sync_generation OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'ACTIVE' "
+				   "AND acked_sync_seq OPERATOR(pg_catalog.<) $4 "
+				   "RETURNING acked_sync_seq",
+				   4, INT8OID, TEXTOID, INT4OID, INT8OID);
+		device_args(args, user_id, device_id);
+		args[2] = Int32GetDatum(c.sync_generation);
+		args[3] = Int64GetDatum(ack_seq);
+		if (im_exec(cas, args, NULL, 0) == 1)
+			dev.acked_sync_seq = im_get_int64(0, 1, NULL);
+		status = "OK";
+	}
+	if (strcmp(status, "DEVICE_REVOKED") != 0)
+	{
+		im_prepare(&touch,
+				   "UPDATE im.device SET last_seen_at = pg_catalog.now() "
+				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
+				   2, INT8OID, TEXTOID);
+		device_args(args, user_id, device_id);
+		im_exec(touch, args, NULL, 0);
+	}
+	SPI_finish();
+	emit_ack(fcinfo, status, dev.acked_sync_seq);
+	return (Datum) 0;
 }
