@@ -1,25 +1,590 @@
 /*
- * fanout.c — outbox -> per-user logs.
- * STUB: not implemented yet.
+ * fanout.c — outbox -> per-user logs.  The only writer of im.inbox,
+ * user_head.high_watermark (sync_seq) and the fanout columns of
+ * user_conversation.
+ *
+ * Invariants protected here (contract §1, §3, §4; design §2.3, §13.1):
+ *   - sync_seq is gap-free per user: it is head + 1 under the user's head
+ *     lock, and the inbox row, the head and the user's conversation state
+ *     change in one statement of one transaction;
+ *   - recipients come from membership periods, never the current member list;
+ *   - redelivery changes nothing: the inbox key (user_id, source_event_id,
+ *     delivery_scope) with ON CONFLICT DO NOTHING, and only newly inserted
+ *     rows move heads, states and unread counts;
+ *   - one conversation's items are delivered in msg_seq order, also with
+ *     several workers: a per-conversation advisory lock, items in msg_seq
+ *     order, and a failing item holds back the later ones until it succeeds
+ *     or becomes a dead letter;
+ *   - no deadlocks between workers: a batch locks every recipient's head at
+ *     once, in user_id order, before delivering anything, and never touches
+ *     the conversation row (fanout only UPDATEs user_conversation rows, so no
+ *     foreign-key share lock on im.conversation is taken either).
  */
 #include "im_sync.h"
 
-PG_FUNCTION_INFO_V1(im_run_fanout);
-Datum
-im_run_fanout(PG_FUNCTION_ARGS)
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+
+/* Operators, schema-qualified: the worker runs with a default search_path. */
+#define EQ " OPERATOR(pg_catalog.=) "
+#define NE " OPERATOR(pg_catalog.<>) "
+#define LT " OPERATOR(pg_catalog.<) "
+#define LE " OPERATOR(pg_catalog.<=) "
+#define GT " OPERATOR(pg_catalog.>) "
+#define GE " OPERATOR(pg_catalog.>=) "
+#define PLUS " OPERATOR(pg_catalog.+) "
+
+/*
+ * Advisory lock class of the per-conversation fanout lock (two-int4 form:
+ * class, low 32 bits of conversation_id).  Two conversations whose ids differ
+ * by a multiple of 2^32 share a lock; that only makes one of them wait for a
+ * later batch, it never reorders anything.
+ */
+#define IM_FANOUT_LOCK_CLASS 0x494d464f	/* "IMFO" */
+
+/* Largest NOTIFY payload we send (PostgreSQL's limit is 8000 bytes). */
+#define IM_HINT_CHUNK 7000
+
+typedef struct FanoutItem
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("run_fanout is not implemented yet")));
-	PG_RETURN_NULL();
+	int64		outbox_id;
+	int64		conversation_id;
+	int64		msg_seq;		/* 0 for private items */
+	int64		source_event_id;
+	int64		private_user_id;	/* 0 for conversation positions */
+	char		kind[16];
+	bool		shared_log;		/* event.mode = 'shared_log' */
+} FanoutItem;
+
+typedef struct FanoutBatch
+{
+	FanoutItem *items;
+	int			nitems;
+	int			maxitems;
+	int64	   *users;			/* users whose head moved (may repeat) */
+	int			nusers;
+	int			maxusers;
+} FanoutBatch;
+
+static void
+note_user(FanoutBatch *b, int64 user_id)
+{
+	if (b->nusers == b->maxusers)
+	{
+		b->maxusers *= 2;
+		b->users = repalloc(b->users, sizeof(int64) * b->maxusers);
+	}
+	b->users[b->nusers++] = user_id;
+}
+
+static int
+cmp_int64(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* Sort and deduplicate in place; returns the new count. */
+static int
+uniq_int64(int64 *v, int n)
+{
+	int			k = 0;
+
+	qsort(v, n, sizeof(int64), cmp_int64);
+	for (int i = 0; i < n; i++)
+		if (k == 0 || v[k - 1] != v[i])
+			v[k++] = v[i];
+	return k;
+}
+
+static Datum
+int8_array(int64 *ids, int n)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		elems[i] = Int64GetDatum(ids[i]);
+	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
+}
+
+/*
+ * Claim due work: for each conversation with due pending items (oldest
+ * first) that no other worker holds, its pending items in msg_seq order
+ * (private items after them), locked.  A position item that is not yet due
+ * (backing off after a failure) holds back every later position of its
+ * conversation.
+ */
+static void
+claim_items(FanoutBatch *b, int max_items)
+{
+	static SPIPlanPtr candidates;
+	static SPIPlanPtr trylock;
+	static SPIPlanPtr pending;
+	Datum		args[2];
+	int64	   *convs;
+	int			nconvs;
+
+	im_prepare(&candidates,
+			   "SELECT conversation_id FROM im.outbox "
+			   "WHERE state" EQ "'pending' AND next_attempt_at" LE "pg_catalog.now() "
+			   "GROUP BY conversation_id ORDER BY pg_catalog.min(outbox_id) LIMIT $1",
+			   1, INT4OID);
+	args[0] = Int32GetDatum(max_items);
+	nconvs = (int) im_exec(candidates, args, NULL, 0);
+	convs = palloc(sizeof(int64) * Max(nconvs, 1));
+	for (int i = 0; i < nconvs; i++)
+		convs[i] = im_get_int64(i, 1, NULL);
+
+	im_prepare(&trylock,
+			   "SELECT pg_catalog.pg_try_advisory_xact_lock($1, $2)",
+			   2, INT4OID, INT4OID);
+	im_prepare(&pending,
+			   "SELECT o.outbox_id, o.msg_seq, o.source_event_id, o.private_user_id, "
+			   "       o.next_attempt_at" LE "pg_catalog.now(), "
+			   "       pg_catalog.coalesce(e.kind, pe.kind), e.mode" EQ "'shared_log' "
+			   "FROM im.outbox o "
+			   "LEFT JOIN im.event e ON o.private_user_id IS NULL AND e.message_id" EQ "o.source_event_id "
+			   "LEFT JOIN im.private_event pe ON o.private_user_id IS NOT NULL "
+			   "     AND pe.private_event_id" EQ "o.source_event_id "
+			   "WHERE o.conversation_id" EQ "$1 AND o.state" EQ "'pending' "
+			   "ORDER BY o.msg_seq NULLS LAST, o.outbox_id LIMIT $2 "
+			   "FOR UPDATE OF o",
+			   2, INT8OID, INT4OID);
+
+	for (int c = 0; c < nconvs && b->nitems < max_items; c++)
+	{
+		bool		held = false;
+		uint64		n;
+
+		args[0] = Int32GetDatum(IM_FANOUT_LOCK_CLASS);
+		args[1] = Int32GetDatum((int32) (convs[c] & 0xffffffff));
+		im_exec(trylock, args, NULL, 0);
+		if (!im_get_bool(0, 1, NULL))
+			continue;			/* another worker has this conversation */
+
+		args[0] = Int64GetDatum(convs[c]);
+		args[1] = Int32GetDatum(max_items - b->nitems);
+		n = im_exec(pending, args, NULL, 0);
+		for (uint64 i = 0; i < n; i++)
+		{
+			FanoutItem *it;
+			bool		isnull;
+			bool		due = im_get_bool(i, 5, NULL);
+			int64		private_user_id = im_get_int64(i, 4, &isnull);
+			char	   *kind;
+
+			if (!isnull)
+			{
+				if (!due)
+					continue;
+			}
+			else if (held || !due)
+			{
+				held = true;
+				continue;
+			}
+			if (b->nitems == b->maxitems)
+			{
+				b->maxitems *= 2;
+				b->items = repalloc(b->items, sizeof(FanoutItem) * b->maxitems);
+			}
+			it = &b->items[b->nitems++];
+			it->outbox_id = im_get_int64(i, 1, NULL);
+			it->conversation_id = convs[c];
+			it->msg_seq = im_get_int64(i, 2, NULL);
+			it->source_event_id = im_get_int64(i, 3, NULL);
+			it->private_user_id = private_user_id;
+			kind = im_get_text(i, 6);
+			if (kind == NULL)
+				elog(ERROR, "im_sync: outbox item " INT64_FORMAT " has no source event", it->outbox_id);
+			strlcpy(it->kind, kind, sizeof(it->kind));
+			it->shared_log = im_get_bool(i, 7, NULL);
+		}
+	}
+}
+
+/*
+ * Recipients of a conversation position (contract §1): periods covering its
+ * msg_seq; for recall/edit the periods covering the TARGET's msg_seq; for a
+ * leave also the period it closes.  Columns: user_id, membership_period_id.
+ * $1 is an outbox_id array.
+ */
+#define RECIPIENTS_SQL \
+	"SELECT o.outbox_id, p.user_id, p.membership_period_id " \
+	"FROM im.outbox o " \
+	"JOIN im.event e ON e.message_id" EQ "o.source_event_id " \
+	"LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
+	"JOIN im.membership_period p ON p.conversation_id" EQ "e.conversation_id " \
+	" AND ((p.join_seq" LE "pg_catalog.coalesce(t.msg_seq, e.msg_seq) " \
+	"       AND (p.leave_seq IS NULL OR p.leave_seq" GE "pg_catalog.coalesce(t.msg_seq, e.msg_seq))) " \
+	"      OR (e.kind" EQ "'leave' AND p.leave_event_id" EQ "e.message_id)) " \
+	"WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL "
+
+/*
+ * Lock the heads of every recipient of the whole batch at once, in user_id
+ * order (im_lock_user_heads), so two workers never wait on each other's
+ * heads in opposite orders.
+ */
+static void
+lock_batch_heads(FanoutBatch *b)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+	int64	   *ids;
+	int64	   *users;
+	uint64		n;
+
+	if (b->nitems == 0)
+		return;
+	ids = palloc(sizeof(int64) * b->nitems);
+	for (int i = 0; i < b->nitems; i++)
+		ids[i] = b->items[i].outbox_id;
+	im_prepare(&plan,
+			   "SELECT DISTINCT r.user_id FROM (" RECIPIENTS_SQL
+			   " UNION ALL SELECT o.outbox_id, o.private_user_id, 0 FROM im.outbox o "
+			   " WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NOT NULL) r "
+			   "ORDER BY 1",
+			   1, INT8ARRAYOID);
+	args[0] = int8_array(ids, b->nitems);
+	n = im_exec(plan, args, NULL, 0);
+	users = palloc(sizeof(int64) * Max(n, 1));
+	for (uint64 i = 0; i < n; i++)
+		users[i] = im_get_int64(i, 1, NULL);
+	im_lock_user_heads(users, (int) n);
+}
+
+/*
+ * Deliver one conversation position as inbox events, in one statement:
+ * quarantine users covered by 2+ periods, insert the rest at head + 1, move
+ * their heads, and update their conversation state (last visible position,
+ * unread per contract §3, version).  Only newly inserted inbox rows change
+ * anything, so redelivery is a no-op.
+ */
+static void
+deliver_position(FanoutBatch *b, FanoutItem *it)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+	uint64		n;
+
+	im_prepare(&plan,
+			   "WITH it AS ("
+			   "  SELECT e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
+			   "         e.target_message_id, t.sender_id AS t_sender, t.msg_seq AS t_seq,"
+			   "         t.mode AS t_mode"
+			   "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
+			   "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id"
+			   "  WHERE o.outbox_id" EQ "$1[1]),"
+			   " g AS ("
+			   "  SELECT r.user_id, pg_catalog.array_agg(r.membership_period_id ORDER BY r.membership_period_id) AS periods"
+			   "  FROM (" RECIPIENTS_SQL ") r GROUP BY r.user_id),"
+			   " quar AS ("
+			   "  INSERT INTO im.fanout_quarantine (outbox_id, user_id, periods)"
+			   "  SELECT $1[1], g.user_id, g.periods FROM g WHERE pg_catalog.cardinality(g.periods)" GT "1"
+			   "  ON CONFLICT (outbox_id, user_id) DO NOTHING RETURNING 1),"
+			   " ins AS ("
+			   "  INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope,"
+			   "                        conversation_id, msg_seq, kind, outbox_id)"
+			   "  SELECT g.user_id, h.high_watermark" PLUS "1, it.message_id, g.periods[1],"
+			   "         it.conversation_id, it.msg_seq, it.kind, $1[1]"
+			   "  FROM g JOIN im.user_head h ON h.user_id" EQ "g.user_id CROSS JOIN it"
+			   "  WHERE pg_catalog.cardinality(g.periods)" EQ "1"
+			   "  ON CONFLICT (user_id, source_event_id, delivery_scope) DO NOTHING"
+			   "  RETURNING user_id, sync_seq),"
+			   " hd AS ("
+			   "  UPDATE im.user_head h SET high_watermark = ins.sync_seq FROM ins"
+			   "  WHERE h.user_id" EQ "ins.user_id RETURNING h.user_id),"
+			   " uc AS ("
+			   "  UPDATE im.user_conversation u SET"
+			   "    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, it.msg_seq),"
+			   "    unread_count = u.unread_count" PLUS "CASE"
+			   "      WHEN it.kind" EQ "'message' AND it.sender_id" NE "u.user_id"
+			   "       AND it.msg_seq" GT "u.read_msg_seq"
+			   "       AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "u.user_id"
+			   "                       AND d.message_id" EQ "it.message_id)"
+			   "      THEN 1"
+			   /* the recalled target counted iff the recount counted it until now */
+			   "      WHEN it.kind" EQ "'recall' AND it.t_mode" EQ "'fanout'"
+			   "       AND it.t_sender" NE "u.user_id AND it.t_seq" GT "u.read_msg_seq"
+			   "       AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "u.user_id"
+			   "                       AND d.message_id" EQ "it.target_message_id)"
+			   "       AND EXISTS (SELECT 1 FROM im.outbox tob WHERE tob.source_event_id" EQ "it.target_message_id"
+			   "                   AND tob.state" EQ "'done')"
+			   "      THEN -1 ELSE 0 END,"
+			   "    version = u.version" PLUS "1"
+			   "  FROM ins CROSS JOIN it"
+			   "  WHERE u.user_id" EQ "ins.user_id AND u.conversation_id" EQ "it.conversation_id"
+			   "  RETURNING u.user_id)"
+			   "SELECT ins.user_id, (SELECT pg_catalog.count(*) FROM ins),"
+			   "       (SELECT pg_catalog.count(*) FROM hd), (SELECT pg_catalog.count(*) FROM uc),"
+			   "       (SELECT pg_catalog.count(*) FROM quar) "
+			   "FROM ins",
+			   1, INT8ARRAYOID);
+	args[0] = int8_array(&it->outbox_id, 1);
+	n = im_exec(plan, args, NULL, 0);
+	if (n > 0 && (im_get_int64(0, 3, NULL) != (int64) n || im_get_int64(0, 4, NULL) != (int64) n))
+		elog(ERROR, "im_sync: delivery of outbox item " INT64_FORMAT " found no user state for some recipients",
+			 it->outbox_id);
+	for (uint64 i = 0; i < n; i++)
+		note_user(b, im_get_int64(i, 1, NULL));
+}
+
+/*
+ * A private event (read_cursor, delete_for_me) into its user's log, scope 0.
+ * The user's conversation state was already changed by the recording
+ * transaction; only the log and the head move here.
+ */
+static void
+deliver_private(FanoutBatch *b, FanoutItem *it)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+
+	im_prepare(&plan,
+			   "WITH ins AS ("
+			   "  INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope,"
+			   "                        conversation_id, msg_seq, kind, payload, outbox_id)"
+			   "  SELECT pe.user_id, h.high_watermark" PLUS "1, pe.private_event_id, 0,"
+			   "         pe.conversation_id, NULL, pe.kind,"
+			   "         CASE pe.kind WHEN 'read_cursor'"
+			   "              THEN pg_catalog.jsonb_build_object('read_msg_seq', pe.read_msg_seq)"
+			   "              ELSE pg_catalog.jsonb_build_object('message_id', pe.message_id) END,"
+			   "         o.outbox_id"
+			   "  FROM im.outbox o"
+			   "  JOIN im.private_event pe ON pe.private_event_id" EQ "o.source_event_id"
+			   "  JOIN im.user_head h ON h.user_id" EQ "pe.user_id"
+			   "  WHERE o.outbox_id" EQ "$1"
+			   "  ON CONFLICT (user_id, source_event_id, delivery_scope) DO NOTHING"
+			   "  RETURNING user_id, sync_seq),"
+			   " hd AS ("
+			   "  UPDATE im.user_head h SET high_watermark = ins.sync_seq FROM ins"
+			   "  WHERE h.user_id" EQ "ins.user_id RETURNING h.user_id)"
+			   "SELECT ins.user_id, (SELECT pg_catalog.count(*) FROM hd) FROM ins",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(it->outbox_id);
+	if (im_exec(plan, args, NULL, 0) == 1)
+		note_user(b, im_get_int64(0, 1, NULL));
+}
+
+static void
+mark_done(FanoutItem *it)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+
+	im_prepare(&plan,
+			   "UPDATE im.outbox SET state = 'done', processed_at = pg_catalog.now() "
+			   "WHERE outbox_id" EQ "$1",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(it->outbox_id);
+	im_exec(plan, args, NULL, 0);
+}
+
+/*
+ * Record a failed attempt; returns true if the item is now a dead letter.
+ * last_error carries the SQLSTATE and the error's primary message only
+ * (never the detail, which may quote row values such as a body).
+ */
+static bool
+mark_failed(FanoutItem *it, ErrorData *edata)
+{
+	static SPIPlanPtr plan;
+	Datum		args[3];
+	char	   *err;
+	char	   *state;
+
+	im_prepare(&plan,
+			   "UPDATE im.outbox SET attempts = attempts" PLUS "1, last_error = $2,"
+			   "  next_attempt_at = pg_catalog.now()" PLUS
+			   "    pg_catalog.make_interval(secs => pg_catalog.power(2, pg_catalog.least(attempts, 6))),"
+			   "  state = CASE WHEN attempts" PLUS "1" GE "$3 THEN 'dead' ELSE 'pending' END "
+			   "WHERE outbox_id" EQ "$1 RETURNING state",
+			   3, INT8OID, TEXTOID, INT4OID);
+	err = psprintf("%s: %.200s", unpack_sql_state(edata->sqlerrcode),
+				   edata->message ? edata->message : "(no message)");
+	args[0] = Int64GetDatum(it->outbox_id);
+	args[1] = CStringGetTextDatum(err);
+	args[2] = Int32GetDatum(im_fanout_max_attempts);
+	if (im_exec(plan, args, NULL, 0) != 1)
+		elog(ERROR, "im_sync: outbox item " INT64_FORMAT " vanished", it->outbox_id);
+	state = im_get_text(0, 1);
+	ereport(LOG,
+			(errmsg("im_sync: fanout of outbox item " INT64_FORMAT " (conversation " INT64_FORMAT
+					", msg_seq " INT64_FORMAT ") failed: %s%s",
+					it->outbox_id, it->conversation_id, it->msg_seq, err,
+					strcmp(state, "dead") == 0 ? "; now a dead letter" : "; will retry")));
+	return strcmp(state, "dead") == 0;
+}
+
+/*
+ * Deliver one item in its own subtransaction (the way PL/pgSQL runs an
+ * exception block), so one poison item does not undo the batch.  Returns
+ * true when it was delivered.  Errors that concern the whole transaction
+ * (cancel, shutdown, deadlock, serialization) are re-thrown.
+ */
+static bool
+deliver_item(FanoutBatch *b, FanoutItem *it, StringInfo hints, bool *dead)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	int			nusers = b->nusers;
+	volatile bool ok = true;
+
+	*dead = false;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		if (it->private_user_id != 0)
+			deliver_private(b, it);
+		else if (it->shared_log && strcmp(it->kind, "message") == 0)
+			im_shared_log_deliver(it->conversation_id, it->msg_seq, it->source_event_id, hints);
+		else
+			deliver_position(b, it);
+		mark_done(it);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+			edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
+			edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+			edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE)
+			ReThrowError(edata);
+		b->nusers = nusers;		/* nothing of this item was delivered */
+		*dead = mark_failed(it, edata);
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/* Append "user:high_watermark" for every user whose head moved (final value). */
+static void
+append_user_hints(FanoutBatch *b, StringInfo hints)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+	uint64		n;
+	int			nu;
+
+	if (hints == NULL || b->nusers == 0)
+		return;
+	nu = uniq_int64(b->users, b->nusers);
+	im_prepare(&plan,
+			   "SELECT user_id, high_watermark FROM im.user_head "
+			   "WHERE user_id" EQ "ANY ($1::pg_catalog.int8[]) ORDER BY user_id",
+			   1, INT8ARRAYOID);
+	args[0] = int8_array(b->users, nu);
+	n = im_exec(plan, args, NULL, 0);
+	for (uint64 i = 0; i < n; i++)
+	{
+		if (hints->len > 0)
+			appendStringInfoChar(hints, ',');
+		appendStringInfo(hints, INT64_FORMAT ":" INT64_FORMAT,
+						 im_get_int64(i, 1, NULL), im_get_int64(i, 2, NULL));
+	}
 }
 
 int64
 im_fanout_batch(int max_items, StringInfo hints)
 {
-	return 0;
+	FanoutBatch b;
+	int64		processed = 0;
+	int64		held_conversation = 0;
+
+	if (max_items < 1)
+		return 0;
+	memset(&b, 0, sizeof(b));
+	b.maxitems = 64;
+	b.items = palloc(sizeof(FanoutItem) * b.maxitems);
+	b.maxusers = 64;
+	b.users = palloc(sizeof(int64) * b.maxusers);
+
+	claim_items(&b, max_items);
+	lock_batch_heads(&b);
+
+	for (int i = 0; i < b.nitems; i++)
+	{
+		FanoutItem *it = &b.items[i];
+		bool		dead;
+
+		/* a failed position holds back the later positions of its conversation */
+		if (it->private_user_id == 0 && it->conversation_id == held_conversation)
+			continue;
+		if (deliver_item(&b, it, hints, &dead) || dead)
+			processed++;
+		else if (it->private_user_id == 0)
+			held_conversation = it->conversation_id;
+	}
+	append_user_hints(&b, hints);
+	return processed;
 }
 
 void
 im_send_hints(StringInfo hints)
 {
+	const char *p;
+	int			len;
+
+	if (hints == NULL || hints->len == 0)
+		return;
+	p = hints->data;
+	len = hints->len;
+	while (len > 0)
+	{
+		int			take = len;
+		int			skip;
+
+		/* split at the last comma within the chunk limit */
+		if (take > IM_HINT_CHUNK)
+		{
+			take = IM_HINT_CHUNK;
+			while (take > 0 && p[take] != ',')
+				take--;
+			if (take == 0)
+				elog(ERROR, "im_sync: hint entry longer than %d bytes", IM_HINT_CHUNK);
+		}
+		Async_Notify("im_sync_hint", pnstrdup(p, take));
+		skip = (take < len && p[take] == ',') ? 1 : 0;
+		p += take + skip;
+		len -= take + skip;
+	}
+}
+
+/* im.run_fanout(max_items DEFAULT 10000) -> items processed */
+PG_FUNCTION_INFO_V1(im_run_fanout);
+Datum
+im_run_fanout(PG_FUNCTION_ARGS)
+{
+	int32		max_items = im_arg_int32(fcinfo, 0, "max_items", 1, PG_INT32_MAX);
+	StringInfoData hints;
+	int64		processed;
+
+	initStringInfo(&hints);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "im_sync: SPI_connect failed");
+	processed = im_fanout_batch(max_items, &hints);
+	SPI_finish();
+	im_send_hints(&hints);
+	PG_RETURN_INT64(processed);
 }

@@ -1,32 +1,434 @@
 /*
- * send.c — send/recall/edit.
- * STUB: not implemented yet.
+ * send.c — send/recall/edit and the single-writer append every position
+ * writer uses.
+ *
+ * Invariants protected here (design §2.3, contract §1/§3):
+ *   - msg_seq is gap-free and unique per conversation: every position is
+ *     assigned as head + 1 while holding the conversation row lock, and the
+ *     event, the new head and its outbox item are written in one statement;
+ *   - one (sender_id, client_msg_id) never makes two events: the idempotency
+ *     lookup comes first, and the UNIQUE constraint plus ON CONFLICT DO
+ *     NOTHING catches a concurrent duplicate (even in another conversation);
+ *   - a recalled message never shows its body again: the recall clears the
+ *     target's body and the bodies of every edit of it in the same
+ *     transaction.
+ * No NOTIFY is ever sent from here (it would take a cluster-wide lock
+ * through commit); workers are woken with a latch at commit.
  */
 #include "im_sync.h"
 
+#include "catalog/pg_type.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#define IM_MAX_CLIENT_MSG_ID 128
+#define IM_MAX_CONTENT_TYPE 64
+
+Datum
+im_jsonb_from_cstring(const char *json)
+{
+	return DirectFunctionCall1(jsonb_in, CStringGetDatum(json));
+}
+
+bool
+im_append_event(ImConversation *conv, const ImNewEvent *ev,
+				int64 *message_id, int64 *msg_seq)
+{
+	static SPIPlanPtr plan;
+	Datum		args[11];
+	char		nulls[11];
+
+	/*
+	 * One statement: if the event insert is suppressed by the idempotency
+	 * key, the head and outbox CTEs see no row and change nothing, so a
+	 * suppressed append leaves no gap.
+	 */
+	im_prepare(&plan,
+			   "WITH ins AS ("
+			   "  INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id,"
+			   "                        request_digest, content_type, body, target_message_id,"
+			   "                        subject_user_id, mode)"
+			   "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+			   "  ON CONFLICT (sender_id, client_msg_id) DO NOTHING"
+			   "  RETURNING message_id, msg_seq),"
+			   " head AS ("
+			   "  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins"
+			   "  WHERE c.conversation_id OPERATOR(pg_catalog.=) $1 RETURNING 1),"
+			   " ob AS ("
+			   "  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)"
+			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"
+			   "SELECT ins.message_id, ins.msg_seq, (SELECT pg_catalog.count(*) FROM head),"
+			   "       (SELECT pg_catalog.count(*) FROM ob) FROM ins",
+			   11, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
+			   JSONBOID, INT8OID, INT8OID, TEXTOID);
+
+	memset(nulls, ' ', sizeof(nulls));
+	args[0] = Int64GetDatum(conv->conversation_id);
+	args[1] = Int64GetDatum(conv->head_msg_seq + 1);
+	args[2] = CStringGetTextDatum(ev->kind);
+	args[3] = Int64GetDatum(ev->sender_id);
+	if (ev->sender_id == 0)
+		nulls[3] = 'n';
+	args[4] = ev->client_msg_id ? CStringGetTextDatum(ev->client_msg_id) : (Datum) 0;
+	if (ev->client_msg_id == NULL)
+		nulls[4] = 'n';
+	args[5] = PointerGetDatum(ev->request_digest);
+	if (ev->request_digest == NULL)
+		nulls[5] = 'n';
+	args[6] = ev->content_type ? CStringGetTextDatum(ev->content_type) : (Datum) 0;
+	if (ev->content_type == NULL)
+		nulls[6] = 'n';
+	args[7] = ev->body;
+	if (ev->body == (Datum) 0)
+		nulls[7] = 'n';
+	args[8] = Int64GetDatum(ev->target_message_id);
+	if (ev->target_message_id == 0)
+		nulls[8] = 'n';
+	args[9] = Int64GetDatum(ev->subject_user_id);
+	if (ev->subject_user_id == 0)
+		nulls[9] = 'n';
+	args[10] = CStringGetTextDatum(conv->mode);
+
+	if (im_exec(plan, args, nulls, 0) == 0)
+		return false;
+	*message_id = im_get_int64(0, 1, NULL);
+	*msg_seq = im_get_int64(0, 2, NULL);
+	if (im_get_int64(0, 3, NULL) != 1 || im_get_int64(0, 4, NULL) != 1)
+		elog(ERROR, "im_sync: append to conversation " INT64_FORMAT " did not write head and outbox",
+			 conv->conversation_id);
+	conv->head_msg_seq = *msg_seq;
+	im_wake_fanout_at_commit();
+	return true;
+}
+
+/* ---- request checks and digest ---------------------------------------- */
+
+typedef struct SendRequest
+{
+	const char *kind;			/* message | recall | edit */
+	int64		sender_id;
+	int64		conversation_id;
+	char	   *client_msg_id;
+	int64		target_message_id;	/* 0 for message */
+	char	   *content_type;	/* NULL for recall/edit */
+	Datum		body;			/* jsonb, 0 for recall */
+	char	   *body_text;		/* canonical jsonb text */
+	bytea	   *digest;
+} SendRequest;
+
+/*
+ * A JSON object of at most im_sync.max_body_bytes (as jsonb::text, which is
+ * canonical, so a retry with other whitespace or key order is the same body).
+ */
+static void
+check_body(FunctionCallInfo fcinfo, int argno, SendRequest *req)
+{
+	Jsonb	   *jb;
+	size_t		len;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("body must not be NULL")));
+	jb = PG_GETARG_JSONB_P(argno);
+	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("body must be a JSON object"),
+				 errdetail("The body of a message is one JSON object, e.g. {\"text\": \"hi\"}.")));
+	req->body = PointerGetDatum(jb);
+	req->body_text = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+	len = strlen(req->body_text);
+	if (len > (size_t) im_max_body_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("body is %zu bytes, more than im_sync.max_body_bytes (%d)",
+						len, im_max_body_bytes)));
+}
+
+static void
+append_field(pg_cryptohash_ctx *ctx, const char *s)
+{
+	char		lenbuf[32];
+
+	/* Length-prefixed, so no two different requests hash the same input. */
+	if (s == NULL)
+		snprintf(lenbuf, sizeof(lenbuf), "-1:");
+	else
+		snprintf(lenbuf, sizeof(lenbuf), "%zu:", strlen(s));
+	if (pg_cryptohash_update(ctx, (const uint8 *) lenbuf, strlen(lenbuf)) < 0 ||
+		(s != NULL && pg_cryptohash_update(ctx, (const uint8 *) s, strlen(s)) < 0))
+		elog(ERROR, "im_sync: sha256 update failed");
+}
+
+/* SHA-256 over kind, conversation, target, content_type and body text. */
+static void
+compute_digest(SendRequest *req)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+	char		num[64];
+	bytea	   *d = palloc(VARHDRSZ + PG_SHA256_DIGEST_LENGTH);
+
+	if (ctx == NULL || pg_cryptohash_init(ctx) < 0)
+		elog(ERROR, "im_sync: sha256 init failed");
+	append_field(ctx, req->kind);
+	snprintf(num, sizeof(num), INT64_FORMAT, req->conversation_id);
+	append_field(ctx, num);
+	snprintf(num, sizeof(num), INT64_FORMAT, req->target_message_id);
+	append_field(ctx, num);
+	append_field(ctx, req->content_type);
+	append_field(ctx, req->body_text);
+	if (pg_cryptohash_final(ctx, (uint8 *) VARDATA(d), PG_SHA256_DIGEST_LENGTH) < 0)
+		elog(ERROR, "im_sync: sha256 final failed");
+	pg_cryptohash_free(ctx);
+	SET_VARSIZE(d, VARHDRSZ + PG_SHA256_DIGEST_LENGTH);
+	req->digest = d;
+}
+
+/*
+ * Idempotency: if (sender, client_msg_id) exists, return true with the
+ * original's ids when the request matches it, raise IS409 when it does not.
+ * The stored body may have been edited or recalled since, hence the digest.
+ */
+static bool
+lookup_existing(SendRequest *req, int64 *message_id, int64 *msg_seq)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+	bool		isnull;
+	Datum		stored;
+
+	im_prepare(&plan,
+			   "SELECT message_id, msg_seq, request_digest, kind, conversation_id FROM im.event "
+			   "WHERE sender_id OPERATOR(pg_catalog.=) $1 AND client_msg_id OPERATOR(pg_catalog.=) $2",
+			   2, INT8OID, TEXTOID);
+	args[0] = Int64GetDatum(req->sender_id);
+	args[1] = CStringGetTextDatum(req->client_msg_id);
+	if (im_exec(plan, args, NULL, 0) == 0)
+		return false;
+	*message_id = im_get_int64(0, 1, NULL);
+	*msg_seq = im_get_int64(0, 2, NULL);
+	stored = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	if (isnull || VARSIZE_ANY_EXHDR(DatumGetByteaPP(stored)) != PG_SHA256_DIGEST_LENGTH ||
+		memcmp(VARDATA_ANY(DatumGetByteaPP(stored)), VARDATA(req->digest),
+			   PG_SHA256_DIGEST_LENGTH) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_IM_CONFLICT),
+				 errmsg("client_msg_id \"%s\" of sender " INT64_FORMAT " was already used for a different request",
+						req->client_msg_id, req->sender_id),
+				 errdetail("The first request with this key was a %s (message " INT64_FORMAT ") in conversation " INT64_FORMAT ".",
+						   im_get_text(0, 4), *message_id, im_get_int64(0, 5, NULL)),
+				 errhint("Use a new client_msg_id for a new message; reuse one only to retry the same request.")));
+	return true;
+}
+
+static void
+require_active_member(int64 conversation_id, int64 user_id)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+
+	im_prepare(&plan,
+			   "SELECT 1 FROM im.membership_period WHERE conversation_id OPERATOR(pg_catalog.=) $1 "
+			   "AND user_id OPERATOR(pg_catalog.=) $2 AND leave_seq IS NULL",
+			   2, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(conversation_id);
+	args[1] = Int64GetDatum(user_id);
+	if (im_exec(plan, args, NULL, 0) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("user " INT64_FORMAT " is not a member of conversation " INT64_FORMAT,
+						user_id, conversation_id),
+				 errdetail("Only users with an active membership period can send, recall or edit.")));
+}
+
+/*
+ * The target of a recall or edit: a `message` of the same conversation
+ * (else P0002), sent by the caller (else 42501), not recalled (else IS409).
+ * Read under the conversation lock, so a concurrent recall is ordered.
+ */
+static void
+check_target(SendRequest *req)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+	bool		isnull;
+	char	   *kind;
+	int64		conv;
+
+	im_prepare(&plan,
+			   "SELECT kind, conversation_id, sender_id, recalled FROM im.event "
+			   "WHERE message_id OPERATOR(pg_catalog.=) $1",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(req->target_message_id);
+	if (im_exec(plan, args, NULL, 0) == 1)
+	{
+		kind = im_get_text(0, 1);
+		conv = im_get_int64(0, 2, NULL);
+	}
+	else
+	{
+		kind = NULL;
+		conv = 0;
+	}
+	if (kind == NULL || strcmp(kind, "message") != 0 || conv != req->conversation_id)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("message " INT64_FORMAT " does not exist in conversation " INT64_FORMAT,
+						req->target_message_id, req->conversation_id),
+				 errdetail("A recall or edit must target a message of the same conversation.")));
+	if (im_get_int64(0, 3, &isnull) != req->sender_id || isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("message " INT64_FORMAT " was not sent by user " INT64_FORMAT,
+						req->target_message_id, req->sender_id),
+				 errdetail("Only the sender of a message can %s it.", req->kind)));
+	if (im_get_bool(0, 4, NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_IM_CONFLICT),
+				 errmsg("message " INT64_FORMAT " is already recalled", req->target_message_id),
+				 errdetail("A recalled message can be neither recalled again nor edited.")));
+}
+
+/* After the recall event: tombstone the target and every edit of it. */
+static void
+tombstone_target(int64 target_message_id)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+
+	im_prepare(&plan,
+			   "UPDATE im.event SET recalled = true, body = NULL "
+			   "WHERE message_id OPERATOR(pg_catalog.=) $1 "
+			   "   OR (target_message_id OPERATOR(pg_catalog.=) $1 AND kind OPERATOR(pg_catalog.=) 'edit')",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(target_message_id);
+	im_exec(plan, args, NULL, 0);
+}
+
+static void
+replace_target_body(int64 target_message_id, Datum body)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+
+	im_prepare(&plan,
+			   "UPDATE im.event SET body = $2 WHERE message_id OPERATOR(pg_catalog.=) $1",
+			   2, INT8OID, JSONBOID);
+	args[0] = Int64GetDatum(target_message_id);
+	args[1] = body;
+	im_exec(plan, args, NULL, 0);
+}
+
+/*
+ * The common path of send/recall/edit, after argument checks.  Returns the
+ * (message_id, msg_seq, created) row.
+ */
+static Datum
+do_send(FunctionCallInfo fcinfo, SendRequest *req)
+{
+	ImConversation conv;
+	ImNewEvent	ev;
+	int64		message_id = 0;
+	int64		msg_seq = 0;
+	bool		created = false;
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	compute_digest(req);
+	im_srf_begin(fcinfo);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "im_sync: SPI_connect failed");
+
+	if (!lookup_existing(req, &message_id, &msg_seq))
+	{
+		im_lock_conversation(req->conversation_id, &conv);
+		require_active_member(req->conversation_id, req->sender_id);
+		if (req->target_message_id != 0)
+			check_target(req);
+
+		memset(&ev, 0, sizeof(ev));
+		ev.kind = req->kind;
+		ev.sender_id = req->sender_id;
+		ev.client_msg_id = req->client_msg_id;
+		ev.request_digest = req->digest;
+		ev.content_type = req->content_type;
+		ev.body = req->body;
+		ev.target_message_id = req->target_message_id;
+		if (im_append_event(&conv, &ev, &message_id, &msg_seq))
+		{
+			created = true;
+			if (strcmp(req->kind, "recall") == 0)
+				tombstone_target(req->target_message_id);
+			else if (strcmp(req->kind, "edit") == 0)
+				replace_target_body(req->target_message_id, req->body);
+		}
+		else if (!lookup_existing(req, &message_id, &msg_seq))
+		{
+			/* the conflicting row must be visible once ON CONFLICT saw it */
+			elog(ERROR, "im_sync: idempotency key conflict but no row for client_msg_id \"%s\"",
+				 req->client_msg_id);
+		}
+	}
+	SPI_finish();
+
+	values[0] = Int64GetDatum(message_id);
+	values[1] = Int64GetDatum(msg_seq);
+	values[2] = BoolGetDatum(created);
+	im_srf_row(fcinfo, values, nulls);
+	return (Datum) 0;
+}
+
+static void
+common_args(FunctionCallInfo fcinfo, SendRequest *req, const char *kind)
+{
+	memset(req, 0, sizeof(*req));
+	req->kind = kind;
+	req->sender_id = im_arg_id(fcinfo, 0, "sender_id");
+	req->conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
+	req->client_msg_id = im_arg_text(fcinfo, 2, "client_msg_id", IM_MAX_CLIENT_MSG_ID);
+}
+
+/*
+ * im.send_message(sender_id, conversation_id, client_msg_id, body,
+ *                 content_type DEFAULT 'text')
+ */
 PG_FUNCTION_INFO_V1(im_send_message);
 Datum
 im_send_message(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("send_message is not implemented yet")));
-	PG_RETURN_NULL();
+	SendRequest req;
+
+	common_args(fcinfo, &req, "message");
+	check_body(fcinfo, 3, &req);
+	req.content_type = im_arg_text(fcinfo, 4, "content_type", IM_MAX_CONTENT_TYPE);
+	return do_send(fcinfo, &req);
 }
 
+/* im.recall_message(sender_id, conversation_id, client_msg_id, target_message_id) */
 PG_FUNCTION_INFO_V1(im_recall_message);
 Datum
 im_recall_message(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("recall_message is not implemented yet")));
-	PG_RETURN_NULL();
+	SendRequest req;
+
+	common_args(fcinfo, &req, "recall");
+	req.target_message_id = im_arg_id(fcinfo, 3, "target_message_id");
+	return do_send(fcinfo, &req);
 }
 
+/* im.edit_message(sender_id, conversation_id, client_msg_id, target_message_id, body) */
 PG_FUNCTION_INFO_V1(im_edit_message);
 Datum
 im_edit_message(PG_FUNCTION_ARGS)
 {
-	ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					errmsg("edit_message is not implemented yet")));
-	PG_RETURN_NULL();
+	SendRequest req;
+
+	common_args(fcinfo, &req, "edit");
+	req.target_message_id = im_arg_id(fcinfo, 3, "target_message_id");
+	check_body(fcinfo, 4, &req);
+	return do_send(fcinfo, &req);
 }
