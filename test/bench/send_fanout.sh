@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Send/fanout benchmark (issue item 8; NOT a test).  Starts its own
+# throwaway cluster (2 fanout workers, im_sync.database = im_test) and
+# prints ratios measured in this run:
+#   - im.send_message tx/s vs a floor doing the same head row-lock update
+#     and the same inserts in one bare data-modifying statement on tables
+#     with the same indexes; 1 and 8 clients; one hot group (50 members)
+#     and 2000 small groups; workers paused (send path alone);
+#   - the same sends with the workers on (sustained send + fanout): send
+#     tx/s and inbox events/s the workers wrote meanwhile, backlog left;
+#   - fanout inbox events/s (im.run_fanout over messages to a 200-member
+#     group) vs a bare INSERT ... SELECT of the same rows.
+# Goals printed beside: send >= 0.8x floor, fanout >= 0.6x floor.
+# Knobs: IM_BENCH_T (seconds per pgbench run, 8), IM_BENCH_FAN_MSGS (100).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source test/cluster.sh
+T=${IM_BENCH_T:-8}
+NMSG=${IM_BENCH_FAN_MSGS:-100}
+D=test/bench/send_fanout
+
+im_cluster_start "im_sync.fanout_paused = on" "im_sync.fanout_workers = 2" >/dev/null || exit 1
+trap im_cluster_destroy EXIT
+im_psql -d postgres -c "CREATE DATABASE im_test" -c "CREATE DATABASE im_fan"
+for db in im_test im_fan; do im_psql -d "$db" -c "CREATE EXTENSION im_sync CASCADE"; done
+im_psql -d im_test -f $D/setup.sql >/dev/null
+
+# tps DB SCRIPT CLIENTS SET NCONV -> transactions per second (excluding connections)
+tps() {
+  "$PGBIN/pgbench" -n -d "$1" -f "$2" -c "$3" -j 2 -T "$T" -D set="$4" -D nconv="$5" 2>"$IM_TMP/pgbench.err" \
+    | awk '/^tps = / { print $3; exit }' | grep . || { cat "$IM_TMP/pgbench.err" >&2; echo 0; }
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+q() { im_psql -d "$1" -At -c "$2"; }
+paused() { q im_test "ALTER SYSTEM SET im_sync.fanout_paused = $1" >/dev/null; q im_test "SELECT pg_catalog.pg_reload_conf()" >/dev/null; sleep 1.5; }
+
+echo "send_fanout benchmark: PostgreSQL $(q postgres 'SHOW server_version'), $(nproc) cores, ${T}s per run"
+echo
+
+# 1. Workers on first, so no paused-run backlog is counted as their work.
+declare -A ON_TPS ON_EV ON_BACKLOG
+paused off
+for set in 1 2; do
+  nconv=$([ $set = 1 ] && echo 1 || echo 2000)
+  ev0=$(q im_test "SELECT pg_catalog.count(*) FROM im.inbox")
+  ON_TPS[$set]=$(tps im_test $D/send.sql 8 $set $nconv)
+  ev1=$(q im_test "SELECT pg_catalog.count(*) FROM im.inbox")
+  ON_EV[$set]=$(awk -v a="$ev0" -v b="$ev1" -v t="$T" 'BEGIN { printf "%.0f", (b - a) / t }')
+  ON_BACKLOG[$set]=$(q im_test "SELECT pg_catalog.count(*) FROM im.outbox WHERE state = 'pending'")
+  # Let the workers catch up before the next run.
+  for _ in $(seq 1 120); do
+    [ "$(q im_test "SELECT pg_catalog.count(*) FROM im.outbox WHERE state = 'pending'")" = 0 ] && break
+    sleep 1
+  done
+done
+paused on
+
+# 2. Send path alone: API vs floor, alternating.
+declare -A API FLOOR
+for set in 1 2; do
+  nconv=$([ $set = 1 ] && echo 1 || echo 2000)
+  for c in 1 8; do
+    API[$set,$c]=$(tps im_test $D/send.sql $c $set $nconv)
+    FLOOR[$set,$c]=$(tps im_test $D/floor_send.sql $c $set $nconv)
+  done
+done
+
+# 3. Fanout: run_fanout over NMSG messages to a 200-member group vs the floor.
+im_psql -d im_fan -v nmsg="$NMSG" -f $D/fanout_setup.sql >/dev/null
+rows=$(q im_fan "SELECT $NMSG * 200")
+t0=$(date +%s.%N); q im_fan "BEGIN; SELECT pg_catalog.count(*) FROM bench.inbox; $(cat $D/fanout_floor.sql) COMMIT;" >/dev/null; t1=$(date +%s.%N)
+t2=$(date +%s.%N); done_items=$(q im_fan "SELECT im.run_fanout()"); t3=$(date +%s.%N)
+fan_rate=$(awk -v n="$rows" -v a="$t2" -v b="$t3" 'BEGIN { printf "%.0f", n / (b - a) }')
+floor_rate=$(awk -v n="$rows" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')
+inbox_rows=$(q im_fan "SELECT pg_catalog.count(*) FROM im.inbox WHERE msg_seq > 1")
+floor_rows=$(q im_fan "SELECT pg_catalog.count(*) FROM bench.inbox")
+
+printf '%-44s %10s %10s %7s %s\n' "send (workers paused)" "API tx/s" "floor tx/s" "ratio" "goal"
+for set in 1 2; do
+  name=$([ $set = 1 ] && echo "hot group (50 members)" || echo "2000 small groups (5 members)")
+  for c in 1 8; do
+    printf '%-44s %10.0f %10.0f %7s %s\n' "$name, $c client(s)" "${API[$set,$c]}" "${FLOOR[$set,$c]}" \
+      "$(ratio "${API[$set,$c]}" "${FLOOR[$set,$c]}")x" ">= 0.8x"
+  done
+done
+echo
+printf '%-44s %10s %10s %7s %s\n' "send + fanout (workers on, 8 clients)" "API tx/s" "floor tx/s" "ratio" "inbox events/s by workers, backlog at end"
+for set in 1 2; do
+  name=$([ $set = 1 ] && echo "hot group (50 members)" || echo "2000 small groups (5 members)")
+  printf '%-44s %10.0f %10.0f %7s %s\n' "$name" "${ON_TPS[$set]}" "${FLOOR[$set,8]}" \
+    "$(ratio "${ON_TPS[$set]}" "${FLOOR[$set,8]}")x" "${ON_EV[$set]} ev/s, ${ON_BACKLOG[$set]} items pending"
+done
+echo
+printf '%-44s %10s %10s %7s %s\n' "fanout, 200-member group, $NMSG messages" "events/s" "floor ev/s" "ratio" "goal"
+printf '%-44s %10s %10s %7s %s\n' "im.run_fanout ($done_items items, $inbox_rows events)" "$fan_rate" "$floor_rate" \
+  "$(ratio "$fan_rate" "$floor_rate")x" ">= 0.6x (floor wrote $floor_rows rows)"
