@@ -20,6 +20,7 @@
 #include "im_sync.h"
 
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(im_gc_inbox);
