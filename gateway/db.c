@@ -1,0 +1,698 @@
+/*
+ * db.c — the database thread of im_gateway.
+ *
+ * One thread polls a pool of non-blocking libpq connections
+ * (PQconnectStartParams/PQconnectPoll, PQsendQueryParams, PQflush,
+ * PQconsumeInput/PQisBusy/PQgetResult) and one LISTEN connection
+ * (im_sync_hint, im_sync_device).  Jobs come from the lws thread through a
+ * mutex-protected queue and a wake pipe; finished jobs go back through a
+ * second queue and the lws thread is woken with lws_cancel_service.
+ *
+ * Why a thread and not fd adoption into lws: libpq may change its socket
+ * while connecting and after a server restart, and a separate thread keeps
+ * the JSON encoding of large result sets off the websocket loop.
+ *
+ * Failure rules (contract §10): a lost connection answers every job on it
+ * UNAVAILABLE (the outcome of a send is then unknown; send is idempotent by
+ * client_msg_id, so the client retries); 40001/40P01 are retried here up
+ * to three times; connections come back by themselves with backoff.
+ */
+#include "db.h"
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CONNS 64
+#define MAX_ATTEMPTS 3
+#define MAX_QUEUE 20000
+
+const double im_db_hist_bounds[11] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+0.1, 0.2, 0.5, 1.0, 2.0};
+im_db_stats im_db_stats_g;
+
+typedef enum
+{
+	C_DOWN, C_CONNECTING, C_SETUP, C_IDLE, C_BUSY
+} cstate;
+
+typedef struct dbconn
+{
+	PGconn	   *pg;
+	cstate		st;
+	int			listen;			/* the LISTEN connection */
+	int			want_write;		/* connecting or flushing wants POLLOUT */
+	double		retry_at;
+	double		backoff;
+	im_job	   *job;
+	double		t_sent;
+	PGresult   *res;			/* first result of the running job */
+} dbconn;
+
+static char *g_conninfo;
+static int	g_npool;
+static dbconn g_conns[MAX_CONNS + 1];	/* [0..npool) pool, [npool] listen */
+static pthread_t g_thread;
+static int	g_wake_pipe[2] = {-1, -1};
+static volatile int g_stop;
+static void (*g_wake) (void *);
+static void *g_wake_arg;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static im_job *g_in_head, *g_in_tail;	/* lws -> db */
+static im_job *g_done_head, *g_done_tail;	/* db -> lws */
+
+/* db-thread private FIFO of jobs waiting for a connection */
+static im_job *q_head, *q_tail;
+static int	q_len;
+
+double
+im_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void
+im_job_free(im_job *job)
+{
+	int			i;
+
+	if (!job)
+		return;
+	for (i = 0; i < job->nparams; i++)
+		free(job->params[i]);
+	if (job->id)
+		json_decref(job->id);
+	free(job->errmsg);
+	if (job->res)
+		PQclear(job->res);
+	free(job->reply);
+	free(job->channel);
+	free(job->payload);
+	free(job);
+}
+
+void
+im_db_submit(im_job *job)
+{
+	char		c = 1;
+
+	job->next = NULL;
+	job->t_submit = im_now();
+	pthread_mutex_lock(&g_lock);
+	if (g_in_tail)
+		g_in_tail->next = job;
+	else
+		g_in_head = job;
+	g_in_tail = job;
+	pthread_mutex_unlock(&g_lock);
+	if (write(g_wake_pipe[1], &c, 1) < 0 && errno != EAGAIN)
+		im_log("error", "event=wake_pipe_failed errno=%d", errno);
+}
+
+im_job *
+im_db_take_done(void)
+{
+	im_job	   *l;
+
+	pthread_mutex_lock(&g_lock);
+	l = g_done_head;
+	g_done_head = g_done_tail = NULL;
+	pthread_mutex_unlock(&g_lock);
+	return l;
+}
+
+static void
+post_done(im_job *job)
+{
+	job->next = NULL;
+	pthread_mutex_lock(&g_lock);
+	if (g_done_tail)
+		g_done_tail->next = job;
+	else
+		g_done_head = job;
+	g_done_tail = job;
+	pthread_mutex_unlock(&g_lock);
+	g_wake(g_wake_arg);
+}
+
+/* ---- reply building (API jobs) ---- */
+
+static json_t *
+cell_json(const PGresult *res, int row, int col)
+{
+	const char *v;
+	Oid			t;
+
+	if (PQgetisnull(res, row, col))
+		return json_null();
+	v = PQgetvalue(res, row, col);
+	t = PQftype(res, col);
+	switch (t)
+	{
+		case 16:				/* bool */
+			return json_boolean(v[0] == 't');
+		case 20:				/* int8 */
+		case 21:				/* int2 */
+		case 23:				/* int4 */
+		case 26:				/* oid */
+			return json_integer(strtoll(v, NULL, 10));
+		case 700:				/* float4 */
+		case 701:				/* float8 */
+			return json_real(strtod(v, NULL));
+		case 114:				/* json */
+		case 3802:				/* jsonb: embedded, not a string */
+			{
+				json_error_t e;
+				json_t	   *j = json_loadb(v, (size_t) PQgetlength(res, row, col),
+										   JSON_DECODE_ANY, &e);
+
+				return j ? j : json_string(v);
+			}
+		default:
+			return json_string(v);
+	}
+}
+
+static void
+row_into(json_t *o, const PGresult *res, int row)
+{
+	int			c;
+
+	for (c = 0; c < PQnfields(res); c++)
+		json_object_set_new(o, PQfname(res, c), cell_json(res, row, c));
+}
+
+#include "frame.h"
+
+static void
+build_reply(im_job *job)
+{
+	json_t	   *o = json_object();
+	const PGresult *res = job->res;
+
+	json_object_set_new(o, "type", json_string(im_ops[job->op].reply_type));
+	if (job->id)
+		json_object_set(o, "id", job->id);
+	if (im_ops[job->op].shape == IM_REPLY_ROWS)
+	{
+		json_t	   *rows = json_array();
+		int			r;
+
+		for (r = 0; r < PQntuples(res); r++)
+		{
+			json_t	   *ro = json_object();
+
+			row_into(ro, res, r);
+			json_array_append_new(rows, ro);
+		}
+		json_object_set_new(o, "rows", rows);
+	}
+	else if (PQntuples(res) > 0)
+		row_into(o, res, 0);
+	job->reply = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	PQclear(job->res);
+	job->res = NULL;
+}
+
+/* ---- job completion ---- */
+
+static void
+finish_job(im_job *job, im_job_status st, PGresult *res)
+{
+	job->status = st;
+	if (res)
+	{
+		if (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK)
+		{
+			job->status = IM_JOB_OK;
+			job->res = res;
+		}
+		else
+		{
+			const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+			const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+
+			job->status = IM_JOB_SQL_ERROR;
+			strncpy(job->sqlstate, ss ? ss : "XX000", 5);
+			job->sqlstate[5] = '\0';
+			job->errmsg = strdup(msg ? msg : "error");
+			PQclear(res);
+		}
+	}
+	if (job->kind == IM_JOB_API && job->status == IM_JOB_OK)
+		build_reply(job);
+	post_done(job);
+}
+
+static void
+fail_queue(void)
+{
+	while (q_head)
+	{
+		im_job	   *j = q_head;
+
+		q_head = j->next;
+		finish_job(j, IM_JOB_UNAVAILABLE, NULL);
+	}
+	q_tail = NULL;
+	q_len = 0;
+}
+
+static void
+enqueue_front(im_job *j)
+{
+	j->next = q_head;
+	q_head = j;
+	if (!q_tail)
+		q_tail = j;
+	q_len++;
+}
+
+static void
+enqueue(im_job *j)
+{
+	j->next = NULL;
+	if (q_tail)
+		q_tail->next = j;
+	else
+		q_head = j;
+	q_tail = j;
+	q_len++;
+}
+
+static void
+update_ready(void)
+{
+	int			i,
+				n = 0;
+
+	for (i = 0; i < g_npool; i++)
+		if (g_conns[i].st == C_IDLE || g_conns[i].st == C_BUSY)
+			n++;
+	im_db_stats_g.pool_ready = n;
+}
+
+/* ---- connections ---- */
+
+static void
+conn_down(dbconn *c, const char *why)
+{
+	if (c->pg)
+	{
+		im_log("warn", "event=db_conn_lost conn=%s reason=\"%s\"",
+			   c->listen ? "listen" : "pool", why);
+		PQfinish(c->pg);
+	}
+	c->pg = NULL;
+	c->st = C_DOWN;
+	c->want_write = 0;
+	if (c->res)
+		PQclear(c->res);
+	c->res = NULL;
+	if (c->job)
+	{
+		finish_job(c->job, IM_JOB_UNAVAILABLE, NULL);
+		c->job = NULL;
+	}
+	c->backoff = c->backoff <= 0 ? 0.25 : (c->backoff * 2 > 4 ? 4 : c->backoff * 2);
+	c->retry_at = im_now() + c->backoff;
+	if (c->listen)
+		im_db_stats_g.listen_ready = 0;
+	update_ready();
+	if (!c->listen && im_db_stats_g.pool_ready == 0)
+		fail_queue();
+}
+
+static void
+conn_start(dbconn *c)
+{
+	const char *const kw[] = {"dbname", "application_name", NULL};
+	const char *const val[] = {g_conninfo, c->listen ? "im_gateway_listen" : "im_gateway", NULL};
+
+	c->pg = PQconnectStartParams(kw, val, 1);
+	if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD)
+	{
+		conn_down(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
+		return;
+	}
+	c->st = C_CONNECTING;
+	c->want_write = 1;
+	im_db_stats_g.reconnects++;
+}
+
+static void
+conn_ready(dbconn *c)
+{
+	PQsetnonblocking(c->pg, 1);
+	c->backoff = 0;
+	if (c->listen)
+	{
+		if (!PQsendQuery(c->pg, "LISTEN im_sync_hint; LISTEN im_sync_device"))
+		{
+			conn_down(c, PQerrorMessage(c->pg));
+			return;
+		}
+		c->st = C_SETUP;
+		c->want_write = PQflush(c->pg) == 1;
+	}
+	else
+	{
+		c->st = C_IDLE;
+		update_ready();
+		im_log("info", "event=db_conn_ready conn=pool");
+	}
+}
+
+static void
+dispatch(dbconn *c, im_job *j)
+{
+	const char *vals[8];
+	int			i;
+
+	for (i = 0; i < j->nparams; i++)
+		vals[i] = j->params[i];
+	if (!PQsendQueryParams(c->pg, j->sql, j->nparams, NULL, vals, NULL, NULL, 0))
+	{
+		/* the query never left: try it on another connection */
+		enqueue_front(j);
+		conn_down(c, PQerrorMessage(c->pg));
+		return;
+	}
+	c->job = j;
+	c->st = C_BUSY;
+	c->t_sent = im_now();
+	c->want_write = PQflush(c->pg) == 1;
+}
+
+static void
+hist_observe(double s)
+{
+	int			i;
+
+	for (i = 0; i < 11 && s > im_db_hist_bounds[i]; i++)
+		;
+	im_db_stats_g.hist[i]++;
+	im_db_stats_g.hist_sum += s;
+	im_db_stats_g.hist_count++;
+}
+
+static void
+job_result_done(dbconn *c)
+{
+	im_job	   *j = c->job;
+	PGresult   *res = c->res;
+	double		dt = im_now() - c->t_sent;
+
+	c->job = NULL;
+	c->res = NULL;
+	c->st = C_IDLE;
+	hist_observe(dt);
+	j->db_seconds = dt;
+	if (res && PQresultStatus(res) == PGRES_FATAL_ERROR)
+	{
+		const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+		if (ss && (strcmp(ss, "40001") == 0 || strcmp(ss, "40P01") == 0) &&
+			++j->attempts < MAX_ATTEMPTS)
+		{
+			PQclear(res);
+			enqueue_front(j);
+			return;
+		}
+		if (ss && (strcmp(ss, "40001") == 0 || strcmp(ss, "40P01") == 0))
+		{
+			PQclear(res);
+			finish_job(j, IM_JOB_UNAVAILABLE, NULL);
+			return;
+		}
+		/* admin shutdown, crash recovery, connection failure: unavailable */
+		if (ss && (strncmp(ss, "08", 2) == 0 || strncmp(ss, "57P", 3) == 0))
+		{
+			PQclear(res);
+			finish_job(j, IM_JOB_UNAVAILABLE, NULL);
+			return;
+		}
+	}
+	if (!res)
+	{
+		finish_job(j, IM_JOB_UNAVAILABLE, NULL);
+		return;
+	}
+	finish_job(j, IM_JOB_OK, res);
+}
+
+static void
+drain_notifies(dbconn *c)
+{
+	PGnotify   *n;
+
+	while ((n = PQnotifies(c->pg)) != NULL)
+	{
+		im_job	   *j = calloc(1, sizeof(*j));
+
+		if (!j)
+			abort();
+		j->kind = IM_JOB_NOTIFY;
+		j->channel = strdup(n->relname);
+		j->payload = strdup(n->extra);
+		PQfreemem(n);
+		post_done(j);
+	}
+}
+
+static void
+conn_io(dbconn *c, short revents)
+{
+	if (c->st == C_CONNECTING)
+	{
+		PostgresPollingStatusType r = PQconnectPoll(c->pg);
+
+		if (r == PGRES_POLLING_FAILED)
+			conn_down(c, PQerrorMessage(c->pg));
+		else if (r == PGRES_POLLING_OK)
+			conn_ready(c);
+		else
+			c->want_write = (r == PGRES_POLLING_WRITING);
+		return;
+	}
+	if (revents & POLLOUT)
+	{
+		int			f = PQflush(c->pg);
+
+		if (f < 0)
+		{
+			conn_down(c, PQerrorMessage(c->pg));
+			return;
+		}
+		c->want_write = (f == 1);
+	}
+	if (revents & (POLLIN | POLLERR | POLLHUP))
+	{
+		if (!PQconsumeInput(c->pg))
+		{
+			conn_down(c, PQerrorMessage(c->pg));
+			return;
+		}
+		if (c->listen)
+			drain_notifies(c);
+		while ((c->st == C_BUSY || c->st == C_SETUP) && !PQisBusy(c->pg))
+		{
+			PGresult   *r = PQgetResult(c->pg);
+
+			if (r == NULL)
+			{
+				if (c->st == C_SETUP)
+				{
+					int			ok = !c->res || PQresultStatus(c->res) == PGRES_COMMAND_OK;
+
+					if (c->res)
+						PQclear(c->res);
+					c->res = NULL;
+					if (!ok)
+					{
+						conn_down(c, "LISTEN failed");
+						return;
+					}
+					c->st = C_IDLE;
+					im_db_stats_g.listen_ready = 1;
+					im_log("info", "event=listen_ready");
+					{
+						im_job	   *j = calloc(1, sizeof(*j));
+
+						if (!j)
+							abort();
+						j->kind = IM_JOB_LISTEN_UP;
+						post_done(j);
+					}
+				}
+				else
+					job_result_done(c);
+				break;
+			}
+			/* keep the first result (an error wins over later ones) */
+			if (!c->res || (PQresultStatus(r) == PGRES_FATAL_ERROR &&
+							PQresultStatus(c->res) != PGRES_FATAL_ERROR))
+			{
+				if (c->res)
+					PQclear(c->res);
+				c->res = r;
+			}
+			else
+				PQclear(r);
+		}
+		if (c->pg && PQstatus(c->pg) == CONNECTION_BAD)
+			conn_down(c, "connection bad");
+	}
+}
+
+static void
+take_incoming(void)
+{
+	im_job	   *l;
+	char		buf[256];
+
+	while (read(g_wake_pipe[0], buf, sizeof(buf)) > 0)
+		;
+	pthread_mutex_lock(&g_lock);
+	l = g_in_head;
+	g_in_head = g_in_tail = NULL;
+	pthread_mutex_unlock(&g_lock);
+	while (l)
+	{
+		im_job	   *n = l->next;
+
+		if (im_db_stats_g.pool_ready == 0 || q_len >= MAX_QUEUE)
+			finish_job(l, IM_JOB_UNAVAILABLE, NULL);
+		else
+			enqueue(l);
+		l = n;
+	}
+}
+
+static void *
+db_main(void *arg)
+{
+	struct pollfd pfd[MAX_CONNS + 2];
+	int			map[MAX_CONNS + 2];
+	int			nconns = g_npool + 1;
+
+	(void) arg;
+	while (!g_stop)
+	{
+		int			i,
+					n = 0;
+		double		now = im_now();
+		int			timeout = 1000;
+
+		for (i = 0; i < nconns; i++)
+		{
+			dbconn	   *c = &g_conns[i];
+
+			if (c->st == C_DOWN && now >= c->retry_at)
+				conn_start(c);
+		}
+		take_incoming();
+		/* hand queued jobs to idle pool connections */
+		for (i = 0; i < g_npool && q_head; i++)
+		{
+			if (g_conns[i].st == C_IDLE)
+			{
+				im_job	   *j = q_head;
+
+				q_head = j->next;
+				if (!q_head)
+					q_tail = NULL;
+				q_len--;
+				dispatch(&g_conns[i], j);
+			}
+		}
+		if (q_head)
+			im_db_stats_g.pool_waits += q_len;
+
+		pfd[n].fd = g_wake_pipe[0];
+		pfd[n].events = POLLIN;
+		map[n++] = -1;
+		for (i = 0; i < nconns; i++)
+		{
+			dbconn	   *c = &g_conns[i];
+
+			if (c->st == C_DOWN)
+			{
+				int			ms = (int) ((c->retry_at - now) * 1000) + 1;
+
+				if (ms < timeout)
+					timeout = ms < 0 ? 0 : ms;
+				continue;
+			}
+			pfd[n].fd = PQsocket(c->pg);
+			if (pfd[n].fd < 0)
+			{
+				conn_down(c, "no socket");
+				continue;
+			}
+			pfd[n].events = POLLIN | (c->want_write ? POLLOUT : 0);
+			map[n++] = i;
+		}
+		if (poll(pfd, (nfds_t) n, timeout) < 0 && errno != EINTR)
+			im_log("error", "event=poll_failed errno=%d", errno);
+		for (i = 1; i < n; i++)
+		{
+			dbconn	   *c = &g_conns[map[i]];
+
+			if (pfd[i].revents && c->pg)
+				conn_io(c, pfd[i].revents);
+		}
+	}
+	for (int i = 0; i < nconns; i++)
+		if (g_conns[i].pg)
+			PQfinish(g_conns[i].pg);
+	return NULL;
+}
+
+int
+im_db_start(const char *conninfo, int pool, void (*wake) (void *), void *wake_arg)
+{
+	int			i;
+
+	if (pool < 1)
+		pool = 1;
+	if (pool > MAX_CONNS)
+		pool = MAX_CONNS;
+	g_conninfo = strdup(conninfo ? conninfo : "");
+	g_npool = pool;
+	g_wake = wake;
+	g_wake_arg = wake_arg;
+	for (i = 0; i <= pool; i++)
+	{
+		memset(&g_conns[i], 0, sizeof(dbconn));
+		g_conns[i].st = C_DOWN;
+		g_conns[i].listen = (i == pool);
+	}
+	if (pipe(g_wake_pipe) != 0)
+		return -1;
+	fcntl(g_wake_pipe[0], F_SETFL, O_NONBLOCK);
+	fcntl(g_wake_pipe[1], F_SETFL, O_NONBLOCK);
+	return pthread_create(&g_thread, NULL, db_main, NULL);
+}
+
+void
+im_db_stop(void)
+{
+	char		c = 0;
+
+	g_stop = 1;
+	if (write(g_wake_pipe[1], &c, 1) < 0)
+		im_log("warn", "event=wake_pipe_failed errno=%d", errno);
+	pthread_join(g_thread, NULL);
+}

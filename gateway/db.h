@@ -1,0 +1,83 @@
+/*
+ * db.h — the gateway's database side: a thread owning a small pool of
+ * non-blocking libpq connections plus one LISTEN connection, talking to the
+ * libwebsockets thread through two mutex-protected queues.  The lws thread
+ * is woken with lws_cancel_service (through the wake callback).
+ */
+#ifndef IM_GW_DB_H
+#define IM_GW_DB_H
+
+#include <stdint.h>
+#include <libpq-fe.h>
+#include <jansson.h>
+
+/* What the lws thread wants done with a result. */
+typedef enum im_job_kind
+{
+	IM_JOB_API,					/* frame request: reply text built by db thread */
+	IM_JOB_AUTH,				/* hello: im.authenticate */
+	IM_JOB_DEVSESS,				/* hello: im.device_session */
+	IM_JOB_RECHECK,				/* re-check after (re)LISTEN */
+	IM_JOB_MEMBERS,				/* members of a shared_log conversation */
+	IM_JOB_HEALTH,				/* GET /healthz */
+	IM_JOB_METRICS,				/* GET /metrics */
+	IM_JOB_NOTIFY,				/* db -> lws: a notification (no query) */
+	IM_JOB_LISTEN_UP			/* db -> lws: LISTEN (re)established */
+} im_job_kind;
+
+typedef enum im_job_status
+{
+	IM_JOB_OK = 0,
+	IM_JOB_SQL_ERROR,			/* sqlstate/errmsg set */
+	IM_JOB_UNAVAILABLE			/* no connection / connection lost / retries out */
+} im_job_status;
+
+typedef struct im_job
+{
+	struct im_job *next;
+	im_job_kind kind;
+	uint64_t	sid;			/* session to deliver to (0: none) */
+	int			op;				/* im_op for API jobs */
+	int64_t		key;			/* conversation id for MEMBERS etc. */
+	json_t	   *id;				/* echoed id, owned by whichever thread holds the job */
+	const char *sql;
+	int			nparams;
+	char	   *params[8];
+	int			attempts;
+	double		t_submit;
+	/* results */
+	im_job_status status;
+	char		sqlstate[6];
+	char	   *errmsg;
+	PGresult   *res;
+	char	   *reply;			/* API: finished reply frame text */
+	double		db_seconds;
+	/* notifications */
+	char	   *channel;
+	char	   *payload;
+} im_job;
+
+typedef struct im_db_stats
+{
+	/* written by the db thread, read racily by /metrics (counters only) */
+	volatile long pool_waits;
+	volatile long reconnects;
+	volatile int pool_ready;
+	volatile int listen_ready;
+	volatile long hist[12];		/* DB round trip histogram buckets */
+	volatile double hist_sum;
+	volatile long hist_count;
+} im_db_stats;
+
+extern const double im_db_hist_bounds[11];
+extern im_db_stats im_db_stats_g;
+
+extern int	im_db_start(const char *conninfo, int pool, void (*wake) (void *), void *wake_arg);
+extern void im_db_stop(void);
+extern void im_db_submit(im_job *job);
+/* Takes every finished job (a list, oldest first) for the lws thread. */
+extern im_job *im_db_take_done(void);
+extern void im_job_free(im_job *job);
+extern double im_now(void);
+
+#endif
