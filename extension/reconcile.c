@@ -137,8 +137,8 @@ static const ReconcileCheck checks[] = {
 	 "    'attempts', o.attempts, 'age_seconds', "
 	 "    pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) o.created_at))::bigint) "
 	 "FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'pending' "
-	 "  AND o.created_at OPERATOR(pg_catalog.<) pg_catalog.now() OPERATOR(pg_catalog.-) "
-	 "      pg_catalog.make_interval(secs => $1) "
+	 "  AND o.created_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "
+	 "      pg_catalog.make_interval(secs => $1)) "
 	 "ORDER BY o.conversation_id, o.outbox_id"},
 	/* Fanout hit exactly the periods covering each position (§18.3 line 3). */
 	{"fanout_delivery",
@@ -218,7 +218,7 @@ static const ReconcileCheck checks[] = {
 	 "    COALESCE(pg_catalog.max(b.sync_seq), 0) AS max_seq FROM im.inbox b "
 	 "    WHERE b.user_id OPERATOR(pg_catalog.=) h.user_id "
 	 "      AND b.sync_seq OPERATOR(pg_catalog.>) h.gc_floor) s "
-	 "WHERE s.n OPERATOR(pg_catalog.<>) h.high_watermark OPERATOR(pg_catalog.-) h.gc_floor "
+	 "WHERE s.n OPERATOR(pg_catalog.<>) (h.high_watermark OPERATOR(pg_catalog.-) h.gc_floor) "
 	 "   OR s.max_seq OPERATOR(pg_catalog.>) h.high_watermark "
 	 "ORDER BY h.user_id"},
 	/* A recovery lease that outlived its session still pins the GC fence. */
@@ -507,7 +507,7 @@ im_repair_fanout(PG_FUNCTION_ARGS)
 					else if (overlap[r])
 						reason = "overlapping_periods";
 					else
-						reason = "item_needs_review";
+						reason = "other_recipient_not_safe";
 				}
 				else
 					action = dry_run ? "would_requeue" : (done ? "requeued" : "skipped_changed");
