@@ -219,8 +219,8 @@ lookup_existing(SendRequest *req, int64 *message_id, int64 *msg_seq)
 				(errcode(ERRCODE_IM_CONFLICT),
 				 errmsg("client_msg_id \"%s\" of sender " INT64_FORMAT " was already used for a different request",
 						req->client_msg_id, req->sender_id),
-				 errdetail("The first request with this key was a %s (message " INT64_FORMAT ") in conversation " INT64_FORMAT ".",
-						   im_get_text(0, 4), *message_id, im_get_int64(0, 5, NULL)),
+				 errdetail("The key was first used for message " INT64_FORMAT " (kind %s) in conversation " INT64_FORMAT ".",
+						   *message_id, im_get_text(0, 4), im_get_int64(0, 5, NULL)),
 				 errhint("Use a new client_msg_id for a new message; reuse one only to retry the same request.")));
 	return true;
 }
