@@ -148,7 +148,7 @@ claim_items(FanoutBatch *b, int max_items)
 	im_prepare(&pending,
 			   "SELECT o.outbox_id, o.msg_seq, o.source_event_id, o.private_user_id, "
 			   "       o.next_attempt_at" LE "pg_catalog.now(), "
-			   "       pg_catalog.coalesce(e.kind, pe.kind), e.mode" EQ "'shared_log' "
+			   "       COALESCE(e.kind, pe.kind), e.mode" EQ "'shared_log' "
 			   "FROM im.outbox o "
 			   "LEFT JOIN im.event e ON o.private_user_id IS NULL AND e.message_id" EQ "o.source_event_id "
 			   "LEFT JOIN im.private_event pe ON o.private_user_id IS NOT NULL "
@@ -222,8 +222,8 @@ claim_items(FanoutBatch *b, int max_items)
 	"JOIN im.event e ON e.message_id" EQ "o.source_event_id " \
 	"LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
 	"JOIN im.membership_period p ON p.conversation_id" EQ "e.conversation_id " \
-	" AND ((p.join_seq" LE "pg_catalog.coalesce(t.msg_seq, e.msg_seq) " \
-	"       AND (p.leave_seq IS NULL OR p.leave_seq" GE "pg_catalog.coalesce(t.msg_seq, e.msg_seq))) " \
+	" AND ((p.join_seq" LE "COALESCE(t.msg_seq, e.msg_seq) " \
+	"       AND (p.leave_seq IS NULL OR p.leave_seq" GE "COALESCE(t.msg_seq, e.msg_seq))) " \
 	"      OR (e.kind" EQ "'leave' AND p.leave_event_id" EQ "e.message_id)) " \
 	"WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL "
 
@@ -403,7 +403,7 @@ mark_failed(FanoutItem *it, ErrorData *edata)
 	im_prepare(&plan,
 			   "UPDATE im.outbox SET attempts = attempts" PLUS "1, last_error = $2,"
 			   "  next_attempt_at = pg_catalog.now()" PLUS
-			   "    pg_catalog.make_interval(secs => pg_catalog.power(2, pg_catalog.least(attempts, 6))),"
+			   "    pg_catalog.make_interval(secs => 10 OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(attempts, 5))),"
 			   "  state = CASE WHEN attempts" PLUS "1" GE "$3 THEN 'dead' ELSE 'pending' END "
 			   "WHERE outbox_id" EQ "$1 RETURNING state",
 			   3, INT8OID, TEXTOID, INT4OID);

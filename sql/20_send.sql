@@ -77,6 +77,10 @@ RESET im_sync.max_body_bytes;
 SELECT try_sql($$SELECT * FROM im.send_message(1, 999, 'x', '{}')$$);
 SELECT try_sql($$SELECT * FROM im.send_message(4, 1, 'x', '{}')$$);
 SELECT try_sql($$SELECT * FROM im.send_message(5, 2, 'x', '{}')$$);
+-- only the one accepted send ('size-ok') changed anything
+SELECT (SELECT events FROM state) = events + 1 AND (SELECT outbox FROM state) = outbox + 1
+       AND (SELECT heads FROM state) = heads + 1 AS only_size_ok_changed
+FROM before;
 DROP TABLE before;
 CREATE TEMP TABLE before AS SELECT * FROM state;
 
