@@ -230,7 +230,7 @@ note_issued(ImDevice *dev, int64 watermark)
 	if (watermark <= dev->issued_sync_seq)
 		return;
 	im_prepare(&plan,
-			   "UPDATE im.device SET issued_sync_seq = pg_catalog.greatest(issued_sync_seq, $3) "
+			   "UPDATE im.device SET issued_sync_seq = GREATEST(issued_sync_seq, $3) "
 			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
 			   3, INT8OID, TEXTOID, INT8OID);
 	device_args(args, dev->user_id, dev->device_id);
@@ -645,7 +645,7 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 
 	im_prepare(&activate,
 			   "UPDATE im.device SET state = 'ACTIVE', "
-			   "  acked_sync_seq = pg_catalog.greatest(acked_sync_seq, $4), "
+			   "  acked_sync_seq = GREATEST(acked_sync_seq, $4), "
 			   "  acked_at = pg_catalog.now(), last_seen_at = pg_catalog.now() "
 			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
 			   "AND sync_generation OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'RECOVERING' "
