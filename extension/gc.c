@@ -58,8 +58,8 @@ im_gc_inbox(PG_FUNCTION_ARGS)
 			   " (SELECT pg_catalog.min(d.acked_sync_seq) FROM im.device d "
 			   "   WHERE d.user_id OPERATOR(pg_catalog.=) $1 "
 			   "   AND d.state OPERATOR(pg_catalog.=) ANY ('{ACTIVE,RECOVERING}'::pg_catalog.text[]) "
-			   "   AND d.last_seen_at OPERATOR(pg_catalog.>) pg_catalog.now() OPERATOR(pg_catalog.-) "
-			   "       pg_catalog.make_interval(secs => $3)), "
+			   "   AND d.last_seen_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) "
+			   "       pg_catalog.make_interval(secs => $3))), "
 			   " (SELECT pg_catalog.min(s.resume_from) FROM im.recovery_session s "
 			   "   WHERE s.user_id OPERATOR(pg_catalog.=) $1 AND s.state OPERATOR(pg_catalog.=) 'ACTIVE' "
 			   "   AND s.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()), "
@@ -69,8 +69,8 @@ im_gc_inbox(PG_FUNCTION_ARGS)
 			   "   AND p.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()), "
 			   " (SELECT pg_catalog.min(i.sync_seq) OPERATOR(pg_catalog.-) 1 FROM im.inbox i "
 			   "   WHERE i.user_id OPERATOR(pg_catalog.=) $1 "
-			   "   AND i.created_at OPERATOR(pg_catalog.>=) pg_catalog.now() OPERATOR(pg_catalog.-) "
-			   "       pg_catalog.make_interval(secs => $4)))",
+			   "   AND i.created_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) "
+			   "       pg_catalog.make_interval(secs => $4))))",
 			   4, INT8OID, INT8OID, FLOAT8OID, FLOAT8OID);
 	im_prepare(&collect,
 			   "WITH d AS (DELETE FROM im.inbox WHERE user_id OPERATOR(pg_catalog.=) $1 "

@@ -1,0 +1,189 @@
+-- gc_inbox and its fence (contract §8): device ACKs, recovery leases,
+-- snapshot bases, the retention window; a device left behind gets
+-- RESET_REQUIRED, never a gap.  Users 6001..6099 belong to this file.
+-- gc_inbox works on every user, so each case runs in a transaction that is
+-- rolled back (the regression database is shared by every test file).
+\set VERBOSITY default
+-- fails(sql): runs sql and shows the error it raised (SQLSTATE, message,
+-- detail, hint), or 'no error'.
+CREATE FUNCTION pg_temp.fails(q text)
+RETURNS TABLE(sqlstate text, message text, detail text, hint text)
+LANGUAGE plpgsql AS $f$
+DECLARE s text; m text; d text; h text;
+BEGIN
+    EXECUTE q;
+    RETURN QUERY SELECT 'no error'::text, NULL::text, NULL::text, NULL::text;
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS s = RETURNED_SQLSTATE, m = MESSAGE_TEXT,
+                            d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
+    RETURN QUERY SELECT s, m, NULLIF(d, ''), NULLIF(h, '');
+END
+$f$;
+-- Helpers (session-local).  Tokens are random: stored in tok, never printed.
+-- ev(events): compact, deterministic rendering (no ids, no timestamps).
+CREATE TEMP TABLE tok (k text PRIMARY KEY, tb text, tc text);
+CREATE FUNCTION pg_temp.ev(j jsonb) RETURNS text LANGUAGE sql AS $f$
+SELECT COALESCE(string_agg(
+         (e->>'sync_seq') || ':' || (e->>'kind')
+         || CASE WHEN e ? 'msg_seq' THEN '#' || (e->>'msg_seq') ELSE '' END
+         || CASE WHEN e->>'kind' = 'message' THEN '=' || COALESCE(e->'body'->>'t', 'null') ELSE '' END
+         || CASE WHEN e ? 'read_msg_seq' THEN '(read ' || (e->>'read_msg_seq') || ')' ELSE '' END,
+         ' ' ORDER BY (e->>'sync_seq')::bigint), '')
+  FROM jsonb_array_elements(j) e
+$f$;
+-- sync(k, …): calls im.sync_changes, keeps its batch token and cursor as k.
+CREATE FUNCTION pg_temp.sync(k_ text, u bigint, d text, cg int, la bigint,
+                             lim int DEFAULT 200, cur text DEFAULT NULL)
+RETURNS TABLE(status text, gen int, token boolean, resume_from bigint, wm bigint,
+              ack bigint, events text, more_cursor boolean, has_more boolean,
+              recovery boolean, user_hw bigint)
+LANGUAGE plpgsql AS $f$
+DECLARE r record;
+BEGIN
+    SELECT * INTO r FROM im.sync_changes(u, d, cg, la, lim, cur);
+    INSERT INTO tok AS t VALUES (k_, r.batch_token, r.next_cursor)
+        ON CONFLICT (k) DO UPDATE SET tb = excluded.tb, tc = excluded.tc;
+    RETURN QUERY SELECT r.status, r.sync_generation, r.batch_token IS NOT NULL,
+        r.resume_from, r.batch_high_watermark, r.server_acked_sync_seq,
+        pg_temp.ev(r.events), r.next_cursor IS NOT NULL, r.has_more,
+        r.recovery_session_id IS NOT NULL, r.user_high_watermark;
+END
+$f$;
+-- page(k_new, u, d, k_cursor, lim): the next page of the batch behind cursor k
+CREATE FUNCTION pg_temp.page(k_ text, u bigint, d text, kc text, lim int DEFAULT 200)
+RETURNS TABLE(status text, gen int, token boolean, resume_from bigint, wm bigint,
+              ack bigint, events text, more_cursor boolean, has_more boolean,
+              recovery boolean, user_hw bigint)
+LANGUAGE sql AS $f$
+SELECT * FROM pg_temp.sync(k_, u, d, NULL, NULL, lim, (SELECT tc FROM tok WHERE k = kc))
+$f$;
+-- ack(u, d, k, seq): im.ack_sync with the batch token kept as k
+CREATE FUNCTION pg_temp.ack(u bigint, d text, k_ text, seq bigint)
+RETURNS TABLE(status text, acked_sync_seq bigint) LANGUAGE sql AS $f$
+SELECT * FROM im.ack_sync(u, d, (SELECT tb FROM tok WHERE k = k_), seq)
+$f$;
+-- activate(u, d): snapshot + ack, the way a NEW or RESETTING device gets ACTIVE
+CREATE FUNCTION pg_temp.activate(u bigint, d text)
+RETURNS TABLE(status text, acked_sync_seq bigint) LANGUAGE sql AS $f$
+SELECT a.* FROM im.begin_snapshot(u, d) b,
+       LATERAL im.ack_snapshot(u, d, b.snapshot_token, b.manifest_digest) a
+$f$;
+-- dev(u, d): the device row's protocol state
+CREATE FUNCTION pg_temp.dev(u bigint, d text)
+RETURNS TABLE(state text, gen int, acked bigint, issued bigint) LANGUAGE sql AS $f$
+SELECT state, sync_generation, acked_sync_seq, issued_sync_seq FROM im.device
+ WHERE user_id = u AND device_id = d
+$f$;
+
+SELECT im.create_conversation('group', ARRAY[6001, 6002, 6003]::bigint[], 6002) AS c \gset
+SELECT im.run_fanout() > 0 AS delivered;
+SELECT * FROM im.register_device(6001, 'a');
+SELECT * FROM im.register_device(6001, 'b');
+SELECT * FROM im.register_device(6001, 'n');
+SELECT * FROM im.register_device(6003, 's');
+SELECT * FROM im.register_device(6003, 't');
+SELECT * FROM pg_temp.activate(6001, 'a');
+SELECT * FROM pg_temp.activate(6001, 'b');
+SELECT count(*) FROM generate_series(1, 2) i,
+       LATERAL im.send_message(6002, :c, 's60-m' || i, jsonb_build_object('t', 'm' || i));
+SELECT im.run_fanout() > 0 AS delivered;
+-- 6003/s: a snapshot at base 3, never acknowledged (READY, holds the log)
+SELECT status, base_sync_seq FROM im.begin_snapshot(6003, 's');
+SELECT count(*) FROM generate_series(3, 10) i,
+       LATERAL im.send_message(6002, :c, 's60-m' || i, jsonb_build_object('t', 'm' || i));
+SELECT im.run_fanout() > 0 AS delivered;
+SELECT * FROM pg_temp.activate(6003, 't');
+-- 6001: a ACKs 8, b ACKs 5
+SELECT * FROM pg_temp.sync('a1', 6001, 'a', 2, 1);
+SELECT * FROM pg_temp.ack(6001, 'a', 'a1', 8);
+SELECT * FROM pg_temp.sync('b1', 6001, 'b', 2, 1);
+SELECT * FROM pg_temp.ack(6001, 'b', 'b1', 5);
+SELECT user_id, device_id, state, sync_generation, acked_sync_seq FROM im.device
+ WHERE user_id IN (6001, 6003) ORDER BY 1, 2;
+SELECT user_id, high_watermark, gc_floor FROM im.user_head WHERE user_id IN (6001, 6003) ORDER BY 1;
+
+-- the retention window (default 7 days) holds everything here
+SELECT * FROM im.gc_inbox() WHERE user_id IN (6001, 6003);
+
+-- 1. device ACKs and snapshot bases hold the fence; NEW devices do not
+BEGIN;
+SET LOCAL im_sync.inbox_retention = 0;
+SELECT value AS gc_before FROM im.metrics() WHERE name = 'im_gc_deleted_total' \gset
+CREATE TEMP TABLE g1 AS SELECT * FROM im.gc_inbox();
+SELECT * FROM g1 WHERE user_id IN (6001, 6003) ORDER BY user_id;
+SELECT user_id, gc_floor, (SELECT min(sync_seq) FROM im.inbox i WHERE i.user_id = h.user_id) AS oldest_kept
+  FROM im.user_head h WHERE user_id IN (6001, 6003) ORDER BY 1;
+-- counted (shared memory)
+SELECT value - :gc_before = (SELECT sum(deleted) FROM g1) AS deletions_counted
+  FROM im.metrics() WHERE name = 'im_gc_deleted_total';
+-- nobody is left behind: b resumes from its ACK
+SELECT * FROM pg_temp.sync('b2', 6001, 'b', 2, 5);
+-- a second run finds nothing new
+SELECT * FROM im.gc_inbox() WHERE user_id IN (6001, 6003);
+ROLLBACK;
+
+-- 2. a device silent longer than device_inactive_after no longer holds:
+-- its next sync is RESET_REQUIRED (rule 6), never a gap
+BEGIN;
+SET LOCAL im_sync.inbox_retention = 0;
+SET LOCAL im_sync.device_inactive_after = 0;
+SELECT * FROM im.gc_inbox() WHERE user_id IN (6001, 6003) ORDER BY user_id;
+SELECT * FROM pg_temp.sync('b3', 6001, 'b', 2, 5);
+SELECT * FROM pg_temp.dev(6001, 'b');
+ROLLBACK;
+
+-- 3. a RESETTING device does not hold (it will snapshot)
+BEGIN;
+SET LOCAL im_sync.inbox_retention = 0;
+SELECT * FROM pg_temp.sync('r5', 6001, 'b', 2, 99);
+SELECT * FROM im.gc_inbox() WHERE user_id = 6001;
+ROLLBACK;
+
+-- 4. a recovery session's lease holds (resume_from) ...
+BEGIN;
+SET LOCAL im_sync.inbox_retention = 0;
+SELECT * FROM pg_temp.sync('rc', 6001, 'a', 2, 2);
+SELECT * FROM im.gc_inbox() WHERE user_id = 6001;
+SELECT * FROM pg_temp.sync('rc2', 6001, 'a', 3, 2);
+ROLLBACK;
+-- ... until it expires: then the range goes and the device must reset
+BEGIN;
+SET LOCAL im_sync.inbox_retention = 0;
+SET LOCAL im_sync.recovery_ttl = 0;
+SELECT * FROM pg_temp.sync('rx', 6001, 'a', 2, 2);
+SELECT * FROM im.gc_inbox() WHERE user_id = 6001;
+SELECT * FROM pg_temp.sync('rx2', 6001, 'a', 3, 2);
+SELECT * FROM pg_temp.dev(6001, 'a');
+ROLLBACK;
+
+-- 5. an expired or abandoned snapshot no longer holds
+BEGIN;
+SET LOCAL im_sync.inbox_retention = 0;
+UPDATE im.snapshot SET expires_at = now() - interval '1 second' WHERE user_id = 6003;
+SELECT * FROM im.gc_inbox() WHERE user_id = 6003;
+ROLLBACK;
+BEGIN;
+SET LOCAL im_sync.inbox_retention = 0;
+SELECT im.revoke_device(6003, 's');
+SELECT * FROM im.gc_inbox() WHERE user_id = 6003;
+ROLLBACK;
+
+-- 6. 游标过期: a cursor whose rest of the batch was collected answers
+-- RESET_REQUIRED, never a page with a gap
+BEGIN;
+SET LOCAL im_sync.inbox_retention = 0;
+SET LOCAL im_sync.device_inactive_after = 0;
+SELECT * FROM pg_temp.sync('p1', 6001, 'b', 2, 5, 2);
+SELECT * FROM im.gc_inbox() WHERE user_id = 6001;
+SELECT * FROM pg_temp.page('p2', 6001, 'b', 'p1', 2);
+SELECT * FROM pg_temp.dev(6001, 'b');
+ROLLBACK;
+
+-- 7. the retention window: events younger than inbox_retention stay
+BEGIN;
+SET LOCAL im_sync.inbox_retention = 0;
+SET LOCAL im_sync.device_inactive_after = 0;
+UPDATE im.inbox SET created_at = now() - interval '2 hours' WHERE user_id = 6001 AND sync_seq <= 4;
+SET LOCAL im_sync.inbox_retention = '1h';
+SELECT * FROM im.gc_inbox() WHERE user_id = 6001;
+ROLLBACK;
