@@ -150,7 +150,9 @@ def apply_position(st, p):
     pos = {k: p.get(k) for k in POS_KEYS}
     for k in POS_KEYS:
         check(k in p, 'position lacks key %s: %r', k, p)
-    if pos['message_id'] in c.deleted:
+    if pos['message_id'] in c.deleted or pos['target_message_id'] in c.deleted:
+        # Deleted for me: the message, and (as fetch_messages does) its
+        # recalls and edits, which would bring its text back.
         return
     old = c.pos.get(pos['msg_seq'])
     check(old is None or (old['message_id'] == pos['message_id'] and old['kind'] == pos['kind']),
@@ -195,7 +197,7 @@ def apply_event(st, ev):
         c = st.convs.setdefault(ev['conversation_id'], Conv())
         mid = ev['message_id']
         c.deleted.add(mid)
-        for s in [s for s, p in c.pos.items() if p['message_id'] == mid]:
+        for s in [s for s, p in c.pos.items() if mid in (p['message_id'], p['target_message_id'])]:
             del c.pos[s]
     elif kind == 'conversation_dirty':
         raise ModelFailure('conversation_dirty in a fanout-only model: %r' % ev)
@@ -216,7 +218,8 @@ class Device:
 
 
 class Model:
-    def __init__(self, dsn, seed, steps, verbose=False):
+    def __init__(self, dsn, seed, steps, verbose=False, skip=()):
+        self.skip = set(skip)
         self.seed = seed
         self.rng = random.Random(seed)
         self.steps = steps
@@ -393,6 +396,8 @@ class Model:
         self.count('op.fanout')
 
     def op_gc(self, aggressive=None):
+        if 'gc' in self.skip:
+            return
         if aggressive is None:
             aggressive = self.rng.random() < 0.5
         with self.gc_conn.cursor() as cur:
@@ -510,8 +515,20 @@ class Model:
             events.extend(page['events'])
         self.count('sync.pages', pages)
         seqs = [e['sync_seq'] for e in events]
-        check(seqs == list(range(resume + 1, hw + 1)),
-              'batch (%d, %d] of %d/%s is not exactly its range: %s', resume, hw, d.user, d.name, seqs)
+        check(seqs == sorted(set(seqs)) and all(resume < x <= hw for x in seqs),
+              'batch (%d, %d] of %d/%s: events out of order or range: %s', resume, hw, d.user, d.name, seqs)
+        missing = sorted(set(range(resume + 1, hw + 1)) - set(seqs))
+        if missing:
+            # The only positions a batch may leave out are those deleted for
+            # the user (contract §1); anything else is a gap.
+            rows = self.q("SELECT i.sync_seq, EXISTS (SELECT 1 FROM im.deleted_for_me x "
+                          "  WHERE x.user_id = i.user_id AND x.message_id IN (e.message_id, e.target_message_id)) AS del "
+                          "FROM im.inbox i LEFT JOIN im.event e ON e.message_id = i.source_event_id "
+                          "WHERE i.user_id = %s AND i.sync_seq = ANY(%s)", (d.user, missing))
+            ok = {r['sync_seq'] for r in rows if r['del']}
+            check(ok == set(missing), 'batch (%d, %d] of %d/%s has a gap: %s missing, not deleted for the user',
+                  resume, hw, d.user, d.name, sorted(set(missing) - ok))
+            self.count('sync.filtered_deleted', len(missing))
         # Per conversation, events come in msg_seq order.
         last = {}
         for e in events:
@@ -638,6 +655,15 @@ class Model:
                 for c, (want, read) in truth.items():
                     have = [got[c].pos[s] for s in sorted(got[c].pos)]
                     if have != want:
+                        extra = [p for p in have if p not in want and p['kind'] in ('recall', 'edit')]
+                        for p in extra:
+                            if self.q("SELECT 1 FROM im.deleted_for_me WHERE user_id = %s AND message_id = %s",
+                                      (u, p['target_message_id'])):
+                                raise ModelFailure(
+                                    'user %d device %s conversation %d: sync_changes delivered %s msg_seq %d of '
+                                    'message %d, which the user deleted for itself; fetch_messages hides it '
+                                    '(sync_changes and fetch_messages disagree on deleted-for-me)' % (
+                                        u, d.name, c, p['kind'], p['msg_seq'], p['target_message_id']))
                         diff = [(a, b) for a, b in zip(have, want) if a != b][:3]
                         raise ModelFailure('user %d device %s conversation %d differs from fetch_messages '
                                            '(%d vs %d positions); first differences (device, server): %r' % (
@@ -654,6 +680,7 @@ class Model:
                (self.op_leave, 3), (self.op_read, 4), (self.op_delete, 2), (self.op_fanout, 12),
                (self.op_sync, 30), (self.op_rollback, 3), (self.op_reinstall, 2),
                (self.op_late_ack, 3), (self.op_gc, 2)]
+        ops = [(f, w) for f, w in ops if f.__name__[3:] not in self.skip]
         fns = [f for f, _ in ops]
         weights = [w for _, w in ops]
         for step in range(self.steps):
@@ -667,18 +694,20 @@ def main():
     ap.add_argument('--steps', type=int, default=300)
     ap.add_argument('--dsn', default=os.environ.get('IM_MODEL_DSN', 'dbname=im_model'))
     ap.add_argument('-v', '--verbose', action='store_true')
+    ap.add_argument('--skip', action='append', default=[],
+                    help='leave out an operation kind (gc, rollback, reinstall, ...), for triage only')
     args = ap.parse_args()
     seeds = args.seed or FIXED_SEEDS + [random.SystemRandom().randrange(1000, 10 ** 6)]
     failed = 0
     for seed in seeds:
         t0 = time.time()
-        m = Model(args.dsn, seed, args.steps, args.verbose)
+        m = Model(args.dsn, seed, args.steps, args.verbose, args.skip)
         try:
             m.run()
         except (ModelFailure, psycopg2.Error) as e:
             failed += 1
             print('seed %d: FAILED after %.1fs (replay: --seed %d --steps %d)' % (seed, time.time() - t0, seed, args.steps))
-            print('  recall_max_replay=%d; last operations:' % m.max_replay)
+            print('  recovery_max_replay=%d; last operations:' % m.max_replay)
             for t in m.trace[-25:]:
                 print('   ', t)
             print('  error: %s: %s' % (type(e).__name__, str(e).strip()[:3000]))
@@ -693,8 +722,10 @@ def main():
             c.get('batches', 0), c.get('events', 0), c.get('sync.pages', 0), c.get('recoveries', 0),
             c.get('sync.RESET_REQUIRED', 0), c.get('snapshots', 0), c.get('fetch_messages', 0),
             c.get('final.positions', 0)))
-        print('  faults: ' + (', '.join('%s=%d' % (k[6:], v) for k, v in sorted(c.items())
+        print('  faults: ' + (', '.join('%s=%d' % (k.split('.', 1)[1], v) for k, v in sorted(c.items())
                                         if k.startswith('fault.') or k.startswith('ack.late.')) or 'none'))
+        print('  sync statuses: ' + ', '.join('%s=%d' % (k[5:], v) for k, v in sorted(c.items())
+                                                if k.startswith('sync.') and k[5:].isupper()))
     print('model: %d seeds, %d failed' % (len(seeds), failed))
     return 1 if failed else 0
 
