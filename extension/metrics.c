@@ -73,7 +73,7 @@ static const char *gauges_sql =
 "UNION ALL SELECT 'im_devices_behind', (SELECT pg_catalog.count(*) FROM im.device d "
 "   JOIN im.user_head h ON h.user_id OPERATOR(pg_catalog.=) d.user_id "
 "   WHERE d.state OPERATOR(pg_catalog.=) ANY ('{ACTIVE,RECOVERING}'::text[]) "
-"     AND h.high_watermark OPERATOR(pg_catalog.-) d.acked_sync_seq OPERATOR(pg_catalog.>) "
+"     AND (h.high_watermark OPERATOR(pg_catalog.-) d.acked_sync_seq) OPERATOR(pg_catalog.>) "
 XSTR(IM_DEVICES_BEHIND_THRESHOLD) ")::float8, "
 "  'ACTIVE or RECOVERING devices whose ACK is more than " XSTR(IM_DEVICES_BEHIND_THRESHOLD)
 " events behind their user''s high watermark.' "
