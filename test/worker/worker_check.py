@@ -12,6 +12,7 @@ PGUSER from the harness; workers start paused).  Each check prints one
     several NOTIFYs for one big batch) and carry the committed watermarks;
   - a poison item becomes a dead letter after fanout_max_attempts while the
     workers stay up, the cluster does not restart, and others are delivered;
+  - a batch that fails as a whole is logged and retried by the same worker;
   - a worker killed with SIGTERM is restarted by the postmaster.
 The test's rows are removed at the end; settings are reset.
 """
@@ -204,6 +205,31 @@ try:
     q("DROP TABLE public.im_worker_poison")
     set_system("im_sync.fanout_max_attempts", None)
 
+    # --- a whole batch fails (the outbox update itself raises, outside the
+    # per-item subtransactions): the worker logs it, stays up and retries
+    q("""CREATE FUNCTION public.im_worker_batch_trg() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF EXISTS (SELECT 1 FROM im.event e WHERE e.message_id = NEW.source_event_id
+                         AND e.client_msg_id = 'w-batch-poison') THEN
+             RAISE EXCEPTION 'batch poison for the worker test';
+           END IF;
+           RETURN NEW;
+         END $$""")
+    q("CREATE TRIGGER im_worker_batch BEFORE UPDATE ON im.outbox FOR EACH ROW EXECUTE FUNCTION public.im_worker_batch_trg()")
+    pids_before = workers()
+    q("SELECT * FROM im.send_message(%s, %s, 'w-batch-poison', '{\"text\": \"batch\"}')", (members[0], small))
+    log = os.path.join(os.environ.get("IM_TMP", "/nonexistent"), "server.log")
+    if os.path.exists(log):
+        seen = wait_for(lambda: open(log, errors="replace").read().count("batch poison for the worker test") >= 4, 40, step=0.5)
+        check(seen, "a failing batch is logged and retried by the same worker")
+    else:
+        time.sleep(8)
+    check(workers() == pids_before, "workers survive failing batches (same pids)", f"{pids_before} -> {workers()}")
+    check(q1("SELECT pg_catalog.pg_postmaster_start_time()") == start_time, "failing batches do not restart the cluster")
+    q("DROP TRIGGER im_worker_batch ON im.outbox")
+    q("DROP FUNCTION public.im_worker_batch_trg()")
+    check(wait_for(lambda: drained([small]), 30), "once the cause is gone the item is delivered")
+
     # --- SIGTERM: the postmaster restarts the worker, the others keep running
     before = workers()
     victim = before[0]
@@ -221,10 +247,11 @@ finally:
         q("DROP TRIGGER IF EXISTS im_worker_poison ON im.inbox")
         q("DROP FUNCTION IF EXISTS public.im_worker_poison_trg()")
         q("DROP TABLE IF EXISTS public.im_worker_poison")
+        q("DROP TRIGGER IF EXISTS im_worker_batch ON im.outbox")
+        q("DROP FUNCTION IF EXISTS public.im_worker_batch_trg()")
         # Remove this test's rows so later suites see a clean database.
         if conv_ids:
             time.sleep(1.5)   # let the workers see the reload and idle
-            q("""DO $$ BEGIN END $$""")
             for sql in [
                 "DELETE FROM im.fanout_quarantine WHERE outbox_id IN (SELECT outbox_id FROM im.outbox WHERE conversation_id = ANY(%(c)s))",
                 "DELETE FROM im.inbox WHERE user_id >= %(lo)s AND user_id < %(hi)s",
