@@ -334,6 +334,15 @@ conn_down(dbconn *c, const char *why)
 		fail_queue();
 }
 
+/* libpq prints notices (and a FATAL sent outside a query) to stderr by
+ * default; route them into the structured log instead. */
+static void
+notice_to_log(void *arg, const char *message)
+{
+	(void) arg;
+	im_log("warn", "event=db_notice msg=\"%s\"", message);
+}
+
 static void
 conn_start(dbconn *c)
 {
@@ -346,6 +355,7 @@ conn_start(dbconn *c)
 		conn_down(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
 		return;
 	}
+	PQsetNoticeProcessor(c->pg, notice_to_log, NULL);
 	c->st = C_CONNECTING;
 	c->want_write = 1;
 	im_db_stats_g.reconnects++;

@@ -191,12 +191,24 @@ find_session(uint64_t sid)
 	return NULL;
 }
 
-static void
-register_session(session *s, struct lws *wsi, int is_http)
+/*
+ * Sessions are malloc'd, not lws per-session data: lws frees and re-binds
+ * the user space of HTTP connections between transactions, and jobs in
+ * flight find sessions by sid, never by pointer.
+ */
+typedef struct pss
+{
+	session    *s;
+} pss;
+
+static session *
+register_session(struct lws *wsi, int is_http)
 {
 	unsigned	h;
+	session    *s = calloc(1, sizeof(session));
 
-	memset(s, 0, sizeof(*s));
+	if (!s)
+		abort();
 	s->sid = next_sid++;
 	s->wsi = wsi;
 	s->is_http = is_http;
@@ -212,6 +224,7 @@ register_session(session *s, struct lws *wsi, int is_http)
 	if (all_sessions)
 		all_sessions->all_prev = s;
 	all_sessions = s;
+	return s;
 }
 
 static void
@@ -277,6 +290,7 @@ unregister_session(session *s)
 	free(s->chints);
 	free(s->http_body);
 	s->registered = 0;
+	free(s);
 }
 
 /* ---- outgoing ---- */
@@ -1205,7 +1219,8 @@ static int
 callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 			void *user, void *in, size_t len)
 {
-	session    *s = (session *) user;
+	pss		   *p = (pss *) user;
+	session    *s = p ? p->s : NULL;
 
 	switch (reason)
 	{
@@ -1216,13 +1231,13 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 		case LWS_CALLBACK_ESTABLISHED:
 			if (g_draining)
 				return -1;
-			register_session(s, wsi, 0);
+			s = p->s = register_session(wsi, 0);
 			m.conns_current++;
 			m.conns_total++;
 			break;
 
 		case LWS_CALLBACK_RECEIVE:
-			if (s->close_code)
+			if (!s || s->close_code)
 				break;
 			if (!s->in_msg)
 			{
@@ -1269,15 +1284,16 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 			break;
 
 		case LWS_CALLBACK_SERVER_WRITEABLE:
-			if (!s->registered)
+			if (!s)
 				break;
 			return on_writeable(s);
 
 		case LWS_CALLBACK_CLOSED:
-			if (s->registered)
+			if (s)
 			{
 				m.conns_current--;
 				unregister_session(s);
+				p->s = NULL;
 			}
 			break;
 
@@ -1286,8 +1302,8 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 				const char *uri = (const char *) in;
 				im_job	   *j;
 
-				if (!s->registered)
-					register_session(s, wsi, 1);
+				if (!s)
+					s = p->s = register_session(wsi, 1);
 				m.http_requests++;
 				free(s->http_body);
 				s->http_body = NULL;
@@ -1322,7 +1338,7 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 				unsigned char *body;
 				int			rc;
 
-				if (!s->registered || !s->http_body)
+				if (!s || !s->http_body)
 					break;
 				blen = strlen(s->http_body);
 				if (lws_add_http_common_headers(wsi, (unsigned) s->http_status,
@@ -1345,8 +1361,12 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 			}
 
 		case LWS_CALLBACK_CLOSED_HTTP:
-			if (s && s->registered && s->is_http)
+		case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+			if (s && s->is_http)
+			{
 				unregister_session(s);
+				p->s = NULL;
+			}
 			break;
 
 		default:
@@ -1357,7 +1377,7 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 
 static struct lws_protocols protocols[] = {
 	/* protocols[0] also takes HTTP and ws clients that name no subprotocol */
-	{"im-sync.v1", callback_im, sizeof(session), 4096, 0, NULL, 0},
+	{"im-sync.v1", callback_im, sizeof(pss), 4096, 0, NULL, 0},
 	{NULL, NULL, 0, 0, 0, NULL, 0}
 };
 

@@ -28,6 +28,10 @@ im_log(const char *level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	/* libpq messages carry newlines: keep the record on one line */
+	for (char *c = line; *c; c++)
+		if (*c == '\n' || *c == '\r' || *c == '\t')
+			*c = ' ';
 	/* one fprintf so concurrent threads never interleave within a line */
 	fprintf(stderr, "ts=%s.%03ldZ level=%s %s\n", tbuf, ts.tv_nsec / 1000000, level, line);
 }

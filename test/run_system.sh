@@ -54,12 +54,12 @@ im_sync is running.
   conversation $conv between user 1 (alice) and user 2 (bob)
 
 Connect as alice's phone (python3-websockets' interactive client), then paste the lines:
-  python3 -m websockets ws://127.0.0.1:$port/
+  /usr/bin/python3 -m websockets ws://127.0.0.1:$port/
   {"type":"hello","token":"$t1p"}
   {"type":"send","id":1,"conversation_id":$conv,"client_msg_id":"demo-1","body":{"text":"hello bob"}}
 
 Bob's desktop, in another terminal:
-  python3 -m websockets ws://127.0.0.1:$port/
+  /usr/bin/python3 -m websockets ws://127.0.0.1:$port/
   {"type":"hello","token":"$t2d"}
   {"type":"sync","id":1,"sync_generation":1,"local_applied_sync_seq":0}
   (a new device gets RESET_REQUIRED: {"type":"snapshot_begin"} first, or sync with the generation it reports)
