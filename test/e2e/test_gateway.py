@@ -275,6 +275,30 @@ async def test_rate_limit_4029():
     assert limited and all(isinstance(f["retry_after_ms"], int) and f["retry_after_ms"] > 0 for f in limited), limited[:3]
 
 
+async def test_reconnect_storm_refusal():
+    """§11.3: a device reconnecting faster than its limit (burst 5, then
+    1/s) is refused with RATE_LIMITED + retry_after_ms and close 4029;
+    after waiting retry_after_ms it gets in."""
+    a, = new_user_ids(1)
+    register(a, "flappy")
+    refused = None
+    for _ in range(8):
+        c = await Client.open()
+        r = await c.req({"type": "hello", "token": token(a, "flappy")})
+        if r["type"] == "error":
+            refused = r
+            code, _ = await c.wait_closed()
+            assert code == 4029, code
+            break
+        await c.close()
+    assert refused is not None, "no refusal after 8 quick reconnects"
+    assert refused["code"] == "RATE_LIMITED" and refused["retry_after_ms"] > 0, refused
+    await asyncio.sleep(refused["retry_after_ms"] / 1000 + 0.1)
+    c = await Client.login(a, "flappy")
+    assert (await c.req({"type": "ping"}))["type"] == "pong"
+    await c.close()
+
+
 async def test_http_endpoints():
     r = urllib.request.urlopen(HTTP + "/healthz", timeout=5)
     assert r.status == 200
@@ -338,7 +362,7 @@ async def test_db_restart():
 
 TESTS = [test_scenario_2_1, test_hint_loss, test_supersede_4008, test_revoke_4003,
          test_spoofed_ids_forbidden, test_bad_frames_isolated, test_first_frame_rules,
-         test_rate_limit_4029, test_http_endpoints, test_db_restart]
+         test_rate_limit_4029, test_reconnect_storm_refusal, test_http_endpoints, test_db_restart]
 
 
 def main():
