@@ -90,11 +90,15 @@ q("UPDATE im.recovery_session SET state = 'EXPIRED' WHERE user_id = %s AND state
 reconcile_zero()
 
 gc_ok = True
+probe = connect(autocommit=False)
 try:
-    q("SET im_sync.inbox_retention = 0; SELECT * FROM im.gc_inbox()")
+    # Probe without side effects: collecting now would move the fence.
+    probe.cursor().execute("SELECT * FROM im.gc_inbox()")
 except psycopg2.Error as e:
     gc_ok = False
     gc_err = str(e).splitlines()[0]
+probe.rollback()
+probe.close()
 if not gc_ok:
     skip("recovery_during_gc", f"im.gc_inbox() raises: {gc_err}")
     skip("log_truncation_old_device", f"im.gc_inbox() raises: {gc_err}")
@@ -102,9 +106,12 @@ else:
     drill("recovery_during_gc", "GC (retention 0) runs while a device replays a rollback in a recovery session",
           "the recovery lease holds the fence: every page of the session is complete")
     send(3, "e")
-    st = sync("phone", gen, ack - 1)
+    ok = sync("phone", gen, ack)
+    q("SELECT * FROM im.ack_sync(%s, 'phone', %s, %s)", (U, ok[2], ok[4]))
+    ack = ok[4]
+    st = sync("phone", gen, ack - 2)
     q("SET im_sync.inbox_retention = 0; SELECT * FROM im.gc_inbox()")
-    st2 = sync("phone", st[1], ack - 1)
+    st2 = sync("phone", st[1], ack - 2)
     check(st[0] == "RECOVERY" and st2[0] == "RECOVERY" and st2[6] == st[6],
           f"recovery batch still complete after GC ({st[6]} events before, {st2[6]} after)")
     a = q("SELECT status FROM im.ack_sync(%s, 'phone', %s, %s)", (U, st2[2], st2[4]))[0]
@@ -117,6 +124,8 @@ else:
     q("SELECT * FROM im.register_device(%s, 'old')", (U,))
     og, ob, _ = snapshot("old")
     send(5, "f")
+    ok = sync("phone", gen, ack)   # the active phone catches up, so only "old" lags behind the fence
+    q("SELECT * FROM im.ack_sync(%s, 'phone', %s, %s)", (U, ok[2], ok[4]))
     q("UPDATE im.device SET last_seen_at = now() - interval '60 days' WHERE user_id = %s AND device_id = 'old'", (U,))
     q("SET im_sync.inbox_retention = 0; SELECT * FROM im.gc_inbox()")
     st = sync("old", og, ob)
