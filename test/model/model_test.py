@@ -38,7 +38,7 @@ import psycopg2
 import psycopg2.extensions
 import psycopg2.extras
 
-FIXED_SEEDS = [1, 2, 3, 4]
+FIXED_SEEDS = [1, 2, 3, 4, 5, 6]
 N_USERS = 5
 DEVICES = ("phone", "desktop")
 
@@ -238,7 +238,7 @@ class Model:
         self.ckey = 0
         self.max_ack = {}          # (user, device) -> highest server ACK seen
         # A small replay limit sometimes, so rollbacks also end in snapshots.
-        self.max_replay = self.rng.choice([3, 10, 1000])
+        self.max_replay = self.rng.choice([3, 10, 1000, 1000])
         with self.conn.cursor() as cur:
             cur.execute("SET im_sync.recovery_max_replay = %s", (str(self.max_replay),))
 
@@ -399,7 +399,7 @@ class Model:
         if 'gc' in self.skip:
             return
         if aggressive is None:
-            aggressive = self.rng.random() < 0.5
+            aggressive = self.rng.random() < 0.3
         with self.gc_conn.cursor() as cur:
             cur.execute("SET im_sync.inbox_retention = 0")
             # Aggressive: no device counts as recently seen, so only recovery
@@ -416,7 +416,7 @@ class Model:
     # ---- client-side operations
     def op_sync(self, d=None, faults=True):
         d = d or self.rng.choice(self.devices)
-        if faults and self.rng.random() < 0.25:
+        if faults and self.rng.random() < 0.4:
             d.saved.append(d.store.copy())
             d.saved = d.saved[-4:]
         self.sync(d, faults)
@@ -425,7 +425,8 @@ class Model:
         d = self.rng.choice(self.devices)
         if not d.saved:
             return
-        d.store = self.rng.choice(d.saved).copy()
+        # Mostly a recent copy (replayable), sometimes an old one.
+        d.store = (d.saved[-1] if self.rng.random() < 0.7 else self.rng.choice(d.saved)).copy()
         self.note('rollback %d/%s to gen %s applied %d' % (d.user, d.name, d.store.gen, d.store.applied))
         self.count('op.rollback')
         self.sync(d, faults=False)
@@ -678,8 +679,8 @@ class Model:
         self.setup()
         ops = [(self.op_send, 25), (self.op_recall, 4), (self.op_edit, 5), (self.op_join, 3),
                (self.op_leave, 3), (self.op_read, 4), (self.op_delete, 2), (self.op_fanout, 12),
-               (self.op_sync, 30), (self.op_rollback, 3), (self.op_reinstall, 2),
-               (self.op_late_ack, 3), (self.op_gc, 2)]
+               (self.op_sync, 30), (self.op_rollback, 6), (self.op_reinstall, 2),
+               (self.op_late_ack, 3), (self.op_gc, 1)]
         ops = [(f, w) for f, w in ops if f.__name__[3:] not in self.skip]
         fns = [f for f, _ in ops]
         weights = [w for _, w in ops]
@@ -691,7 +692,7 @@ class Model:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--seed', type=int, action='append', help='seed to run (repeatable); replays exactly')
-    ap.add_argument('--steps', type=int, default=300)
+    ap.add_argument('--steps', type=int, default=500)
     ap.add_argument('--dsn', default=os.environ.get('IM_MODEL_DSN', 'dbname=im_model'))
     ap.add_argument('-v', '--verbose', action='store_true')
     ap.add_argument('--skip', action='append', default=[],

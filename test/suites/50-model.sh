@@ -8,4 +8,4 @@ cd "$(dirname "$0")/../.."
 source test/cluster.sh
 im_createdb im_model
 IM_MODEL_DSN="host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_model" \
-  /usr/bin/python3 test/model/model_test.py --steps "${IM_MODEL_STEPS:-300}" ${IM_MODEL_ARGS:-}
+  /usr/bin/python3 test/model/model_test.py --steps "${IM_MODEL_STEPS:-500}" ${IM_MODEL_ARGS:-}
