@@ -98,6 +98,10 @@ class Device:
                 say('%s:   next page (cursor) -> %d more event(s)' % (self.label(), len(page['events'])))
             for e in events:
                 self.apply(e)
+                if e['kind'] == 'read_cursor':
+                    say('%s:   sync_seq %s: read_cursor conversation %s read_msg_seq %s' % (
+                        self.label(), e['sync_seq'], e['conversation_id'], e['read_msg_seq']))
+                    continue
                 say('%s:   sync_seq %s: %-8s conversation %s msg_seq %s %s' % (
                     self.label(), e['sync_seq'], e['kind'], e['conversation_id'], e.get('msg_seq'),
                     json.dumps(e.get('body'), ensure_ascii=False)))
@@ -161,7 +165,8 @@ fanout()
 hints()
 say("B's desktop is online: the hint wakes it, it syncs and ACKs")
 b_desktop.sync()
-status(m1, "message_status: delivered to B's desktop, not to B's phone, not read:")
+status(m1, "message_status: delivered to B's desktop, not to B's phone, not read "
+           "(A's own phone has not synced its copy yet either):")
 
 section("3. More messages and a recall arrive while B's phone is still offline")
 mids = []
