@@ -571,6 +571,8 @@ take_incoming(void)
 {
 	im_job	   *l;
 	char		buf[256];
+	int			i,
+				idle = 0;
 
 	while (read(g_wake_pipe[0], buf, sizeof(buf)) > 0)
 		;
@@ -578,6 +580,9 @@ take_incoming(void)
 	l = g_in_head;
 	g_in_head = g_in_tail = NULL;
 	pthread_mutex_unlock(&g_lock);
+	for (i = 0; i < g_npool; i++)
+		if (g_conns[i].st == C_IDLE)
+			idle++;
 	while (l)
 	{
 		im_job	   *n = l->next;
@@ -585,7 +590,12 @@ take_incoming(void)
 		if (im_db_stats_g.pool_ready == 0 || q_len >= MAX_QUEUE)
 			finish_job(l, IM_JOB_UNAVAILABLE, NULL);
 		else
+		{
+			/* a job that finds no idle connection waits for one */
+			if (q_len >= idle)
+				im_db_stats_g.pool_waits++;
 			enqueue(l);
+		}
 		l = n;
 	}
 }
@@ -627,8 +637,6 @@ db_main(void *arg)
 				dispatch(&g_conns[i], j);
 			}
 		}
-		if (q_head)
-			im_db_stats_g.pool_waits += q_len;
 
 		pfd[n].fd = g_wake_pipe[0];
 		pfd[n].events = POLLIN;

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# gateway_bench.sh — benchmark of im_gateway (not a test; prints figures).
+#  1. N devices in pairs through the gateway: send -> hint -> sync -> ack;
+#     frames/s, end-to-end sends/s, send-to-hint p50/p99.
+#  2. pgbench making the same SQL calls (send_message, sync_changes, ack_sync)
+#     over the same number of DB connections as the gateway pool; ratio.
+#  3. IDLE idle authenticated sessions: gateway RSS growth and MemAvailable
+#     drop per connection (the latter includes the python client).
+#  4. reconnect storm of STORM devices: time until all caught up, refusals
+#     and whether every refusal carried retry_after_ms.
+# Load generator: python3-websockets (test/bench/gateway/load.py), not C.
+#   BENCH_DEVICES=40 BENCH_SECONDS=20 BENCH_POOL=4 BENCH_IDLE=10000 BENCH_STORM=5000
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source test/cluster.sh
+PY=${IM_PYTHON:-/usr/bin/python3}
+N=${BENCH_DEVICES:-40}; SECS=${BENCH_SECONDS:-20}; POOL=${BENCH_POOL:-4}
+IDLE=${BENCH_IDLE:-10000}; STORM=${BENCH_STORM:-5000}
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+DB=im_bench
+gw=""; idle_pid=""
+cleanup() {
+  [ -n "$idle_pid" ] && kill "$idle_pid" 2>/dev/null
+  [ -n "$gw" ] && kill -TERM "$gw" 2>/dev/null && wait "$gw" 2>/dev/null
+  im_cluster_destroy
+}
+trap cleanup EXIT
+im_cluster_start "im_sync.database = '$DB'" "im_sync.fanout_paused = off" "im_sync.fanout_workers = 2" \
+  "max_connections = 400" || exit 1
+im_createdb "$DB" || exit 1
+export PGDATABASE=$DB
+echo "ulimit -n: $(ulimit -n)"
+
+# users: pairs 1..N (gateway), 100001.. (pgbench), 200001.. (idle + storm)
+im_psql -q <<SQL || exit 1
+CREATE TABLE public.bench_pairs(u bigint PRIMARY KEY, conv bigint);
+DO \$\$
+DECLARE u bigint; b record; conv bigint;
+BEGIN
+  FOR u IN SELECT g FROM generate_series(1, $N) g
+           UNION ALL SELECT 100000 + g FROM generate_series(1, 2 * $POOL) g
+           UNION ALL SELECT 200000 + g FROM generate_series(1, $IDLE) g LOOP
+    PERFORM im.register_device(u, 'bench');
+    IF u < 200000 OR u <= 200000 + $STORM THEN
+      SELECT * INTO b FROM im.begin_snapshot(u, 'bench');
+      PERFORM im.ack_snapshot(u, 'bench', b.snapshot_token, b.manifest_digest);
+    END IF;
+    IF u < 200000 AND u % 2 = 1 THEN
+      conv := im.direct_conversation(u, u + 1);
+      INSERT INTO public.bench_pairs VALUES (u, conv), (u + 1, conv);
+    END IF;
+  END LOOP;
+END \$\$;
+SQL
+tokens() { im_psql -At -F' ' -c "SELECT g, 'bench', coalesce(p.conv, 0), im.issue_device_token(g, 'bench', '1 day')
+                                  FROM generate_series($1, $2) g LEFT JOIN public.bench_pairs p ON p.u = g"; }
+tokens 1 "$N" >"$IM_TMP/pairs.txt"
+tokens 200001 $((200000 + IDLE)) >"$IM_TMP/idle.txt"
+head -n "$STORM" "$IM_TMP/idle.txt" >"$IM_TMP/storm.txt"
+
+port=$(im_free_port)
+./gateway/im_gateway --listen 127.0.0.1:"$port" --pool "$POOL" --max-pending-hello 256 \
+   --db "host=$PGHOST port=$PGPORT user=$PGUSER dbname=$DB" 2>"$IM_TMP/gateway.log" &
+gw=$!
+export IM_GW_URL="ws://127.0.0.1:$port/"
+for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.2; done
+
+echo "== 1. gateway: $N devices, $SECS s, pool $POOL"
+out=$("$PY" test/bench/gateway/load.py pairs "$SECS" "$IM_TMP/pairs.txt") || { echo "$out"; exit 1; }
+echo "$out"
+gw_rate=$(echo "$out" | sed -n 's/.*sends_per_s=\([0-9.]*\).*/\1/p')
+
+echo "== 2. pgbench: same calls, $POOL connections, $SECS s"
+cat >"$IM_TMP/bench.sql" <<'SQL'
+\set u 100001 + :client_id
+\set r random(1, 2000000000)
+SELECT message_id FROM im.send_message(:u, (SELECT conv FROM public.bench_pairs WHERE u = :u), 'pgb-:client_id-:r', '{"t":"x"}');
+SELECT s.batch_token AS bt, s.batch_high_watermark AS bh FROM im.device_session(:u, 'bench', 0) d, im.sync_changes(:u, 'bench', d.sync_generation, d.server_acked_sync_seq, 200) s \gset
+SELECT status FROM im.ack_sync(:u, 'bench', ':bt', :bh);
+SQL
+pgb=$("$PGBIN/pgbench" -n -M simple -c "$POOL" -j 2 -T "$SECS" -f "$IM_TMP/bench.sql" "$DB" 2>&1) || { echo "$pgb"; exit 1; }
+pg_rate=$(echo "$pgb" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
+echo "pgbench tps (send+sync+ack) = $pg_rate"
+echo "RESULT ratio gateway/pgbench = $(awk -v a="$gw_rate" -v b="$pg_rate" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }') (goal >= 0.7)"
+
+echo "== 3. $IDLE idle sessions"
+rss() { awk '/VmRSS/ {print $2}' /proc/"$gw"/status; }
+avail() { awk '/MemAvailable/ {print $2}' /proc/meminfo; }
+r0=$(rss); a0=$(avail)
+"$PY" test/bench/gateway/load.py idle "$IM_TMP/idle.txt" "$IM_TMP/idle.ready" &
+idle_pid=$!
+for _ in $(seq 600); do [ -f "$IM_TMP/idle.ready" ] && break; kill -0 "$idle_pid" 2>/dev/null || break; sleep 0.5; done
+sleep 2
+r1=$(rss); a1=$(avail)
+conns=$(curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "im_gateway_connections" {print $2}')
+echo "open sessions (gateway metric): $conns"
+echo "RESULT idle gateway_rss_per_conn_kib=$(awk -v a="$r0" -v b="$r1" -v n="$IDLE" 'BEGIN{printf "%.2f", (b-a)/n}') memavailable_drop_per_conn_kib=$(awk -v a="$a0" -v b="$a1" -v n="$IDLE" 'BEGIN{printf "%.2f", (a-b)/n}') (goal <= 16; MemAvailable includes the python client)"
+kill "$idle_pid" 2>/dev/null; wait "$idle_pid" 2>/dev/null; idle_pid=""
+sleep 2
+
+echo "== 4. reconnect storm: $STORM devices"
+"$PY" test/bench/gateway/load.py storm "$IM_TMP/storm.txt" || exit 1
+curl -s "http://127.0.0.1:$port/metrics" | grep -E '^im_gateway_(refusals_total|pool_waits_total|db_seconds_count|hints_sent_total|hints_coalesced_total)'
