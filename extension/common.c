@@ -229,7 +229,7 @@ im_lock_conversation(int64 conversation_id, ImConversation *conv)
 
 	im_prepare(&plan,
 			   "SELECT kind, mode, head_msg_seq FROM im.conversation "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	if (im_exec(plan, args, NULL, 0) != 1)

@@ -337,12 +337,8 @@ im_join_conversation(PG_FUNCTION_ARGS)
 		ensure_user_conversations(conversation_id, int8_array(&user_id, 1));
 		created = true;
 
-		/*
-		 * TODO(shared_log): when im_shared_log_min_members > 0, conv.mode is
-		 * 'fanout' and the active member count has reached it, switch the
-		 * group to 'shared_log' here (a `mode` event appended by the same
-		 * writer, still under this lock).  Written with shared_log.c.
-		 */
+		/* im_sync.shared_log_min_members: large groups switch on join */
+		im_shared_log_maybe_switch_on_join(&conv);
 	}
 	SPI_finish();
 

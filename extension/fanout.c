@@ -278,7 +278,7 @@ deliver_position(FanoutBatch *b, FanoutItem *it)
 			   "WITH it AS ("
 			   "  SELECT e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
 			   "         e.target_message_id, t.sender_id AS t_sender, t.msg_seq AS t_seq,"
-			   "         t.mode AS t_mode"
+			   "         e.mode AS mode"
 			   "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
 			   "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id"
 			   "  WHERE o.outbox_id" EQ "$1[1]),"
@@ -311,7 +311,7 @@ deliver_position(FanoutBatch *b, FanoutItem *it)
 			   "                       AND d.message_id" EQ "it.message_id)"
 			   "      THEN 1"
 			   /* the recalled target counted iff the recount counted it until now */
-			   "      WHEN it.kind" EQ "'recall' AND it.t_mode" EQ "'fanout'"
+			   "      WHEN it.kind" EQ "'recall' AND it.mode" EQ "'fanout'"
 			   "       AND it.t_sender" NE "u.user_id AND it.t_seq" GT "u.read_msg_seq"
 			   "       AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "u.user_id"
 			   "                       AND d.message_id" EQ "it.target_message_id)"
@@ -424,17 +424,21 @@ mark_failed(FanoutItem *it, ErrorData *edata)
 }
 
 /*
- * Deliver one item in its own subtransaction (the way PL/pgSQL runs an
- * exception block), so one poison item does not undo the batch.  Returns
- * true when it was delivered.  Errors that concern the whole transaction
- * (cancel, shutdown, deadlock, serialization) are re-thrown.
+ * Deliver one item — or a run of consecutive shared_log `message` items of
+ * one conversation, coalesced into one marker write per member — in its own
+ * subtransaction (the way PL/pgSQL runs an exception block), so one poison
+ * item does not undo the batch.  Returns true when delivered.  A failed run
+ * is charged to its first item, which holds back the rest.  Errors that
+ * concern the whole transaction (cancel, shutdown, deadlock, serialization)
+ * are re-thrown.
  */
 static bool
-deliver_item(FanoutBatch *b, FanoutItem *it, StringInfo hints, bool *dead)
+deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool *dead)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
 	int			nusers = b->nusers;
+	int			hints_len = hints ? hints->len : 0;
 	volatile bool ok = true;
 
 	*dead = false;
@@ -445,10 +449,25 @@ deliver_item(FanoutBatch *b, FanoutItem *it, StringInfo hints, bool *dead)
 		if (it->private_user_id != 0)
 			deliver_private(b, it);
 		else if (it->shared_log && strcmp(it->kind, "message") == 0)
-			im_shared_log_deliver(it->conversation_id, it->msg_seq, it->source_event_id, hints);
+		{
+			int64	   *ids = palloc(sizeof(int64) * count);
+			int64	   *moved;
+			int			nmoved;
+
+			for (int k = 0; k < count; k++)
+				ids[k] = it[k].source_event_id;
+			im_shared_log_deliver(it->conversation_id, ids, count, hints, &moved, &nmoved);
+			for (int k = 0; k < nmoved; k++)
+				note_user(b, moved[k]);
+		}
 		else
+		{
 			deliver_position(b, it);
-		mark_done(it);
+			if (strcmp(it->kind, "mode") == 0 || strcmp(it->kind, "leave") == 0)
+				im_shared_log_mode_delivered(it->source_event_id);
+		}
+		for (int k = 0; k < count; k++)
+			mark_done(&it[k]);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
@@ -470,12 +489,35 @@ deliver_item(FanoutBatch *b, FanoutItem *it, StringInfo hints, bool *dead)
 			edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE)
 			ReThrowError(edata);
 		b->nusers = nusers;		/* nothing of this item was delivered */
+		if (hints)
+		{
+			hints->len = hints_len;
+			hints->data[hints_len] = '\0';
+		}
 		*dead = mark_failed(it, edata);
 		FreeErrorData(edata);
 		ok = false;
 	}
 	PG_END_TRY();
 	return ok;
+}
+
+/* Length of the run of shared_log `message` items starting at items[i]. */
+static int
+shared_log_run(FanoutBatch *b, int i)
+{
+	FanoutItem *first = &b->items[i];
+	int			j = i;
+
+	if (first->private_user_id != 0 || !first->shared_log || strcmp(first->kind, "message") != 0)
+		return 1;
+	while (j + 1 < b->nitems &&
+		   b->items[j + 1].conversation_id == first->conversation_id &&
+		   b->items[j + 1].private_user_id == 0 &&
+		   b->items[j + 1].shared_log &&
+		   strcmp(b->items[j + 1].kind, "message") == 0)
+		j++;
+	return j - i + 1;
 }
 
 /* Append "user:high_watermark" for every user whose head moved (final value). */
@@ -526,15 +568,27 @@ im_fanout_batch(int max_items, StringInfo hints)
 	for (int i = 0; i < b.nitems; i++)
 	{
 		FanoutItem *it = &b.items[i];
+		int			count = shared_log_run(&b, i);
 		bool		dead;
 
 		/* a failed position holds back the later positions of its conversation */
 		if (it->private_user_id == 0 && it->conversation_id == held_conversation)
 			continue;
-		if (deliver_item(&b, it, hints, &dead) || dead)
-			processed++;
-		else if (it->private_user_id == 0)
-			held_conversation = it->conversation_id;
+		if (deliver_item(&b, it, count, hints, &dead))
+			processed += count;
+		else
+		{
+			if (dead)
+				processed++;
+			/*
+			 * A failed item holds back its conversation; a dead one lets it
+			 * move on, except that the rest of a failed run must still go
+			 * first, in the next batch.
+			 */
+			if (it->private_user_id == 0 && (!dead || count > 1))
+				held_conversation = it->conversation_id;
+		}
+		i += count - 1;
 	}
 	append_user_hints(&b, hints);
 	return processed;

@@ -82,12 +82,20 @@ extern int64 im_fanout_batch(int max_items, StringInfo hints);
 extern void im_send_hints(StringInfo hints);
 
 /*
- * shared_log mode (shared_log.c): fan out one `message` position of a
- * shared_log conversation (dirty markers instead of inbox events).  Called by
- * fanout in the batch's transaction with the recipients' heads already locked.
+ * shared_log mode (shared_log.c).  im_shared_log_deliver fans out a run of
+ * consecutive shared_log `message` positions of one conversation (dirty
+ * markers instead of inbox events, coalesced per batch); called by fanout in
+ * the batch's transaction with the members' heads already locked; returns
+ * the users whose log head moved.  im_shared_log_mode_delivered runs after a
+ * `mode` event is delivered (recount unread on the switch back to fanout).
  */
-extern void im_shared_log_deliver(int64 conversation_id, int64 msg_seq,
-								  int64 message_id, StringInfo hints);
+extern void im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
+								  StringInfo hints, int64 **users, int *nusers);
+extern void im_shared_log_mode_delivered(int64 message_id);
+/* Mode switch by the single writer (caller holds the conversation lock). */
+struct ImConversation;
+extern bool im_switch_mode_locked(struct ImConversation *conv, const char *mode);
+extern void im_shared_log_maybe_switch_on_join(struct ImConversation *conv);
 
 
 /* ---- common.c --------------------------------------------------------- */
