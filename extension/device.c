@@ -297,17 +297,24 @@ im_issue_device_token(PG_FUNCTION_ARGS)
 static void
 auth_fail(const ImTokenClaims *c, const char *why)
 {
+	/*
+	 * The statement and context may carry the token as a literal (a caller
+	 * that does not pass it as a parameter): keep them out of the log.
+	 */
 	if (c != NULL)
 		ereport(LOG,
 				(errmsg("im_sync: authentication failed for device \"%s\" of user " INT64_FORMAT ": %s",
-						c->device_id, c->user_id, why)));
+						c->device_id, c->user_id, why),
+				 errhidestmt(true), errhidecontext(true)));
 	else
-		ereport(LOG, (errmsg("im_sync: authentication failed: %s", why)));
+		ereport(LOG, (errmsg("im_sync: authentication failed: %s", why),
+					  errhidestmt(true), errhidecontext(true)));
 	im_counter_add(IM_COUNTER_AUTH_FAILURES, 1);
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
 			 errmsg("device token authentication failed"),
-			 errdetail("The %s.", why)));
+			 errdetail("The %s.", why),
+			 errhidestmt(true), errhidecontext(true)));
 }
 
 PG_FUNCTION_INFO_V1(im_authenticate);

@@ -242,7 +242,8 @@ note_issued(ImDevice *dev, int64 watermark)
 /*
  * One page: events with sync_seq in (after, watermark], at most `limit`
  * inbox rows, as contract §11 JSON in sync_seq order.  A position the user
- * deleted for itself is skipped (contract §1) but still consumed, so the
+ * deleted for itself, and an edit or recall of it, is skipped (contract §1;
+ * the same rule as fetch_messages in history.c) but still consumed, so the
  * cursor moves past it.  Returns the jsonb (copied to the upper context) and
  * sets *last to the last sync_seq consumed and *more.
  */
@@ -273,7 +274,8 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 			   "          FROM im.event e WHERE e.message_id OPERATOR(pg_catalog.=) r.source_event_id "
 			   "          AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d "
 			   "                 WHERE d.user_id OPERATOR(pg_catalog.=) $1 "
-			   "                 AND d.message_id OPERATOR(pg_catalog.=) e.message_id)) "
+			   "                 AND (d.message_id OPERATOR(pg_catalog.=) e.message_id "
+			   "                      OR d.message_id OPERATOR(pg_catalog.=) e.target_message_id))) "
 			   "    END AS ev FROM r) "
 			   "SELECT COALESCE(pg_catalog.jsonb_agg(ev ORDER BY sync_seq) FILTER (WHERE ev IS NOT NULL), "
 			   "                '[]'::pg_catalog.jsonb), "

@@ -79,8 +79,9 @@ CREATE FUNCTION pg_temp.log_range(u bigint, lo bigint, hi bigint) RETURNS bigint
 LANGUAGE sql AS $f$
 SELECT COALESCE(array_agg(i.sync_seq ORDER BY i.sync_seq), '{}') FROM im.inbox i
  WHERE i.user_id = u AND i.sync_seq > lo AND i.sync_seq <= hi
-   AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d
-                    WHERE d.user_id = u AND d.message_id = i.source_event_id AND i.kind = 'message')
+   AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d JOIN im.event e
+                           ON d.message_id IN (e.message_id, e.target_message_id)
+                    WHERE d.user_id = u AND e.message_id = i.source_event_id)
 $f$;
 
 SELECT high_watermark AS hw FROM im.user_head WHERE user_id = 20001 \gset
