@@ -218,6 +218,10 @@ SELECT (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(e) k) AS private_e
   FROM im.sync_changes(5001, 'b', :gb, 14) s, jsonb_array_elements(s.events) e ORDER BY e->>'sync_seq';
 -- a replay from 10 no longer returns m11 (deleted for this user)
 SELECT * FROM pg_temp.sync('pv2', 5001, 'b', 1, 10);
+-- an edit of it is not returned to this user either (same rule as fetch_messages)
+SELECT msg_seq FROM im.edit_message(5002, :c, 's50-e11', :m11, jsonb_build_object('t', 'm11 edited'));
+SELECT im.run_fanout() > 0 AS delivered;
+SELECT * FROM pg_temp.sync('pv3', 5001, 'b', 1, 10);
 -- other users still see it
 SELECT * FROM pg_temp.activate(5003, 'a');
 SELECT * FROM pg_temp.sync('u3', 5003, 'a', 1, 10);
