@@ -249,7 +249,13 @@ lock_batch_heads(FanoutBatch *b)
 	im_prepare(&plan,
 			   "SELECT DISTINCT r.user_id FROM (" RECIPIENTS_SQL
 			   " UNION ALL SELECT o.outbox_id, o.private_user_id, 0 FROM im.outbox o "
-			   " WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NOT NULL) r "
+			   " WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NOT NULL"
+			   /* a switch back to fanout recounts unread of everyone with state */
+			   " UNION ALL SELECT o.outbox_id, uc.user_id, 0 FROM im.outbox o"
+			   " JOIN im.event e ON e.message_id" EQ "o.source_event_id"
+			   " JOIN im.user_conversation uc ON uc.conversation_id" EQ "e.conversation_id"
+			   " WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND e.kind" EQ "'mode'"
+			   "   AND e.mode" EQ "'fanout') r "
 			   "ORDER BY 1",
 			   1, INT8ARRAYOID);
 	args[0] = int8_array(ids, b->nitems);
@@ -463,7 +469,7 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool *
 		else
 		{
 			deliver_position(b, it);
-			if (strcmp(it->kind, "mode") == 0 || strcmp(it->kind, "leave") == 0)
+			if (strcmp(it->kind, "mode") == 0)
 				im_shared_log_mode_delivered(it->source_event_id);
 		}
 		for (int k = 0; k < count; k++)

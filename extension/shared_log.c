@@ -206,14 +206,13 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 }
 
 /*
- * A `mode` or `leave` event was just delivered as inbox events.  Unread is
- * an approximation only while a member follows a shared_log conversation;
- * it becomes exact again (the contract §3 recount) for every user who got a
- * `mode` event switching back to `fanout`, and for a user who leaves while
- * the conversation is in shared_log mode (no later position can change the
- * leaver's count except a recall, which fanout-mode fanout accounts for).
- * The heads of all these users are locked by the batch.  Switching to
- * shared_log changes nothing until the first marker.
+ * A `mode` event was just delivered.  Unread is only an approximation while
+ * a conversation is in shared_log mode (contract §3); switching back to
+ * `fanout` makes it exact again: recompute the contract §3 recount for every
+ * user with a state row in the conversation — members and past members
+ * alike, since a leaver's count may have been approximated too.  The batch
+ * locked all their heads (lock_batch_heads).  Switching to shared_log
+ * changes nothing until the first marker.
  */
 void
 im_shared_log_mode_delivered(int64 message_id)
@@ -229,11 +228,8 @@ im_shared_log_mode_delivered(int64 message_id)
 
 	im_prepare(&who,
 			   "SELECT u.user_id, u.read_msg_seq, u.conversation_id FROM im.event e "
-			   "JOIN im.inbox i ON i.source_event_id" EQ "e.message_id "
-			   "JOIN im.user_conversation u ON u.user_id" EQ "i.user_id "
-			   "  AND u.conversation_id" EQ "e.conversation_id "
-			   "WHERE e.message_id" EQ "$1 AND ((e.kind" EQ "'mode' AND e.mode" EQ "'fanout') "
-			   "   OR (e.kind" EQ "'leave' AND e.mode" EQ "'shared_log' AND u.user_id" EQ "e.subject_user_id)) "
+			   "JOIN im.user_conversation u ON u.conversation_id" EQ "e.conversation_id "
+			   "WHERE e.message_id" EQ "$1 AND e.kind" EQ "'mode' AND e.mode" EQ "'fanout' "
 			   "ORDER BY u.user_id",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(message_id);
