@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# make bench: every benchmark, one after another (each starts and stops its
+# own throwaway cluster and prints ratios against a floor measured in the
+# same run).  IM_BENCH_ONLY=send_fanout,sync,large_group,gateway picks some.
+set -uo pipefail
+cd "$(dirname "$0")"
+rc=0
+for b in send_fanout sync_bench large_group gateway_bench; do
+  if [ -n "${IM_BENCH_ONLY:-}" ] && [[ ",$IM_BENCH_ONLY," != *",${b%_bench},"* && ",$IM_BENCH_ONLY," != *",$b,"* ]]; then
+    continue
+  fi
+  echo "################ $b"
+  bash "./$b.sh" || { echo "benchmark $b failed"; rc=1; }
+  echo
+done
+exit $rc
