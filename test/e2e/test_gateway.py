@@ -262,14 +262,23 @@ async def test_rate_limit_4029():
     a, = new_user_ids(1)
     register(a, "spam")
     c = await Client.login(a, "spam")
-    # burst 100 + ten refused in a row; stop sending so the close handshake
-    # is not raced by our own writes
-    for _ in range(150):
+    # one frame at a time, reading each answer: the bucket (burst 100,
+    # 50/s) empties, then ten refusals in a row close the session; nothing
+    # of ours is in flight when the close comes
+    frames = []
+    streak = 0
+    for _ in range(400):
         try:
             await c.send_raw('{"type":"ping"}')
-        except websockets.ConnectionClosed:
-            break                      # closed 4029 while we were still sending
-    code, frames = await c.wait_closed()
+            f = await c.next_frame()
+        except (websockets.ConnectionClosed, Closed):
+            break
+        frames.append(f)
+        streak = streak + 1 if f.get("code") == "RATE_LIMITED" else 0
+        if streak == 10:
+            break                      # the gateway must close now
+    code, more = await c.wait_closed()
+    frames += more
     limited = [f for f in frames if f.get("code") == "RATE_LIMITED"]
     assert code == 4029, code
     assert limited and all(isinstance(f["retry_after_ms"], int) and f["retry_after_ms"] > 0 for f in limited), limited[:3]
