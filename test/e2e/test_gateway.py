@@ -125,6 +125,39 @@ async def test_hint_loss():
         await c.close()
 
 
+async def test_shared_log_hint():
+    """shared_log groups: a message reaches connected members as a
+    CONVERSATION_ADVANCED hint naming the conversation and its head."""
+    a, b = new_user_ids(2)
+    register(a, "phone")
+    register(b, "desktop")
+    conv = sql("SELECT im.create_conversation('group', ARRAY[%s, %s]::bigint[], %s)", a, b, a)[0][0]
+    assert sql("SELECT im.set_conversation_mode(%s, 'shared_log')", conv)[0][0] == "shared_log"
+    bd = await Client.login(b, "desktop")
+    await bd.bootstrap()
+    ap = await Client.login(a, "phone")
+    m = await send(ap, conv, "sl-1", {"text": "to the group"})
+    loop = asyncio.get_event_loop()
+    deadline = loop.time() + 15
+    hint = None
+    while hint is None and loop.time() < deadline:
+        hint = next((h for h in bd.hints if h.get("reason") == "CONVERSATION_ADVANCED"), None)
+        if hint is None:
+            try:
+                f = await bd.recv_frame(0.5)
+            except asyncio.TimeoutError:
+                continue
+            if f is not None:
+                bd.pending.append(f)
+    assert hint is not None, "no CONVERSATION_ADVANCED hint; hints %r" % bd.hints
+    assert hint == {"type": "hint", "reason": "CONVERSATION_ADVANCED", "conversation_id": conv,
+                    "head_msg_seq": hint["head_msg_seq"]} and hint["head_msg_seq"] >= m["msg_seq"], hint
+    fm = await bd.req({"type": "fetch_messages", "conversation_id": conv, "after_seq": 0})
+    assert any(x["message_id"] == m["message_id"] for x in fm["messages"]), fm
+    for c in (ap, bd):
+        await c.close()
+
+
 # ------------------------------------------------------- session lifecycle
 
 async def test_supersede_4008():
@@ -369,7 +402,7 @@ async def test_db_restart():
     await c.close()
 
 
-TESTS = [test_scenario_2_1, test_hint_loss, test_supersede_4008, test_revoke_4003,
+TESTS = [test_scenario_2_1, test_hint_loss, test_shared_log_hint, test_supersede_4008, test_revoke_4003,
          test_spoofed_ids_forbidden, test_bad_frames_isolated, test_first_frame_rules,
          test_rate_limit_4029, test_reconnect_storm_refusal, test_http_endpoints, test_db_restart]
 
