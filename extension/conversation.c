@@ -453,3 +453,49 @@ im_conversation_list(PG_FUNCTION_ARGS)
 	SPI_finish();
 	return (Datum) 0;
 }
+
+/*
+ * im.conversation_members(conversation_id) -> (user_id, membership_period_id, join_seq)
+ * The active members (open periods), for the gateway's CONVERSATION_ADVANCED
+ * hints of shared_log groups, so no caller needs table privileges
+ * (contract §12).  Unknown conversation: P0002.
+ */
+PG_FUNCTION_INFO_V1(im_conversation_members);
+Datum
+im_conversation_members(PG_FUNCTION_ARGS)
+{
+	int64		conversation_id = im_arg_id(fcinfo, 0, "conversation_id");
+	static SPIPlanPtr exists;
+	static SPIPlanPtr plan;
+	Datum		args[1];
+	uint64		n;
+
+	im_srf_begin(fcinfo);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "im_sync: SPI_connect failed");
+	im_prepare(&exists,
+			   "SELECT 1 FROM im.conversation WHERE conversation_id OPERATOR(pg_catalog.=) $1",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(conversation_id);
+	if (im_exec(exists, args, NULL, 0) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("conversation " INT64_FORMAT " does not exist", conversation_id)));
+	im_prepare(&plan,
+			   "SELECT user_id, membership_period_id, join_seq FROM im.membership_period "
+			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1 AND leave_seq IS NULL "
+			   "ORDER BY user_id",
+			   1, INT8OID);
+	n = im_exec(plan, args, NULL, 0);
+	for (uint64 i = 0; i < n; i++)
+	{
+		Datum		values[3];
+		bool		nulls[3];
+
+		for (int c = 0; c < 3; c++)
+			values[c] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
+		im_srf_row(fcinfo, values, nulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}

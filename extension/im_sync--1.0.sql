@@ -308,6 +308,9 @@ AS 'MODULE_PATHNAME', 'im_join_conversation' LANGUAGE C;
 CREATE FUNCTION im.leave_conversation(conversation_id bigint, user_id bigint)
 RETURNS TABLE(membership_period_id bigint, leave_seq bigint)
 AS 'MODULE_PATHNAME', 'im_leave_conversation' LANGUAGE C;
+CREATE FUNCTION im.conversation_members(conversation_id bigint)
+RETURNS TABLE(user_id bigint, membership_period_id bigint, join_seq bigint)
+AS 'MODULE_PATHNAME', 'im_conversation_members' LANGUAGE C;
 CREATE FUNCTION im.set_conversation_mode(conversation_id bigint, mode text)
 RETURNS text AS 'MODULE_PATHNAME', 'im_set_conversation_mode' LANGUAGE C;
 

@@ -770,9 +770,8 @@ conv_hint_cb(void *arg, int64_t conv, int64_t head)
 		im_job	   *j = new_job(IM_JOB_MEMBERS, NULL);
 
 		j->key = conv;
-		/* gateway role needs SELECT on im.membership_period (see README) */
-		j->sql = "SELECT DISTINCT user_id FROM im.membership_period "
-			"WHERE conversation_id OPERATOR(pg_catalog.=) $1::bigint AND leave_seq IS NULL";
+		/* active members through the API: no table privileges needed */
+		j->sql = "SELECT user_id FROM im.conversation_members($1::bigint)";
 		j->nparams = 1;
 		j->params[0] = int_str(conv);
 		im_db_submit(j);

@@ -127,6 +127,10 @@ SELECT user_id, device_id, accepted, in_sync_scope, device_synced, user_read
 FROM im.message_status((SELECT message_id FROM im.event WHERE conversation_id = :c AND msg_seq = 7))
 ORDER BY 1, 2;
 
+-- the active members, for the gateway's CONVERSATION_ADVANCED hints
+SELECT * FROM im.conversation_members(:c);
+SELECT try_sql($$SELECT * FROM im.conversation_members(99)$$);
+
 -- conversation_list gives the authoritative head
 SELECT conversation_id, mode, last_msg_seq, dirty_target_msg_seq, head_msg_seq
 FROM im.conversation_list(2);
