@@ -123,6 +123,11 @@ class Conv:
         self.read = 0          # read_msg_seq as the device knows it
         self.edit_seq = {}     # target message_id -> msg_seq of the newest edit applied
         self.deleted = set()   # message ids deleted for this user
+        # shared_log mode (design §10.3): the device's saved position in the
+        # shared log -- every visible position <= fetched was read through
+        # fetch_messages (or a snapshot).  Per DEVICE: the dirty marker is per
+        # user, so another device's clear says nothing about this one.
+        self.fetched = 0
 
     def by_id(self, mid):
         for p in self.pos.values():
@@ -138,6 +143,7 @@ class Store:
         self.gen = None        # generation the store was built in (None: fresh install)
         self.applied = 0       # local_applied_sync_seq
         self.convs = {}
+        self.dirty = set()     # conversations with a conversation_dirty event not yet handled
 
     def copy(self):
         return copy.deepcopy(self)
@@ -200,7 +206,13 @@ def apply_event(st, ev):
         for s in [s for s, p in c.pos.items() if mid in (p['message_id'], p['target_message_id'])]:
             del c.pos[s]
     elif kind == 'conversation_dirty':
-        raise ModelFailure('conversation_dirty in a fanout-only model: %r' % ev)
+        check(set(ev) == {'sync_seq', 'kind', 'conversation_id', 'dirty_target_msg_seq', 'dirty_version'},
+              'conversation_dirty keys %s (contract §11)', sorted(ev))
+        check(ev['dirty_target_msg_seq'] > 0 and ev['dirty_version'] > 0, 'empty conversation_dirty: %r', ev)
+        # Level-triggered: the event only says "look"; what to fetch comes
+        # from the authoritative marker (conversation_list) at catch-up.
+        st.convs.setdefault(ev['conversation_id'], Conv())
+        st.dirty.add(ev['conversation_id'])
     else:
         check(set(ev) == set(POS_KEYS) | {'sync_seq'}, 'event keys %s (contract §11)', sorted(ev))
         apply_position(st, ev)
@@ -239,8 +251,12 @@ class Model:
         self.max_ack = {}          # (user, device) -> highest server ACK seen
         # A small replay limit sometimes, so rollbacks also end in snapshots.
         self.max_replay = self.rng.choice([3, 10, 1000, 1000])
+        # Sometimes a join that reaches 4 active members switches the group
+        # to shared_log (contract §2); mode switches also happen at random.
+        self.min_members = self.rng.choice([0, 0, 4])
         with self.conn.cursor() as cur:
             cur.execute("SET im_sync.recovery_max_replay = %s", (str(self.max_replay),))
+            cur.execute("SET im_sync.shared_log_min_members = %s", (str(self.min_members),))
 
     # ---- plumbing
     def count(self, what, n=1):
@@ -293,10 +309,13 @@ class Model:
             self.kind[c] = 'group'
 
     # ---- server-side operations
-    def op_send(self):
-        c = self.rng.choice(sorted(self.members))
-        if not self.members[c]:
-            return self.op_join()
+    def op_send(self, c=None):
+        if c is None:
+            c = self.rng.choice(sorted(self.members))
+            if not self.members[c]:
+                return self.op_join()
+        elif not self.members[c]:
+            return
         s = self.rng.choice(sorted(self.members[c]))
         k = self.key()
         body = {'text': 'msg %s from %d' % (k, s), 'n': self.ckey}
@@ -349,11 +368,42 @@ class Model:
         if not outside:
             return self.op_leave()
         u = self.rng.choice(outside)
+        before = self.mode(c)
         r = self.q1("SELECT * FROM im.join_conversation(%s, %s)", (c, u))
         check(r['created'], 'join of a non-member not created: %r', r)
+        after = self.mode(c)
+        n = len(self.members[c]) + 1
+        want = 'shared_log' if self.min_members and n >= self.min_members else before
+        check(after == want, 'join of c%d to %d active members (shared_log_min_members=%d): mode %s -> %s',
+              c, n, self.min_members, before, after)
+        if after != before:
+            self.note('  join switched c%d to %s' % (c, after))
+            self.count('switch.auto')
         self.members[c].add(u)
         self.note('join u%d c%d period %d at %d' % (u, c, r['membership_period_id'], r['join_seq']))
         self.count('op.join')
+
+    def mode(self, c):
+        return self.q1("SELECT mode FROM im.conversation WHERE conversation_id = %s", (c,))['mode']
+
+    def op_mode(self):
+        """set_conversation_mode in the middle of traffic, both directions
+        (sometimes the mode already in force: a no-op)."""
+        c = self.rng.choice([c for c in sorted(self.members) if self.kind[c] == 'group'])
+        before = self.mode(c)
+        want = before if self.rng.random() < 0.15 else {'fanout': 'shared_log', 'shared_log': 'fanout'}[before]
+        r = self.q1("SELECT im.set_conversation_mode(%s, %s) AS m", (c, want))
+        check(r['m'] == want and self.mode(c) == want, 'set_conversation_mode(%d, %s) -> %r', c, want, r)
+        self.note('mode c%d %s -> %s' % (c, before, want))
+        self.count('op.mode')
+        self.count('switch.noop' if want == before else 'switch.to_' + want)
+
+    def op_open(self):
+        """The user opens the app / a conversation without any hint: the
+        slow path reads the authoritative markers and heads."""
+        d = self.rng.choice(self.devices)
+        self.count('op.open')
+        self.catch_up(d, faults=True)
 
     def op_leave(self):
         groups = [c for c in sorted(self.members) if self.kind[c] == 'group' and self.members[c]]
@@ -462,6 +512,12 @@ class Model:
         for _ in range(max_rounds):
             done = self.sync_round(d, faults)
             if done:
+                if faults and self.rng.random() < 0.2:
+                    # hints lost, app in the background: no catch-up now;
+                    # the marker stays dirty (level-triggered) for later.
+                    self.count('fault.no_catch_up')
+                else:
+                    self.catch_up(d, faults, only_events=faults and self.rng.random() < 0.5)
                 return True
         raise ModelFailure('device %d/%s did not converge in %d rounds' % (d.user, d.name, max_rounds))
 
@@ -551,6 +607,7 @@ class Model:
         d.store = new
         self.count('batches')
         self.count('events', len(events))
+        self.count('dirty.events', sum(1 for e in events if e['kind'] == 'conversation_dirty'))
         if status == 'RECOVERY':
             self.count('recoveries')
         if faults and self.rng.random() < 0.08:
@@ -565,6 +622,85 @@ class Model:
             d.last_token = (token, self.rng.randint(resume, hw))
         self.server_ack(d)
         return status == 'OK' and r['user_high_watermark'] <= new.applied
+
+    # ---- shared_log catch-up (design §10.3)
+    def conv_list(self, u, after=None, limit=None):
+        convs = []
+        while True:
+            rows = self.q("SELECT * FROM im.conversation_list(%s, %s, %s)", (u, limit or 3, after))
+            convs.extend(rows)
+            if limit or len(rows) < 3:
+                return convs
+            after = rows[-1]['conversation_id']
+
+    def fetch_range(self, u, st, c, after, upto):
+        """Read (after, upto] through fetch_messages into the store."""
+        while after < upto:
+            m = self.q1("SELECT * FROM im.fetch_messages(%s, %s, %s, %s, %s)",
+                        (u, c, after, self.rng.choice([2, 5, 100]), upto))
+            for p in m['messages']:
+                check(set(p) == set(POS_KEYS), 'fetch_messages keys %s (contract §11)', sorted(p))
+                check(after < p['msg_seq'] <= upto, 'fetch_messages out of range (%d, %d]: %r', after, upto, p)
+                apply_position(st, p)
+            self.count('fetch_messages')
+            if not m['has_more']:
+                break
+            check(m['next_after_seq'] > after, 'fetch_messages does not advance: %r', m)
+            after = m['next_after_seq']
+
+    def catch_up(self, d, faults=True, only_events=False):
+        """After a sync: for every conversation whose authoritative dirty
+        target is beyond this device's saved position, or that got a
+        conversation_dirty event, fetch up to the target and clear the
+        marker with the observed version.  only_events: the fast path (only
+        conversations with an event); otherwise the slow path over the whole
+        conversation_list."""
+        for cl in self.conv_list(d.user):
+            if only_events and cl['conversation_id'] not in d.store.dirty:
+                continue
+            self.catch_up_conv(d, cl, faults)
+
+    def catch_up_conv(self, d, cl, faults):
+        u, c, st = d.user, cl['conversation_id'], d.store
+        for _ in range(20):
+            target, version = cl['dirty_target_msg_seq'], cl['dirty_version']
+            check(0 <= target <= cl['head_msg_seq'], 'marker beyond the head: %r', dict(cl))
+            conv = st.convs.get(c)
+            fetched = conv.fetched if conv else 0
+            if target <= fetched and c not in st.dirty:
+                return
+            if target > fetched:
+                conv = st.convs.setdefault(c, Conv())
+                self.fetch_range(u, st, c, fetched, target)
+                conv.fetched = target
+                self.count('dirty.fetches')
+                self.note('catch-up %d/%s c%d (%d, %d] v%d' % (u, d.name, c, fetched, target, version))
+            if faults and self.rng.random() < 0.1:
+                self.note('  crash before clear_dirty')
+                self.count('fault.crash_before_clear')
+                return
+            if faults and self.rng.random() < 0.2:
+                # A new message is sent and fanned out between the read of
+                # the marker and the clear: the stale version must fail.
+                self.op_send(c)
+                self.q1("SELECT im.run_fanout() AS n")
+                self.count('dirty.raced')
+            r = self.q1("SELECT * FROM im.clear_dirty(%s, %s, %s, %s)", (u, c, version, conv.fetched))
+            self.note('  clear_dirty %d c%d v%d saved %d -> %r' % (u, c, version, conv.fetched, dict(r)))
+            if r['cleared']:
+                check(r['dirty_version'] == version and r['dirty_target_msg_seq'] <= conv.fetched,
+                      'clear_dirty cleared a newer marker: observed v%d, saved %d, got %r', version, conv.fetched, dict(r))
+                self.count('clear.ok')
+                st.dirty.discard(c)
+                return
+            # Failed: a newer message raced us.  Re-read and repeat.
+            check(r['dirty_version'] > version or r['dirty_target_msg_seq'] > conv.fetched,
+                  'clear_dirty refused without a newer marker: observed v%d, saved %d, got %r',
+                  version, conv.fetched, dict(r))
+            self.count('clear.failed')
+            cl = self.conv_list(u, after=c - 1, limit=1)[0]
+            check(cl['conversation_id'] == c, 'conversation_list lost c%d', c)
+        raise ModelFailure('catch-up of %d/%s c%d does not converge' % (u, d.name, c))
 
     def snapshot(self, d, faults):
         b = self.q1("SELECT * FROM im.begin_snapshot(%s, %s)", (d.user, d.name))
@@ -593,19 +729,10 @@ class Model:
         for it in items:
             c = it['conversation_id']
             conv = new.convs.setdefault(c, Conv())
-            after = 0
-            while after < it['last_msg_seq']:
-                m = self.q1("SELECT * FROM im.fetch_messages(%s, %s, %s, %s, %s)",
-                            (d.user, c, after, self.rng.choice([2, 5, 100]), it['last_msg_seq']))
-                for p in m['messages']:
-                    check(set(p) == set(POS_KEYS), 'fetch_messages keys %s (contract §11)', sorted(p))
-                    check(after < p['msg_seq'] <= it['last_msg_seq'], 'fetch_messages out of range: %r', p)
-                    apply_position(new, p)
-                self.count('fetch_messages')
-                if not m['has_more']:
-                    break
-                check(m['next_after_seq'] > after, 'fetch_messages does not advance: %r', m)
-                after = m['next_after_seq']
+            self.fetch_range(d.user, new, c, 0, it['last_msg_seq'])
+            conv.fetched = it['last_msg_seq']
+            if it['mode'] == 'shared_log':
+                new.dirty.add(c)   # the marker may be dirty: clear it at catch-up
             conv.read = max(conv.read, it['read_msg_seq'])
             for mid in it['recalled_message_ids'] or []:
                 t = conv.by_id(mid)
@@ -629,13 +756,7 @@ class Model:
         for d in self.devices:
             self.sync(d, faults=False)
         for u in self.users:
-            convs, after = [], None
-            while True:
-                rows = self.q("SELECT * FROM im.conversation_list(%s, %s, %s)", (u, 2, after))
-                convs.extend(rows)
-                if len(rows) < 2:
-                    break
-                after = rows[-1]['conversation_id']
+            convs = self.conv_list(u)
             truth = {}
             for cl in convs:
                 c = cl['conversation_id']
@@ -680,7 +801,7 @@ class Model:
         ops = [(self.op_send, 25), (self.op_recall, 4), (self.op_edit, 5), (self.op_join, 3),
                (self.op_leave, 3), (self.op_read, 4), (self.op_delete, 2), (self.op_fanout, 12),
                (self.op_sync, 30), (self.op_rollback, 6), (self.op_reinstall, 2),
-               (self.op_late_ack, 3), (self.op_gc, 1)]
+               (self.op_late_ack, 3), (self.op_gc, 1), (self.op_mode, 3), (self.op_open, 3)]
         ops = [(f, w) for f, w in ops if f.__name__[3:] not in self.skip]
         fns = [f for f, _ in ops]
         weights = [w for _, w in ops]
@@ -725,6 +846,12 @@ def main():
             c.get('final.positions', 0)))
         print('  faults: ' + (', '.join('%s=%d' % (k.split('.', 1)[1], v) for k, v in sorted(c.items())
                                         if k.startswith('fault.') or k.startswith('ack.late.')) or 'none'))
+        print('  shared_log: min_members=%d switches to_shared_log=%d to_fanout=%d auto=%d noop=%d; '
+              'dirty_events=%d fetches=%d raced=%d clears ok=%d failed=%d' % (
+                  m.min_members, c.get('switch.to_shared_log', 0), c.get('switch.to_fanout', 0),
+                  c.get('switch.auto', 0), c.get('switch.noop', 0), c.get('dirty.events', 0),
+                  c.get('dirty.fetches', 0), c.get('dirty.raced', 0), c.get('clear.ok', 0),
+                  c.get('clear.failed', 0)))
         print('  sync statuses: ' + ', '.join('%s=%d' % (k[5:], v) for k, v in sorted(c.items())
                                                 if k.startswith('sync.') and k[5:].isupper()))
     print('model: %d seeds, %d failed' % (len(seeds), failed))
