@@ -45,6 +45,13 @@
 /* Poll interval when idle, and wait after a failed batch (ms). */
 #define IM_WORKER_NAPTIME_MS 1000
 #define IM_WORKER_ERROR_NAPTIME_MS 5000
+/*
+ * After an empty batch, a latch wake-up waits this long before the next
+ * batch, so a burst of committing senders costs one batch, not one per
+ * commit (every commit wakes every worker, and a worker that finds its
+ * conversations held by another would otherwise spin on each wake-up).
+ */
+#define IM_WORKER_COALESCE_MS 10
 /* Seconds before the postmaster restarts a worker that exited. */
 #define IM_WORKER_RESTART_S 5
 
@@ -208,13 +215,17 @@ worker_on_exit(int code, Datum arg)
 		pg_atomic_write_u32(&im_shared->worker_procno[my_slot], 0);
 }
 
-static void
+/* Sleeps until the latch is set or the timeout; true if the latch woke us. */
+static bool
 worker_wait(long timeout_ms)
 {
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 timeout_ms, PG_WAIT_EXTENSION);
+	int			rc;
+
+	rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+				   timeout_ms, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
+	return (rc & WL_LATCH_SET) != 0;
 }
 
 static void
@@ -325,7 +336,7 @@ im_fanout_worker_main(Datum main_arg)
 
 		if (im_fanout_paused)
 		{
-			worker_wait(IM_WORKER_NAPTIME_MS);
+			(void) worker_wait(IM_WORKER_NAPTIME_MS);
 			continue;
 		}
 
@@ -341,12 +352,17 @@ im_fanout_worker_main(Datum main_arg)
 		PG_END_TRY();
 
 		if (failed)
-			worker_wait(IM_WORKER_ERROR_NAPTIME_MS);
+			(void) worker_wait(IM_WORKER_ERROR_NAPTIME_MS);
 		else if (n < 0)
 			/* Extension not installed here yet: wait for CREATE EXTENSION. */
-			worker_wait(5 * IM_WORKER_NAPTIME_MS);
-		else if (n == 0)
-			worker_wait(IM_WORKER_NAPTIME_MS);
+			(void) worker_wait(5 * IM_WORKER_NAPTIME_MS);
+		else if (n == 0 && worker_wait(IM_WORKER_NAPTIME_MS))
+		{
+			/* Woken by a commit (or a signal): let the burst gather. */
+			(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 IM_WORKER_COALESCE_MS, PG_WAIT_EXTENSION);
+			CHECK_FOR_INTERRUPTS();
+		}
 		/* n > 0: more may be queued, go again at once. */
 	}
 }
