@@ -32,6 +32,7 @@
 #define MAX_CONNS 64
 #define MAX_ATTEMPTS 3
 #define MAX_QUEUE 20000
+#define MAX_PREPARED 64			/* distinct statements per connection */
 
 const double im_db_hist_bounds[11] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
 0.1, 0.2, 0.5, 1.0, 2.0};
@@ -53,6 +54,15 @@ typedef struct dbconn
 	im_job	   *job;
 	double		t_sent;
 	PGresult   *res;			/* first result of the running job */
+	/*
+	 * Statements prepared on this connection, by the address of their static
+	 * text (every statement is a static string): "s<index>".  A job whose
+	 * statement is new first sends PQsendPrepare (preparing = 1), then runs
+	 * prepared, so no call is parsed and planned again per request.
+	 */
+	const char *prepared[MAX_PREPARED];
+	int			nprepared;
+	int			preparing;
 } dbconn;
 
 static char *g_conninfo;
@@ -106,16 +116,20 @@ im_db_submit(im_job *job)
 {
 	char		c = 1;
 
+	int			was_empty;
+
 	job->next = NULL;
 	job->t_submit = im_now();
 	pthread_mutex_lock(&g_lock);
+	was_empty = g_in_head == NULL;
 	if (g_in_tail)
 		g_in_tail->next = job;
 	else
 		g_in_head = job;
 	g_in_tail = job;
 	pthread_mutex_unlock(&g_lock);
-	if (write(g_wake_pipe[1], &c, 1) < 0 && errno != EAGAIN)
+	/* a non-empty queue already has a wake-up on its way */
+	if (was_empty && write(g_wake_pipe[1], &c, 1) < 0 && errno != EAGAIN)
 		im_log("error", "event=wake_pipe_failed errno=%d", errno);
 }
 
@@ -134,15 +148,20 @@ im_db_take_done(void)
 static void
 post_done(im_job *job)
 {
+	int			was_empty;
+
 	job->next = NULL;
 	pthread_mutex_lock(&g_lock);
+	was_empty = g_done_head == NULL;
 	if (g_done_tail)
 		g_done_tail->next = job;
 	else
 		g_done_head = job;
 	g_done_tail = job;
 	pthread_mutex_unlock(&g_lock);
-	g_wake(g_wake_arg);
+	/* one lws_cancel_service per batch: the loop takes the whole list */
+	if (was_empty)
+		g_wake(g_wake_arg);
 }
 
 /* ---- reply building (API jobs) ---- */
@@ -349,6 +368,8 @@ conn_start(dbconn *c)
 	const char *const kw[] = {"dbname", "application_name", NULL};
 	const char *const val[] = {g_conninfo, c->listen ? "im_gateway_listen" : "im_gateway", NULL};
 
+	c->nprepared = 0;
+	c->preparing = 0;
 	c->pg = PQconnectStartParams(kw, val, 1);
 	if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD)
 	{
@@ -384,15 +405,42 @@ conn_ready(dbconn *c)
 	}
 }
 
+static int
+send_job(dbconn *c, im_job *j)
+{
+	const char *vals[8];
+	char		name[16];
+	int			i;
+
+	for (i = 0; i < c->nprepared; i++)
+		if (c->prepared[i] == j->sql)
+			break;
+	if (i < c->nprepared)
+	{
+		int			k;
+
+		snprintf(name, sizeof(name), "s%d", i);
+		for (k = 0; k < j->nparams; k++)
+			vals[k] = j->params[k];
+		return PQsendQueryPrepared(c->pg, name, j->nparams, vals, NULL, NULL, 0);
+	}
+	if (c->nprepared < MAX_PREPARED)
+	{
+		/* parameter types come from the casts in the statement text */
+		snprintf(name, sizeof(name), "s%d", c->nprepared);
+		c->preparing = 1;
+		return PQsendPrepare(c->pg, name, j->sql, j->nparams, NULL);
+	}
+	for (i = 0; i < j->nparams; i++)
+		vals[i] = j->params[i];
+	return PQsendQueryParams(c->pg, j->sql, j->nparams, NULL, vals, NULL, NULL, 0);
+}
+
 static void
 dispatch(dbconn *c, im_job *j)
 {
-	const char *vals[8];
-	int			i;
-
-	for (i = 0; i < j->nparams; i++)
-		vals[i] = j->params[i];
-	if (!PQsendQueryParams(c->pg, j->sql, j->nparams, NULL, vals, NULL, NULL, 0))
+	c->preparing = 0;
+	if (!send_job(c, j))
 	{
 		/* the query never left: try it on another connection */
 		enqueue_front(j);
@@ -427,6 +475,7 @@ job_result_done(dbconn *c)
 	c->job = NULL;
 	c->res = NULL;
 	c->st = C_IDLE;
+	c->preparing = 0;
 	hist_observe(dt);
 	j->db_seconds = dt;
 	if (res && PQresultStatus(res) == PGRES_FATAL_ERROR)
@@ -546,8 +595,24 @@ conn_io(dbconn *c, short revents)
 						post_done(j);
 					}
 				}
+				else if (c->preparing && c->res &&
+						 PQresultStatus(c->res) == PGRES_COMMAND_OK)
+				{
+					/* statement prepared: now run the job with it */
+					PQclear(c->res);
+					c->res = NULL;
+					c->prepared[c->nprepared++] = c->job->sql;
+					c->preparing = 0;
+					if (!send_job(c, c->job))
+					{
+						conn_down(c, PQerrorMessage(c->pg));
+						return;
+					}
+					c->want_write = PQflush(c->pg) == 1;
+					continue;
+				}
 				else
-					job_result_done(c);
+					job_result_done(c);	/* a failed prepare answers the job */
 				break;
 			}
 			/* keep the first result (an error wins over later ones) */

@@ -66,20 +66,42 @@ export IM_GW_URL="ws://127.0.0.1:$port/"
 for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.2; done
 
 echo "== 1. gateway: $N devices, $SECS s, pool $POOL"
-out=$("$PY" test/bench/gateway/load.py pairs "$SECS" "$IM_TMP/pairs.txt") || { echo "$out"; exit 1; }
+# CPU seconds (user+sys) of a process, and of the whole machine, to see
+# who is saturated: a client near 100% of a core means it throttles the run.
+cpu_of() { awk '{print ($14 + $15) / 100}' /proc/"$1"/stat 2>/dev/null || echo 0; }
+cpu_all() { awk '/^cpu / {print ($2 + $3 + $4 + $7 + $8) / 100; exit}' /proc/stat; }
+g0=$(cpu_of "$gw"); m0=$(cpu_all); w0=$(date +%s.%N)
+"$PY" test/bench/gateway/load.py pairs "$SECS" "$IM_TMP/pairs.txt" >"$IM_TMP/pairs.out" 2>&1 &
+lp=$!
+sleep 1; l0=$(cpu_of "$lp"); t0=$(date +%s.%N)
+while kill -0 "$lp" 2>/dev/null; do l1=$(cpu_of "$lp"); t1=$(date +%s.%N); sleep 0.5; done
+wait "$lp" || { cat "$IM_TMP/pairs.out"; exit 1; }
+g1=$(cpu_of "$gw"); m1=$(cpu_all); w1=$(date +%s.%N)
+out=$(cat "$IM_TMP/pairs.out")
 echo "$out"
+echo "CPU during run: client $(awk -v a="$l0" -v b="$l1" -v t0="$t0" -v t1="$t1" 'BEGIN{printf "%.0f", 100*(b-a)/(t1-t0)}')% of a core, gateway $(awk -v a="$g0" -v b="$g1" -v t0="$w0" -v t1="$w1" 'BEGIN{printf "%.0f", 100*(b-a)/(t1-t0)}')%, machine $(awk -v a="$m0" -v b="$m1" -v t0="$w0" -v t1="$w1" 'BEGIN{printf "%.0f", 100*(b-a)/(t1-t0)}')% (of $(nproc)00%)"
 gw_rate=$(echo "$out" | sed -n 's/.*sends_per_s=\([0-9.]*\).*/\1/p')
 
 echo "== 2. pgbench: same calls, $POOL connections, $SECS s"
+# Per transaction exactly the gateway cycle's three calls, prepared (the
+# gateway prepares its statements too).  The client's conversation,
+# generation and applied seq are looked up once (first transaction) and then
+# carried from one sync to the next, as the gateway client does.
 cat >"$IM_TMP/bench.sql" <<'SQL'
 \set u 100001 + :client_id
 \set r random(1, 2000000000)
-SELECT message_id FROM im.send_message(:u, (SELECT conv FROM public.bench_pairs WHERE u = :u), 'pgb-:client_id-:r', '{"t":"x"}');
-SELECT s.batch_token AS bt, s.batch_high_watermark AS bh FROM im.device_session(:u, 'bench', 0) d, im.sync_changes(:u, 'bench', d.sync_generation, d.server_acked_sync_seq, 200) s \gset
-SELECT status FROM im.ack_sync(:u, 'bench', ':bt', :bh);
+\if :conv = 0
+SELECT p.conv, d.sync_generation AS gen, d.server_acked_sync_seq AS applied
+  FROM public.bench_pairs p, im.device_session(:u, 'bench', 0) d WHERE p.u = :u \gset
+\endif
+SELECT message_id FROM im.send_message(:u, :conv, 'pgb-' || :client_id || '-' || :r, '{"t":"x"}');
+SELECT sync_generation AS gen, batch_token AS bt, batch_high_watermark AS applied
+  FROM im.sync_changes(:u, 'bench', :gen, :applied, 200) \gset
+SELECT status FROM im.ack_sync(:u, 'bench', :bt, :applied);
 SQL
-pgb=$("$PGBIN/pgbench" -n -M simple -c "$POOL" -j 2 -T "$SECS" -f "$IM_TMP/bench.sql" "$DB" 2>&1) || { echo "$pgb"; exit 1; }
+pgb=$("$PGBIN/pgbench" -n -M prepared -D conv=0 -c "$POOL" -j 2 -T "$SECS" -f "$IM_TMP/bench.sql" "$DB" 2>&1) || { echo "$pgb"; exit 1; }
 pg_rate=$(echo "$pgb" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
+echo "$pgb" | grep -E '^(number of (failed|transactions actually)|latency average)'
 echo "pgbench tps (send+sync+ack) = $pg_rate"
 echo "RESULT ratio gateway/pgbench = $(awk -v a="$gw_rate" -v b="$pg_rate" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }') (goal >= 0.7)"
 
