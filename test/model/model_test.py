@@ -516,6 +516,12 @@ class Model:
                     # hints lost, app in the background: no catch-up now;
                     # the marker stays dirty (level-triggered) for later.
                     self.count('fault.no_catch_up')
+                    if d.store.dirty and self.rng.random() < 0.5:
+                        # ... and the app is killed: the event was ACKed but
+                        # its handling lived only in memory.  Only the slow
+                        # path (marker target vs saved position) recovers it.
+                        d.store.dirty.clear()
+                        self.count('fault.dirty_event_lost')
                 else:
                     self.catch_up(d, faults, only_events=faults and self.rng.random() < 0.5)
                 return True
