@@ -5,6 +5,7 @@ Run by test/suites/40-worker.sh against database im_test (PGHOST/PGPORT/
 PGUSER from the harness; workers start paused).  Each check prints one
 "ok"/"FAIL" line; exit status 1 if any failed.  What it proves:
   - the configured number of workers run and idle while paused;
+  - shared-memory counters survive rollback and are seen by every backend;
   - the send transaction never NOTIFYs (paused workers: no hint arrives);
   - a committing send wakes a worker through its latch (low latency);
   - unpaused workers drain the outbox into correct logs and unread counts;
@@ -105,6 +106,21 @@ try:
     start_time = q1("SELECT pg_catalog.pg_postmaster_start_time()")
     pids = wait_for(lambda: len(workers()) == n_workers and workers(), 15)
     check(bool(pids) and len(pids) == n_workers, f"{n_workers} fanout workers are running", f"saw {workers()}")
+
+    # --- shared-memory counters: survive the rollback of the failing call
+    # and are seen by every backend (im_auth_failures_total, contract §8)
+    metric = "SELECT value FROM im.metrics() WHERE name = 'im_auth_failures_total'"
+    before = q1(metric)
+    other_conn = connect()
+    for _ in range(3):
+        try:
+            other_conn.cursor().execute("SELECT * FROM im.authenticate('not-a-token')")
+        except psycopg2.Error:
+            pass
+    other_conn.close()
+    after = q1(metric)
+    check(before is not None and after == before + 3,
+          "failed authentications are counted in shared memory across rollback and backends", f"{before} -> {after}")
 
     listener = connect()
     listener.cursor().execute("LISTEN im_sync_hint")
