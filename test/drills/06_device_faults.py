@@ -3,7 +3,7 @@ lost ACK; a generation-5 ACK arriving during a generation-6 snapshot;
 recovery after lease expiry; recovery during GC and log truncation with an
 old device (-> RESET_REQUIRED -> snapshot).  "Time passing" is simulated as
 superuser by moving expiry/last-seen stamps back; nothing else is touched.
-The dirty-marker race needs shared_log mode (skipped while it is missing)."""
+The dirty-marker race (shared_log mode) is drill 7, 07_dirty_marker_race.py."""
 from drill_lib import *
 
 set_paused(True)
@@ -134,8 +134,5 @@ else:
     check(r[0] == "OK", "it rebuilds from a snapshot")
     reconcile_zero()
 
-if implemented("SELECT im.set_conversation_mode(%s, 'fanout')", (conv,)):
-    skip("dirty_marker_race", "shared_log drill not written yet (see report)")
-else:
-    skip("dirty_marker_race", "shared_log mode is not implemented yet")
+# dirty_marker_race: covered by drill 7 (07_dirty_marker_race.py).
 finish("device_faults")
