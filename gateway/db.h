@@ -15,8 +15,7 @@
 typedef enum im_job_kind
 {
 	IM_JOB_API,					/* frame request: reply text built by db thread */
-	IM_JOB_AUTH,				/* hello: im.authenticate */
-	IM_JOB_DEVSESS,				/* hello: im.device_session */
+	IM_JOB_AUTH,				/* hello: im.authenticate + im.device_session */
 	IM_JOB_RECHECK,				/* re-check after (re)LISTEN */
 	IM_JOB_MEMBERS,				/* members of a shared_log conversation */
 	IM_JOB_HEALTH,				/* GET /healthz */

@@ -304,7 +304,16 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 		{
 			req->params[0] = xstrdup(json_string_value(t));
 			req->nparams = 1;
-			req->sql = "SELECT user_id, device_id, connection_epoch FROM im.authenticate($1::text)";
+			/*
+			 * One round trip per hello: device_session runs after
+			 * authenticate (LATERAL) and, being volatile, sees the epoch it
+			 * just set.  Admission limits are checked on the result before
+			 * the session is welcomed.
+			 */
+			req->sql = "SELECT a.user_id, a.device_id, a.connection_epoch, d.state, d.sync_generation, "
+				"d.server_acked_sync_seq, d.high_watermark, d.current "
+				"FROM im.authenticate($1::text) a "
+				"CROSS JOIN LATERAL im.device_session(a.user_id, a.device_id, a.connection_epoch) d";
 		}
 		json_decref(root);
 		return rc;

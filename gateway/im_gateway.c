@@ -126,6 +126,16 @@ static volatile sig_atomic_t g_terminate;
 static int	g_draining;
 static double g_drain_deadline;
 static int	g_pending_hellos;
+/*
+ * Reconnect-storm pacing: hellos answered per second (moving average over
+ * the 1 s tick) and the time handed to the last client refused for
+ * max_pending_hello.  Each refusal gets the next free slot at that rate
+ * instead of the same fixed wait, so refused clients come back spread out
+ * at about the pace the gateway completes hellos, not in one herd.
+ */
+static long g_hellos_done;
+static double g_hello_rate = 200;
+static double g_hello_slot;
 static int	g_first_listen_seen;
 static lws_sorted_usec_list_t g_tick;
 
@@ -532,6 +542,8 @@ take_rate(rate_slot *tab, uint64_t key, double rate, double burst)
 	return 0;
 }
 
+static void welcome(session *s, im_job *j, int off);
+
 static void
 hello_done(session *s)
 {
@@ -539,7 +551,24 @@ hello_done(session *s)
 	{
 		s->hello_pending = 0;
 		g_pending_hellos--;
+		g_hellos_done++;
 	}
+}
+
+/* Milliseconds a client refused for max_pending_hello should wait. */
+static long
+hello_retry_ms(void)
+{
+	double		now = im_now();
+	double		rate = g_hello_rate < 20 ? 20 : g_hello_rate;
+
+	/* the queue in flight drains first, then one slot per refused client */
+	if (g_hello_slot < now + g_pending_hellos / rate)
+		g_hello_slot = now + g_pending_hellos / rate;
+	g_hello_slot += 1 / rate;
+	if (g_hello_slot > now + 60)
+		g_hello_slot = now + 60;
+	return (long) ceil((g_hello_slot - now) * 1000);
 }
 
 static void
@@ -590,45 +619,23 @@ on_auth(session *s, im_job *j)
 		refuse(s, j->id, wait, "reconnecting too fast");
 		return;
 	}
-	{
-		im_job	   *d = new_job(IM_JOB_DEVSESS, s);
-
-		d->id = j->id ? json_incref(j->id) : NULL;
-		d->sql = "SELECT state, sync_generation, server_acked_sync_seq, high_watermark, current "
-			"FROM im.device_session($1::bigint, $2::text, $3::bigint)";
-		d->nparams = 3;
-		d->params[0] = int_str(s->user_id);
-		d->params[1] = strdup(s->device_id);
-		d->params[2] = int_str(s->epoch);
-		im_db_submit(d);
-	}
+	welcome(s, j, 3);
 }
 
+/* The device_session columns of the hello result start at column off. */
 static void
-on_devsess(session *s, im_job *j)
+welcome(session *s, im_job *j, int off)
 {
 	PGresult   *r = j->res;
 	json_t	   *w;
 
 	hello_done(s);
-	if (j->status == IM_JOB_UNAVAILABLE)
-	{
-		send_error(s, j->id, "UNAVAILABLE", "database unavailable", RETRY_UNAVAILABLE_MS);
-		begin_close(s, 1013, "db_unavailable");
-		return;
-	}
-	if (j->status != IM_JOB_OK || PQntuples(r) != 1)
-	{
-		send_error(s, j->id, "NOT_AUTHENTICATED", "device session refused", -1);
-		begin_close(s, 4001, "device_session_failed");
-		return;
-	}
-	if (strcmp(PQgetvalue(r, 0, 0), "REVOKED") == 0)
+	if (strcmp(PQgetvalue(r, 0, off + 0), "REVOKED") == 0)
 	{
 		begin_close(s, 4003, "revoked");
 		return;
 	}
-	if (PQgetvalue(r, 0, 4)[0] != 't')
+	if (PQgetvalue(r, 0, off + 4)[0] != 't')
 	{
 		begin_close(s, 4008, "superseded");
 		return;
@@ -643,12 +650,12 @@ on_devsess(session *s, im_job *j)
 	json_object_set_new(w, "device_id", json_string(s->device_id));
 	json_object_set_new(w, "connection_epoch", json_integer(s->epoch));
 	json_object_set_new(w, "sync_generation",
-						PQgetisnull(r, 0, 1) ? json_null() : json_integer(strtoll(PQgetvalue(r, 0, 1), NULL, 10)));
+						PQgetisnull(r, 0, off + 1) ? json_null() : json_integer(strtoll(PQgetvalue(r, 0, off + 1), NULL, 10)));
 	json_object_set_new(w, "server_acked_sync_seq",
-						PQgetisnull(r, 0, 2) ? json_null() : json_integer(strtoll(PQgetvalue(r, 0, 2), NULL, 10)));
+						PQgetisnull(r, 0, off + 2) ? json_null() : json_integer(strtoll(PQgetvalue(r, 0, off + 2), NULL, 10)));
 	json_object_set_new(w, "high_watermark",
-						PQgetisnull(r, 0, 3) ? json_null() : json_integer(strtoll(PQgetvalue(r, 0, 3), NULL, 10)));
-	json_object_set_new(w, "state", json_string(PQgetvalue(r, 0, 0)));
+						PQgetisnull(r, 0, off + 3) ? json_null() : json_integer(strtoll(PQgetvalue(r, 0, off + 3), NULL, 10)));
+	json_object_set_new(w, "state", json_string(PQgetvalue(r, 0, off + 0)));
 	enqueue_text(s, json_dumps(w, JSON_COMPACT), IM_OP_HELLO);
 	json_decref(w);
 	im_log("info", "event=welcome sid=%" PRIu64 " user=%" PRId64 " device=%s epoch=%" PRId64,
@@ -934,8 +941,6 @@ handle_done(void)
 					on_api(s, j);
 				else if (j->kind == IM_JOB_AUTH)
 					on_auth(s, j);
-				else if (j->kind == IM_JOB_DEVSESS)
-					on_devsess(s, j);
 				else if (j->kind == IM_JOB_RECHECK)
 					on_recheck(s, j);
 				break;
@@ -969,7 +974,7 @@ process_frame(session *s, const char *buf, size_t len)
 		}
 		if (g_pending_hellos >= cfg.max_pending_hello)
 		{
-			refuse(s, req.id, 1000, "gateway busy authenticating, retry later");
+			refuse(s, req.id, hello_retry_ms(), "gateway busy authenticating, retry later");
 			im_request_free(&req);
 			return;
 		}
@@ -1388,6 +1393,10 @@ tick(lws_sorted_usec_list_t *sul)
 	session    *s;
 	double		now = im_now();
 
+	/* only seconds with hellos in flight tell the rate */
+	if (g_pending_hellos > 0 || g_hellos_done > 0)
+		g_hello_rate = 0.5 * g_hello_rate + 0.5 * (double) g_hellos_done;
+	g_hellos_done = 0;
 	for (s = all_sessions; s; s = s->all_next)
 		if (!s->is_http && !s->authed && !s->close_code && !s->hello_pending &&
 			now - s->t_open > cfg.hello_timeout)

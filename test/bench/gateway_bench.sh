@@ -15,7 +15,8 @@ cd "$(dirname "$0")/../.."
 source test/cluster.sh
 PY=${IM_PYTHON:-/usr/bin/python3}
 N=${BENCH_DEVICES:-40}; SECS=${BENCH_SECONDS:-20}; POOL=${BENCH_POOL:-4}
-IDLE=${BENCH_IDLE:-10000}; STORM=${BENCH_STORM:-5000}
+IDLE=${BENCH_IDLE:-10000}; STORM=${BENCH_STORM:-5000}; PAIRS=${BENCH_PAIRS:-1}
+NIDLE=$(( IDLE > STORM ? IDLE : STORM ))   # users 200001.. serve both parts
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 DB=im_bench
 gw=""; idle_pid=""
@@ -39,7 +40,7 @@ DECLARE u bigint; b record; conv bigint;
 BEGIN
   FOR u IN SELECT g FROM generate_series(1, $N) g
            UNION ALL SELECT 100000 + g FROM generate_series(1, 2 * $POOL) g
-           UNION ALL SELECT 200000 + g FROM generate_series(1, $IDLE) g LOOP
+           UNION ALL SELECT 200000 + g FROM generate_series(1, $NIDLE) g LOOP
     PERFORM im.register_device(u, 'bench');
     IF u < 200000 OR u <= 200000 + $STORM THEN
       SELECT * INTO b FROM im.begin_snapshot(u, 'bench');
@@ -55,8 +56,9 @@ SQL
 tokens() { im_psql -At -F' ' -c "SELECT g, 'bench', coalesce(p.conv, 0), im.issue_device_token(g, 'bench', '1 day')
                                   FROM generate_series($1, $2) g LEFT JOIN public.bench_pairs p ON p.u = g"; }
 tokens 1 "$N" >"$IM_TMP/pairs.txt"
-tokens 200001 $((200000 + IDLE)) >"$IM_TMP/idle.txt"
-head -n "$STORM" "$IM_TMP/idle.txt" 2>/dev/null >"$IM_TMP/storm.txt"
+tokens 200001 $((200000 + NIDLE)) >"$IM_TMP/all.txt"
+head -n "$IDLE" "$IM_TMP/all.txt" >"$IM_TMP/idle.txt"
+head -n "$STORM" "$IM_TMP/all.txt" >"$IM_TMP/storm.txt"
 
 port=$(im_free_port)
 ./gateway/im_gateway --listen 127.0.0.1:"$port" --pool "$POOL" --max-pending-hello 256 \
@@ -65,11 +67,13 @@ gw=$!
 export IM_GW_URL="ws://127.0.0.1:$port/"
 for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.2; done
 
-echo "== 1. gateway: $N devices, $SECS s, pool $POOL"
 # CPU seconds (user+sys) of a process, and of the whole machine, to see
 # who is saturated: a client near 100% of a core means it throttles the run.
 cpu_of() { awk '{print ($14 + $15) / 100}' /proc/"$1"/stat 2>/dev/null || echo 0; }
 cpu_all() { awk '/^cpu / {print ($2 + $3 + $4 + $7 + $8) / 100; exit}' /proc/stat; }
+
+if [ "$PAIRS" != 0 ]; then
+echo "== 1. gateway: $N devices, $SECS s, pool $POOL"
 g0=$(cpu_of "$gw"); m0=$(cpu_all); w0=$(date +%s.%N)
 "$PY" test/bench/gateway/load.py pairs "$SECS" "$IM_TMP/pairs.txt" >"$IM_TMP/pairs.out" 2>&1 &
 lp=$!
@@ -104,6 +108,7 @@ pg_rate=$(echo "$pgb" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
 echo "$pgb" | grep -E '^(number of (failed|transactions actually)|latency average)'
 echo "pgbench tps (send+sync+ack) = $pg_rate"
 echo "RESULT ratio gateway/pgbench = $(awk -v a="$gw_rate" -v b="$pg_rate" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }') (goal >= 0.7)"
+fi
 
 if [ "$IDLE" -gt 0 ]; then
 echo "== 3. $IDLE idle sessions"
@@ -125,6 +130,13 @@ fi
 
 if [ "$STORM" -gt 0 ]; then
 echo "== 4. reconnect storm: $STORM devices"
-"$PY" test/bench/gateway/load.py storm "$IM_TMP/storm.txt" || exit 1
+g0=$(cpu_of "$gw"); w0=$(date +%s.%N)
+"$PY" test/bench/gateway/load.py storm "$IM_TMP/storm.txt" >"$IM_TMP/storm.out" 2>&1 &
+lp=$!
+while kill -0 "$lp" 2>/dev/null; do l1=$(cpu_of "$lp"); sleep 0.5; done
+wait "$lp" || { cat "$IM_TMP/storm.out"; exit 1; }
+g1=$(cpu_of "$gw"); w1=$(date +%s.%N)
+cat "$IM_TMP/storm.out"
+echo "CPU during storm: client $(awk -v b="$l1" -v t0="$w0" -v t1="$w1" 'BEGIN{printf "%.0f", 100*b/(t1-t0)}')% of a core, gateway $(awk -v a="$g0" -v b="$g1" -v t0="$w0" -v t1="$w1" 'BEGIN{printf "%.0f", 100*(b-a)/(t1-t0)}')%"
 fi
-curl -s "http://127.0.0.1:$port/metrics" | grep -E '^im_gateway_(refusals_total|pool_waits_total|db_seconds_count|hints_sent_total|hints_coalesced_total)'
+curl -s "http://127.0.0.1:$port/metrics" | grep -E '^im_gateway_(refusals_total|pool_waits_total|db_seconds_count|db_seconds_sum|hints_sent_total|hints_coalesced_total)'
