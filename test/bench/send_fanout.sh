@@ -11,12 +11,15 @@
 #   - fanout inbox events/s (im.run_fanout over messages to a 200-member
 #     group) vs a bare INSERT ... SELECT of the same rows.
 # Goals printed beside: send >= 0.8x floor, fanout >= 0.6x floor.
-# Knobs: IM_BENCH_T (seconds per pgbench run, 6), IM_BENCH_FAN_MSGS (100).
+# Knobs: IM_BENCH_T (seconds per pgbench run, 6), IM_BENCH_ROUNDS (send
+# runs per side, median kept, 3), IM_BENCH_FAN_MSGS (100).
 # About 3-4 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/cluster.sh
 T=${IM_BENCH_T:-6}
+ROUNDS=${IM_BENCH_ROUNDS:-3}
+TR=${IM_BENCH_ROUND_T:-3}   # seconds per alternating send run
 NMSG=${IM_BENCH_FAN_MSGS:-100}
 D=test/bench/send_fanout
 
@@ -28,14 +31,15 @@ im_psql -d im_test -f $D/setup.sql >/dev/null
 
 # tps DB SCRIPT CLIENTS SET NCONV -> transactions per second (excluding connections)
 tps() {
-  "$PGBIN/pgbench" -n -d "$1" -f "$2" -c "$3" -j 2 -T "$T" -D set="$4" -D nconv="$5" 2>"$IM_TMP/pgbench.err" \
+  "$PGBIN/pgbench" -n -d "$1" -f "$2" -c "$3" -j 2 -T "${TT:-$T}" -D set="$4" -D nconv="$5" 2>"$IM_TMP/pgbench.err" \
     | awk '/^tps = / { print $3; exit }' | grep . || { cat "$IM_TMP/pgbench.err" >&2; echo 0; }
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 q() { im_psql -d "$1" -At -c "$2"; }
 paused() { q im_test "ALTER SYSTEM SET im_sync.fanout_paused = $1" >/dev/null; q im_test "SELECT pg_catalog.pg_reload_conf()" >/dev/null; sleep 1.5; }
 
-echo "send_fanout benchmark: PostgreSQL $(q postgres 'SHOW server_version'), $(nproc) cores, ${T}s per run"
+echo "send_fanout benchmark: PostgreSQL $(q postgres 'SHOW server_version'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+echo "(send: median of $ROUNDS alternating ${TR}s runs per side; workers on: one ${T}s run)"
 echo
 
 # 1. Workers on first, so no paused-run backlog is counted as their work.
@@ -61,13 +65,21 @@ for set in 1 2; do
 done
 paused on
 
-# 2. Send path alone: API vs floor, alternating.
+# 2. Send path alone: API vs floor in ROUNDS alternating runs each, the
+# median of each kept, so a burst of load elsewhere on the machine hits
+# both sides alike.
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 declare -A API FLOOR
 for set in 1 2; do
   nconv=$([ $set = 1 ] && echo 1 || echo 2000)
   for c in 1 8; do
-    API[$set,$c]=$(tps im_test $D/send.sql $c $set $nconv)
-    FLOOR[$set,$c]=$(tps im_test $D/floor_send.sql $c $set $nconv)
+    a=(); f=()
+    for _ in $(seq 1 "$ROUNDS"); do
+      a+=("$(TT=$TR tps im_test $D/send.sql $c $set $nconv)")
+      f+=("$(TT=$TR tps im_test $D/floor_send.sql $c $set $nconv)")
+    done
+    API[$set,$c]=$(median "${a[@]}")
+    FLOOR[$set,$c]=$(median "${f[@]}")
   done
 done
 
