@@ -2,7 +2,7 @@
 """Load generator for test/bench/gateway_bench.sh (python3-websockets, asyncio).
 
 Modes:
-  pairs SECONDS TOKENS_FILE     devices in pairs sharing a direct conversation.
+  pairs SECONDS TOKENS_FILE [nolat]  devices in pairs sharing a direct conversation.
                                 Throughput: each device loops send -> sync -> ack
                                 (pgbench's three calls), reports sends/s, frames/s.
                                 Then latency (SECONDS/2, >= 5 s): send -> partner
@@ -147,7 +147,7 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(p / 100.0 * len(xs)))]
 
 
-async def pairs(seconds, path):
+async def pairs(seconds, path, nolat=False):
     st = Stats()
     rows = load_tokens(path)
     devs = [Dev(st, *r) for r in rows]
@@ -181,6 +181,10 @@ async def pairs(seconds, path):
     print("RESULT pairs devices=%d seconds=%.1f sends_per_s=%.1f frames_per_s=%.1f" %
           (len(devs), el, st.sends / el, (st.frames_in + st.frames_out) / el), flush=True)
 
+    if nolat:
+        for d in devs:
+            await d.ws.close()
+        return
     # Latency: ping-pong in pairs, the partner syncs on the hint; the hint
     # wait is fanout latency (workers), so this loop's rate is not the ratio.
     for d in devs:
@@ -276,7 +280,7 @@ async def storm(path):
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "pairs":
-        asyncio.run(pairs(float(sys.argv[2]), sys.argv[3]))
+        asyncio.run(pairs(float(sys.argv[2]), sys.argv[3], len(sys.argv) > 4 and sys.argv[4] == "nolat"))
     elif mode == "idle":
         asyncio.run(idle(sys.argv[2], sys.argv[3]))
     elif mode == "storm":
