@@ -774,6 +774,21 @@ class Model:
                         break
                     after_seq = m['next_after_seq']
                 truth[c] = ([{k: p[k] for k in POS_KEYS} for p in pos], cl['read_msg_seq'])
+                # Unread (contract §3), counted independently of the server's
+                # recount: exact in fanout mode; in shared_log mode the upper
+                # bound max(0, target - read), never below the true count.
+                true_unread = sum(1 for p in pos if p['kind'] == 'message' and p['sender_id'] != u
+                                  and not p['recalled'] and p['msg_seq'] > cl['read_msg_seq'])
+                if cl['mode'] == 'fanout':
+                    check(cl['unread_count'] == true_unread,
+                          'user %d conversation %d (fanout): unread_count %d, recount from fetch_messages %d',
+                          u, c, cl['unread_count'], true_unread)
+                else:
+                    check(true_unread <= cl['unread_count'] <= max(true_unread,
+                          cl['dirty_target_msg_seq'] - cl['read_msg_seq']),
+                          'user %d conversation %d (shared_log): unread_count %d not within [%d, max(0, %d - %d)]',
+                          u, c, cl['unread_count'], true_unread, cl['dirty_target_msg_seq'], cl['read_msg_seq'])
+                    self.count('final.shared_log_convs')
                 self.count('final.positions', len(pos))
             for d in [x for x in self.devices if x.user == u]:
                 got = {c: v for c, v in d.store.convs.items()}
@@ -853,11 +868,11 @@ def main():
         print('  faults: ' + (', '.join('%s=%d' % (k.split('.', 1)[1], v) for k, v in sorted(c.items())
                                         if k.startswith('fault.') or k.startswith('ack.late.')) or 'none'))
         print('  shared_log: min_members=%d switches to_shared_log=%d to_fanout=%d auto=%d noop=%d; '
-              'dirty_events=%d fetches=%d raced=%d clears ok=%d failed=%d' % (
+              'dirty_events=%d fetches=%d raced=%d clears ok=%d failed=%d; shared_log at the end=%d' % (
                   m.min_members, c.get('switch.to_shared_log', 0), c.get('switch.to_fanout', 0),
                   c.get('switch.auto', 0), c.get('switch.noop', 0), c.get('dirty.events', 0),
                   c.get('dirty.fetches', 0), c.get('dirty.raced', 0), c.get('clear.ok', 0),
-                  c.get('clear.failed', 0)))
+                  c.get('clear.failed', 0), c.get('final.shared_log_convs', 0)))
         print('  sync statuses: ' + ', '.join('%s=%d' % (k[5:], v) for k, v in sorted(c.items())
                                                 if k.startswith('sync.') and k[5:].isupper()))
     print('model: %d seeds, %d failed' % (len(seeds), failed))
