@@ -149,7 +149,7 @@ try:
         wait_for(lambda: drained([small]), 10, step=0.005)
         lat.append(time.time() - t0)
     avg = sum(lat) / len(lat)
-    check(avg < 0.25, "a committing send wakes a worker (mean send-to-fanout latency < 0.25 s)", f"mean {avg:.3f}s")
+    check(avg < 0.3, "a committing send wakes a worker (mean send-to-fanout latency < 0.3 s; polling alone gives ~0.5 s)", f"mean {avg:.3f}s")
     drain_notifies(listener, 0.2)
 
     # --- big group: logs, unread, and hint chunking
