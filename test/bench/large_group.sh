@@ -82,8 +82,10 @@ printf "%-44s %12s %12s %8s\n" "fanout ms per message ($MSGS msgs in 1 batch)" "
 printf "%-44s %12s %12s %8s\n" "member catch-up ms ($((2 * MSGS)) messages)" "${CATCHUP[fanout]}" "${CATCHUP[shared_log]}" \
   "$(awk -v a="${CATCHUP[shared_log]}" -v b="${CATCHUP[fanout]}" 'BEGIN { printf "%.3f", a / b }')"
 
-# 2. mixed workload, workers on
+# 2. mixed workload, workers on (after part 1's bulk writes settle, so
+# autovacuum and checkpoints do not land inside the measured windows)
 echo
+q "VACUUM ANALYZE" >/dev/null; q "CHECKPOINT" >/dev/null
 q "ALTER SYSTEM SET im_sync.fanout_paused = off" >/dev/null; q "SELECT pg_catalog.pg_reload_conf()" >/dev/null
 q "SELECT pg_catalog.count(im.direct_conversation(100000 + g, 200000 + g)) FROM pg_catalog.generate_series(1, 500) g" >/dev/null
 hot=$(q "SELECT im.create_conversation('group', ARRAY(SELECT g FROM pg_catalog.generate_series(300001, 300000 + $MEMBERS) g)::bigint[], 300001)")
