@@ -28,6 +28,15 @@ export IM_GW_URL="ws://127.0.0.1:$port/" IM_E2E_MAX_FRAME=65536
 rc=0
 "${IM_PYTHON:-/usr/bin/python3}" test/e2e/test_gateway.py ${IM_E2E_TESTS:-} || rc=1
 
+# reconnect-storm pacing against a second gateway with --max-pending-hello 1
+port2=$(im_free_port)
+./gateway/im_gateway --listen 127.0.0.1:"$port2" --max-pending-hello 1 --pool 2 \
+    --db "host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_test" >"$IM_TMP/gateway-pacing.log" 2>&1 &
+gw2=$!
+for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port2/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+IM_GW_URL="ws://127.0.0.1:$port2/" "${IM_PYTHON:-/usr/bin/python3}" test/e2e/test_hello_pacing.py || { echo "FAIL hello pacing"; rc=1; }
+kill -TERM "$gw2"; wait "$gw2"
+
 # SIGTERM: drain and exit 0
 kill -TERM "$gw"
 for _ in $(seq 100); do kill -0 "$gw" 2>/dev/null || break; sleep 0.1; done
