@@ -47,6 +47,14 @@
  */
 #define IM_FANOUT_LOCK_CLASS 0x494d464f	/* "IMFO" */
 
+/*
+ * A conversation with more active members than this is fanned out in a
+ * batch of its own: its batch commits late (thousands of rows), and small
+ * conversations claimed into the same batch would wait for that commit —
+ * direct messages must not queue behind a hot large group.
+ */
+#define IM_FANOUT_SOLO_MEMBERS 500
+
 /* Largest NOTIFY payload we send (PostgreSQL's limit is 8000 bytes). */
 #define IM_HINT_CHUNK 7000
 
@@ -122,14 +130,16 @@ int8_array(int64 *ids, int n)
  * conversation.
  */
 static void
-claim_items(FanoutBatch *b, int max_items)
+claim_items(FanoutBatch *b, int max_items, bool isolate_large)
 {
 	static SPIPlanPtr candidates;
 	static SPIPlanPtr trylock;
 	static SPIPlanPtr pending;
+	static SPIPlanPtr members;
 	Datum		args[2];
 	int64	   *convs;
 	int			nconvs;
+	bool		solo = false;
 
 	im_prepare(&candidates,
 			   "SELECT conversation_id FROM im.outbox "
@@ -158,16 +168,32 @@ claim_items(FanoutBatch *b, int max_items)
 			   "FOR UPDATE OF o",
 			   2, INT8OID, INT4OID);
 
-	for (int c = 0; c < nconvs && b->nitems < max_items; c++)
+	im_prepare(&members,
+			   "SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) $2 FROM ("
+			   "  SELECT 1 FROM im.membership_period WHERE conversation_id" EQ "$1"
+			   "  AND leave_seq IS NULL LIMIT $2 OPERATOR(pg_catalog.+) 1) m",
+			   2, INT8OID, INT4OID);
+
+	for (int c = 0; c < nconvs && b->nitems < max_items && !solo; c++)
 	{
 		bool		held = false;
+		bool		large;
 		uint64		n;
+
+		/* a large conversation only ever starts a batch, and ends it */
+		args[0] = Int64GetDatum(convs[c]);
+		args[1] = Int32GetDatum(IM_FANOUT_SOLO_MEMBERS);
+		im_exec(members, args, NULL, 0);
+		large = im_get_bool(0, 1, NULL);
+		if (isolate_large && large && b->nitems > 0)
+			continue;
 
 		args[0] = Int32GetDatum(IM_FANOUT_LOCK_CLASS);
 		args[1] = Int32GetDatum((int32) (convs[c] & 0xffffffff));
 		im_exec(trylock, args, NULL, 0);
 		if (!im_get_bool(0, 1, NULL))
 			continue;			/* another worker has this conversation */
+		solo = isolate_large && large;
 
 		args[0] = Int64GetDatum(convs[c]);
 		args[1] = Int32GetDatum(max_items - b->nitems);
@@ -553,8 +579,13 @@ append_user_hints(FanoutBatch *b, StringInfo hints)
 	}
 }
 
-int64
-im_fanout_batch(int max_items, StringInfo hints)
+/*
+ * One fanout batch.  isolate_large: a large conversation gets a batch of its
+ * own (the workers, where latency of small conversations matters);
+ * im.run_fanout does not isolate, so one call drains what it is given.
+ */
+static int64
+fanout_batch(int max_items, StringInfo hints, bool isolate_large)
 {
 	FanoutBatch b;
 	int64		processed = 0;
@@ -568,7 +599,7 @@ im_fanout_batch(int max_items, StringInfo hints)
 	b.maxusers = 64;
 	b.users = palloc(sizeof(int64) * b.maxusers);
 
-	claim_items(&b, max_items);
+	claim_items(&b, max_items, isolate_large);
 	lock_batch_heads(&b);
 
 	for (int i = 0; i < b.nitems; i++)
@@ -598,6 +629,12 @@ im_fanout_batch(int max_items, StringInfo hints)
 	}
 	append_user_hints(&b, hints);
 	return processed;
+}
+
+int64
+im_fanout_batch(int max_items, StringInfo hints)
+{
+	return fanout_batch(max_items, hints, true);
 }
 
 void
@@ -643,7 +680,7 @@ im_run_fanout(PG_FUNCTION_ARGS)
 	initStringInfo(&hints);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "im_sync: SPI_connect failed");
-	processed = im_fanout_batch(max_items, &hints);
+	processed = fanout_batch(max_items, &hints, false);
 	SPI_finish();
 	im_send_hints(&hints);
 	PG_RETURN_INT64(processed);

@@ -75,6 +75,8 @@ extern int64 im_counter_get(ImCounter which);
  * Process at most max_items outbox items in the caller's transaction.
  * Appends "user_id:high_watermark" and "c<conv>:<head>" hint entries to
  * *hints (comma separated, may be NULL).  Returns items processed.
+ * A conversation with more than 500 active members gets a batch of its own,
+ * so small conversations never wait for a large group's commit.
  * Must be called inside SPI_connect.
  */
 extern int64 im_fanout_batch(int max_items, StringInfo hints);
