@@ -51,14 +51,22 @@ im_shmem_startup(void)
 static void
 define_settings(void)
 {
+	/*
+	 * PostgreSQL refuses (FATAL) to create a PGC_POSTMASTER setting outside
+	 * shared_preload_libraries.  Without preloading there are no workers,
+	 * so the two worker settings are merely informational there.
+	 */
+	GucContext	worker_ctx = process_shared_preload_libraries_in_progress ?
+		PGC_POSTMASTER : PGC_SIGHUP;
+
 	DefineCustomStringVariable("im_sync.database",
 							   "Database the fanout workers connect to.",
 							   NULL, &im_database, "postgres",
-							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+							   worker_ctx, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("im_sync.fanout_workers",
 							"Number of background fanout workers (0: none).",
 							NULL, &im_fanout_workers, 1, 0, IM_MAX_FANOUT_WORKERS,
-							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+							worker_ctx, 0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("im_sync.fanout_paused",
 							 "Makes the fanout workers idle; im.run_fanout still works.",
 							 NULL, &im_fanout_paused, false,
