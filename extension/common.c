@@ -218,6 +218,18 @@ im_srf_row(FunctionCallInfo fcinfo, Datum *values, bool *nulls)
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
+/* ---- arrays ----------------------------------------------------------- */
+
+Datum
+im_int8_array(const int64 *ids, int n)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		elems[i] = Int64GetDatum(ids[i]);
+	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
+}
+
 /* ---- locks ------------------------------------------------------------ */
 
 void
@@ -250,16 +262,10 @@ im_lock_user_heads(int64 *user_ids, int n)
 	static SPIPlanPtr ins;
 	static SPIPlanPtr lock;
 	Datum		args[1];
-	Datum	   *elems;
-	ArrayType  *arr;
 
 	if (n <= 0)
 		return;
-	elems = palloc(sizeof(Datum) * n);
-	for (int i = 0; i < n; i++)
-		elems[i] = Int64GetDatum(user_ids[i]);
-	arr = construct_array(elems, n, INT8OID, 8, true, TYPALIGN_DOUBLE);
-	args[0] = PointerGetDatum(arr);
+	args[0] = im_int8_array(user_ids, n);
 
 	/* Sorted inserts, so two creators of the same heads cannot deadlock. */
 	im_prepare(&ins,
@@ -274,7 +280,6 @@ im_lock_user_heads(int64 *user_ids, int n)
 			   "ORDER BY user_id FOR UPDATE",
 			   1, INT8ARRAYOID);
 	im_exec(lock, args, NULL, 0);
-	pfree(elems);
 }
 
 void

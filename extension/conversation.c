@@ -81,16 +81,6 @@ collect_members(FunctionCallInfo fcinfo, int64 creator, int64 **out)
 	return n;
 }
 
-static Datum
-int8_array(int64 *ids, int n)
-{
-	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
-
-	for (int i = 0; i < n; i++)
-		elems[i] = Int64GetDatum(ids[i]);
-	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
-}
-
 /* user_conversation rows exist from the first period on (fanout only UPDATEs
  * them, so it never takes a key-share lock on the conversation row).  The
  * caller holds the users' heads. */
@@ -182,7 +172,7 @@ create_conversation(const char *kind, int64 *members, int n)
 		elog(ERROR, "im_sync: create event of conversation " INT64_FORMAT " is not msg_seq 1",
 			 conversation_id);
 
-	arr = int8_array(members, n);
+	arr = im_int8_array(members, n);
 	im_prepare(&ins_periods,
 			   "INSERT INTO im.membership_period (conversation_id, user_id, join_seq, join_event_id) "
 			   "SELECT $1, u, 1, $3 FROM pg_catalog.unnest($2::pg_catalog.int8[]) u ORDER BY u",
@@ -334,7 +324,7 @@ im_join_conversation(PG_FUNCTION_ARGS)
 		period_id = im_get_int64(0, 1, NULL);
 
 		im_lock_user_heads(&user_id, 1);
-		ensure_user_conversations(conversation_id, int8_array(&user_id, 1));
+		ensure_user_conversations(conversation_id, im_int8_array(&user_id, 1));
 		created = true;
 
 		/* im_sync.shared_log_min_members: large groups switch on join */

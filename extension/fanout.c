@@ -112,16 +112,6 @@ uniq_int64(int64 *v, int n)
 	return k;
 }
 
-static Datum
-int8_array(int64 *ids, int n)
-{
-	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
-
-	for (int i = 0; i < n; i++)
-		elems[i] = Int64GetDatum(ids[i]);
-	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
-}
-
 /*
  * Claim due work: for each conversation with due pending items (oldest
  * first) that no other worker holds, its pending items in msg_seq order
@@ -284,7 +274,7 @@ lock_batch_heads(FanoutBatch *b)
 			   "   AND e.mode" EQ "'fanout') r "
 			   "ORDER BY 1",
 			   1, INT8ARRAYOID);
-	args[0] = int8_array(ids, b->nitems);
+	args[0] = im_int8_array(ids, b->nitems);
 	n = im_exec(plan, args, NULL, 0);
 	users = palloc(sizeof(int64) * Max(n, 1));
 	for (uint64 i = 0; i < n; i++)
@@ -359,7 +349,7 @@ deliver_position(FanoutBatch *b, FanoutItem *it)
 			   "       (SELECT pg_catalog.count(*) FROM quar) "
 			   "FROM ins",
 			   1, INT8ARRAYOID);
-	args[0] = int8_array(&it->outbox_id, 1);
+	args[0] = im_int8_array(&it->outbox_id, 1);
 	n = im_exec(plan, args, NULL, 0);
 	if (n > 0 && (im_get_int64(0, 3, NULL) != (int64) n || im_get_int64(0, 4, NULL) != (int64) n))
 		elog(ERROR, "im_sync: delivery of outbox item " INT64_FORMAT " found no user state for some recipients",
@@ -568,7 +558,7 @@ append_user_hints(FanoutBatch *b, StringInfo hints)
 			   "SELECT user_id, high_watermark FROM im.user_head "
 			   "WHERE user_id" EQ "ANY ($1::pg_catalog.int8[]) ORDER BY user_id",
 			   1, INT8ARRAYOID);
-	args[0] = int8_array(b->users, nu);
+	args[0] = im_int8_array(b->users, nu);
 	n = im_exec(plan, args, NULL, 0);
 	for (uint64 i = 0; i < n; i++)
 	{

@@ -125,6 +125,9 @@ extern char *im_arg_text(FunctionCallInfo fcinfo, int argno, const char *name, i
 extern char *im_arg_device_id(FunctionCallInfo fcinfo, int argno);
 extern int32 im_arg_int32(FunctionCallInfo fcinfo, int argno, const char *name, int32 min, int32 max);
 
+/* int8[] Datum (palloc'd in the current context) from n ids; n may be 0. */
+extern Datum im_int8_array(const int64 *ids, int n);
+
 /* Materialized SRF output for RETURNS TABLE functions. */
 extern void im_srf_begin(FunctionCallInfo fcinfo);
 extern void im_srf_row(FunctionCallInfo fcinfo, Datum *values, bool *nulls);

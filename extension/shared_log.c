@@ -135,12 +135,8 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 {
 	static SPIPlanPtr plan;
 	Datum		args[2];
-	Datum	   *elems;
 	uint64		n;
 
-	elems = palloc(sizeof(Datum) * Max(nmessages, 1));
-	for (int i = 0; i < nmessages; i++)
-		elems[i] = Int64GetDatum(message_ids[i]);
 	im_prepare(&plan,
 			   "WITH m AS ("
 			   "  SELECT p.user_id, pg_catalog.max(e.msg_seq) AS target,"
@@ -188,7 +184,7 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 			   "                  WHERE e.message_id" EQ "ANY ($2::pg_catalog.int8[]))",
 			   2, INT8OID, INT8ARRAYOID);
 	args[0] = Int64GetDatum(conversation_id);
-	args[1] = PointerGetDatum(construct_array(elems, nmessages, INT8OID, 8, true, TYPALIGN_DOUBLE));
+	args[1] = im_int8_array(message_ids, nmessages);
 	n = im_exec(plan, args, NULL, 0);
 
 	/* the last row is the position reached; the others are moved heads */
