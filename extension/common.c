@@ -120,6 +120,13 @@ im_get_datum_copy(uint64 row, int col, bool *isnull)
 	return SPI_datumTransfer(d, att->attbyval, att->attlen);
 }
 
+void
+im_spi_connect(void)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "im_sync: SPI_connect failed");
+}
+
 /* ---- argument checks -------------------------------------------------- */
 
 static void

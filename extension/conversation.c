@@ -213,8 +213,7 @@ im_create_conversation(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("a conversation needs at least one member")));
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	conversation_id = create_conversation(kind, members, n);
 	SPI_finish();
 	PG_RETURN_INT64(conversation_id);
@@ -236,8 +235,7 @@ im_direct_conversation(PG_FUNCTION_ARGS)
 				 errmsg("a direct conversation needs two distinct users, got " INT64_FORMAT " twice", a)));
 	members[0] = Min(a, b);
 	members[1] = Max(a, b);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	conversation_id = create_conversation("direct", members, 2);
 	SPI_finish();
 	PG_RETURN_INT64(conversation_id);
@@ -296,8 +294,7 @@ im_join_conversation(PG_FUNCTION_ARGS)
 	Datum		args[4];
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	im_lock_conversation(conversation_id, &conv);
 	reject_direct(&conv, "join");
 
@@ -360,8 +357,7 @@ im_leave_conversation(PG_FUNCTION_ARGS)
 	Datum		args[3];
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	im_lock_conversation(conversation_id, &conv);
 	reject_direct(&conv, "leave");
 	if (!open_period(conversation_id, user_id, &period_id, &join_seq))
@@ -412,8 +408,7 @@ im_conversation_list(PG_FUNCTION_ARGS)
 	uint64		n;
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	im_prepare(&plan,
 			   "SELECT c.conversation_id, c.kind, c.mode, uc.last_msg_seq, uc.read_msg_seq, "
 			   "       uc.unread_count, uc.dirty_target_msg_seq, uc.dirty_version, c.head_msg_seq "
@@ -461,8 +456,7 @@ im_conversation_members(PG_FUNCTION_ARGS)
 	uint64		n;
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	im_prepare(&exists,
 			   "SELECT 1 FROM im.conversation WHERE conversation_id OPERATOR(pg_catalog.=) $1",
 			   1, INT8OID);

@@ -75,8 +75,7 @@ im_register_device(PG_FUNCTION_ARGS)
 	char		detail[96];
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 
 	args[0] = Int64GetDatum(user_id);
 	args[1] = CStringGetTextDatum(device_id);
@@ -143,8 +142,7 @@ im_revoke_device(PG_FUNCTION_ARGS)
 	bool		revoked = false;
 	char		detail[64];
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	im_lock_device(user_id, device_id, &dev);
 	if (strcmp(dev.state, "REVOKED") != 0)
 	{
@@ -199,8 +197,7 @@ im_device_session(PG_FUNCTION_ARGS)
 	epoch = PG_GETARG_INT64(2);
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	im_prepare(&plan,
 			   "SELECT d.state, d.sync_generation, d.acked_sync_seq, "
 			   "       COALESCE(h.high_watermark, 0), "
@@ -263,8 +260,7 @@ im_issue_device_token(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ttl must be positive")));
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	/* FOR UPDATE: serializes with revoke_device, so no token outlives it */
 	im_lock_device(user_id, device_id, &dev);
 	if (strcmp(dev.state, "REVOKED") == 0)
@@ -345,8 +341,7 @@ im_authenticate(PG_FUNCTION_ARGS)
 	if (!im_token_verify(token, IM_TOKEN_DEVICE, &c))
 		auth_fail(NULL, "token is malformed or its signature does not match");
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	im_prepare(&sel,
 			   "SELECT state, registration FROM im.device "
 			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "

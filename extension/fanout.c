@@ -668,8 +668,7 @@ im_run_fanout(PG_FUNCTION_ARGS)
 	int64		processed;
 
 	initStringInfo(&hints);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	processed = fanout_batch(max_items, &hints, false);
 	SPI_finish();
 	im_send_hints(&hints);

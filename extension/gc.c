@@ -36,8 +36,7 @@ im_gc_inbox(PG_FUNCTION_ARGS)
 	int64		total = 0;
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 
 	/* Candidates: users whose log holds anything; ordered like every head lock. */
 	im_prepare(&users,

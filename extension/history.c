@@ -76,8 +76,7 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 				 errmsg("up_to_seq must be a non-negative msg_seq or NULL")));
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 
 	im_prepare(&conv_plan,
 			   "SELECT head_msg_seq FROM im.conversation "

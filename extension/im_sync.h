@@ -112,6 +112,9 @@ extern SPIPlanPtr im_prepare(SPIPlanPtr *slot, const char *sql, int nargs,...);
 /* Execute a kept plan; raises on SPI error; returns SPI_processed. */
 extern uint64 im_exec(SPIPlanPtr plan, Datum *values, const char *nulls, long count);
 
+/* SPI_connect; raises when it fails.  Pair with SPI_finish. */
+extern void im_spi_connect(void);
+
 /* Column getters on SPI_tuptable row `row`, column `col` (1-based). */
 extern int64 im_get_int64(uint64 row, int col, bool *isnull);
 extern int32 im_get_int32(uint64 row, int col, bool *isnull);

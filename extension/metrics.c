@@ -189,7 +189,7 @@ im_metrics(PG_FUNCTION_ARGS)
 	uint64		n;
 
 	im_srf_begin(fcinfo);
-	SPI_connect();
+	im_spi_connect();
 
 	im_prepare(&gauges_plan, gauges_sql, 0);
 	n = im_exec(gauges_plan, NULL, NULL, 0);

@@ -140,8 +140,7 @@ im_report_read(PG_FUNCTION_ARGS)
 	read_to_seq = PG_GETARG_INT64(2);
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 
 	read_conversation(conversation_id, &conv);
 	require_ever_member(user_id, conversation_id, "read");
@@ -226,8 +225,7 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 	ImConversation conv;
 	Datum		args[4];
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 
 	read_conversation(conversation_id, &conv);
 
@@ -332,8 +330,7 @@ im_message_status(PG_FUNCTION_ARGS)
 	uint64		n;
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 
 	im_prepare(&exists_plan,
 			   "SELECT 1 FROM im.event WHERE message_id OPERATOR(pg_catalog.=) $1",

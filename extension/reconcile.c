@@ -338,7 +338,7 @@ im_reconcile(PG_FUNCTION_ARGS)
 	im_srf_begin(fcinfo);
 	args[0] = Int32GetDatum(im_reconcile_outbox_age_s);
 
-	SPI_connect();
+	im_spi_connect();
 	for (int i = 0; i < (int) NUM_CHECKS; i++)
 	{
 		uint64		n;
@@ -412,7 +412,7 @@ im_repair_fanout(PG_FUNCTION_ARGS)
 	bool		requeued_any = false;
 
 	im_srf_begin(fcinfo);
-	SPI_connect();
+	im_spi_connect();
 
 	/*
 	 * Rows of one item are adjacent.  Collected history (unverifiable) only

@@ -340,8 +340,7 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 
 	compute_digest(req);
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 
 	if (!lookup_existing(req, &message_id, &msg_seq))
 	{

@@ -105,8 +105,7 @@ im_set_conversation_mode(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("mode must be 'fanout' or 'shared_log', got \"%s\"", mode)));
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	im_lock_conversation(conversation_id, &conv);
 	if (strcmp(conv.kind, "group") != 0)
 		ereport(ERROR,
@@ -292,8 +291,7 @@ im_clear_dirty(PG_FUNCTION_ARGS)
 	saved = PG_GETARG_INT64(3);
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 
 	im_prepare(&exists,
 			   "SELECT EXISTS (SELECT 1 FROM im.conversation WHERE conversation_id" EQ "$1)",

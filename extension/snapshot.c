@@ -174,8 +174,7 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 	bool		nulls[7] = {false, false, false, false, false, false, false};
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 
 	/* Lock order: the device row, then the user head. */
 	im_lock_device(user_id, device_id, &dev);
@@ -363,8 +362,7 @@ im_fetch_snapshot(PG_FUNCTION_ARGS)
 	page_no = PG_GETARG_INT32(3);
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 
 	refused = check_snapshot_token(user_id, device_id, token, &dev, &claims);
 	if (refused != NULL)
@@ -437,8 +435,7 @@ im_ack_snapshot(PG_FUNCTION_ARGS)
 	digest = TextDatumGetCString(PG_GETARG_DATUM(3));
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 
 	refused = check_snapshot_token(user_id, device_id, token, &dev, &claims);
 	acked = dev.acked_sync_seq;

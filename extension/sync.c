@@ -581,8 +581,7 @@ im_sync_changes(PG_FUNCTION_ARGS)
 	}
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	im_lock_device(user_id, device_id, &dev);
 	if (PG_ARGISNULL(5))
 		start_batch(upper, &r, &dev, PG_ARGISNULL(2), PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2),
@@ -690,8 +689,7 @@ im_ack_sync(PG_FUNCTION_ARGS)
 	ack_seq = PG_GETARG_INT64(3);
 
 	im_srf_begin(fcinfo);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	/* Device row lock: concurrent ACKs of one device are applied one by one. */
 	im_lock_device(user_id, device_id, &dev);
 	if (PG_ARGISNULL(2))

@@ -110,8 +110,7 @@ load_key(int32 key_id, uint8 *key)
 	Datum		args[1];
 	int32		found = 0;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	if (key_id == 0)
 	{
 		im_prepare(&newest,
@@ -164,8 +163,7 @@ insert_key(int32 key_id)
 	memcpy(VARDATA(b), secret, IM_KEY_LEN);
 	explicit_bzero(secret, IM_KEY_LEN);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	im_prepare(&ins,
 			   "INSERT INTO im.token_key (key_id, secret) VALUES ($1, $2) "
 			   "ON CONFLICT (key_id) DO NOTHING", 2, INT4OID, BYTEAOID);
@@ -184,8 +182,7 @@ rotate_key(void)
 	static SPIPlanPtr maxid;
 	int32		next;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "im_sync: SPI_connect failed");
+	im_spi_connect();
 	/* Serialize rotations so two of them never pick the same id. */
 	im_prepare(&lock, "LOCK TABLE im.token_key IN SHARE ROW EXCLUSIVE MODE", 0);
 	im_exec(lock, NULL, NULL, 0);
