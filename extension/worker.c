@@ -37,11 +37,14 @@
 #include "utils/timeout.h"
 
 /*
- * Outbox items per worker transaction.  Inbox events and hints of a batch
- * become visible only at its commit, so a big batch delays the first
- * message's delivery (100 items of a 200-member group: 20,000 events).
+ * Outbox items per worker transaction.  Small on purpose: a batch's events
+ * and hints become visible only at its commit, and every item of a group
+ * updates the same head and state rows again, so each later item of one
+ * transaction walks a longer chain of row versions.  Measured on 2 cores,
+ * 200 messages to a 200-member group: 6,800 events/s in batches of 100,
+ * 18,000 in 25, 23,000 in 10, 25,000 in 5.
  */
-#define IM_WORKER_BATCH 100
+#define IM_WORKER_BATCH 10
 /* Poll interval when idle, and wait after a failed batch (ms). */
 #define IM_WORKER_NAPTIME_MS 1000
 #define IM_WORKER_ERROR_NAPTIME_MS 5000

@@ -8,4 +8,4 @@ SELECT p.user_id,
   JOIN im.event e ON e.message_id = o.source_event_id
   JOIN im.membership_period p ON p.conversation_id = e.conversation_id
        AND p.join_seq <= e.msg_seq AND (p.leave_seq IS NULL OR p.leave_seq >= e.msg_seq)
- WHERE o.state = 'pending';
+ WHERE o.state = 'pending' AND o.conversation_id = (SELECT conversation_id FROM bench.g);

@@ -1,8 +1,6 @@
--- Fanout fixture (database im_fan, no workers there): a 200-member group,
--- its create event fanned out, then :nmsg messages left pending; and the
--- floor's inbox copy with the same indexes.
-CREATE SCHEMA bench;
-CREATE TABLE bench.inbox (LIKE im.inbox INCLUDING ALL);
+-- Fanout fixture (database im_test, workers paused, outbox drained): a
+-- 200-member group, its create event fanned out, then :nmsg messages left
+-- pending for the workers.
 CREATE TABLE bench.g AS
 SELECT im.create_conversation('group', ARRAY(SELECT pg_catalog.generate_series(500001, 500200))::bigint[], 500001) AS conversation_id;
 SELECT im.run_fanout() AS create_fanned_out;

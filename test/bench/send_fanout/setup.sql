@@ -29,5 +29,6 @@ CREATE TABLE bench.conversation (LIKE im.conversation INCLUDING ALL);
 CREATE TABLE bench.event (LIKE im.event INCLUDING ALL);
 ALTER TABLE bench.event ADD FOREIGN KEY (conversation_id) REFERENCES bench.conversation;
 CREATE TABLE bench.outbox (LIKE im.outbox INCLUDING ALL);
+CREATE TABLE bench.inbox (LIKE im.inbox INCLUDING ALL);
 INSERT INTO bench.conversation SELECT * FROM im.conversation;
 VACUUM ANALYZE;
