@@ -239,6 +239,35 @@ im_int8_array(const int64 *ids, int n)
 
 /* ---- locks ------------------------------------------------------------ */
 
+static void
+conversation_not_found(int64 conversation_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NO_DATA_FOUND),
+			 errmsg("conversation " INT64_FORMAT " does not exist", conversation_id)));
+}
+
+void
+im_require_conversation(int64 conversation_id, ImConversation *conv)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+
+	im_prepare(&plan,
+			   "SELECT kind, mode, head_msg_seq FROM im.conversation "
+			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(conversation_id);
+	if (im_exec(plan, args, NULL, 1) != 1)
+		conversation_not_found(conversation_id);
+	if (conv == NULL)
+		return;
+	conv->conversation_id = conversation_id;
+	strlcpy(conv->kind, im_get_text(0, 1), sizeof(conv->kind));
+	strlcpy(conv->mode, im_get_text(0, 2), sizeof(conv->mode));
+	conv->head_msg_seq = im_get_int64(0, 3, NULL);
+}
+
 void
 im_lock_conversation(int64 conversation_id, ImConversation *conv)
 {
@@ -252,9 +281,7 @@ im_lock_conversation(int64 conversation_id, ImConversation *conv)
 			   1, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	if (im_exec(plan, args, NULL, 0) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("conversation " INT64_FORMAT " does not exist", conversation_id)));
+		conversation_not_found(conversation_id);
 	conv->conversation_id = conversation_id;
 	s = im_get_text(0, 1);
 	strlcpy(conv->kind, s, sizeof(conv->kind));

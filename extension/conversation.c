@@ -450,21 +450,14 @@ Datum
 im_conversation_members(PG_FUNCTION_ARGS)
 {
 	int64		conversation_id = im_arg_id(fcinfo, 0, "conversation_id");
-	static SPIPlanPtr exists;
 	static SPIPlanPtr plan;
 	Datum		args[1];
 	uint64		n;
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
-	im_prepare(&exists,
-			   "SELECT 1 FROM im.conversation WHERE conversation_id OPERATOR(pg_catalog.=) $1",
-			   1, INT8OID);
+	im_require_conversation(conversation_id, NULL);
 	args[0] = Int64GetDatum(conversation_id);
-	if (im_exec(exists, args, NULL, 0) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("conversation " INT64_FORMAT " does not exist", conversation_id)));
 	im_prepare(&plan,
 			   "SELECT user_id, membership_period_id, join_seq FROM im.membership_period "
 			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1 AND leave_seq IS NULL "

@@ -50,7 +50,6 @@ PG_FUNCTION_INFO_V1(im_fetch_messages);
 Datum
 im_fetch_messages(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr conv_plan;
 	static SPIPlanPtr member_plan;
 	static SPIPlanPtr page_plan;
 	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
@@ -58,7 +57,7 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 	int64		after_seq;
 	int32		page_limit = im_arg_int32(fcinfo, 3, "page_limit", 1, 1000);
 	int64		up_to_seq;
-	int64		head;
+	ImConversation conv;
 	Datum		args[5];
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
@@ -78,17 +77,8 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 	im_srf_begin(fcinfo);
 	im_spi_connect();
 
-	im_prepare(&conv_plan,
-			   "SELECT head_msg_seq FROM im.conversation "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1",
-			   1, INT8OID);
-	args[0] = Int64GetDatum(conversation_id);
-	if (im_exec(conv_plan, args, NULL, 1) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("conversation " INT64_FORMAT " does not exist", conversation_id)));
-	head = im_get_int64(0, 1, NULL);
-	up_to_seq = PG_ARGISNULL(4) ? head : Min(PG_GETARG_INT64(4), head);
+	im_require_conversation(conversation_id, &conv);
+	up_to_seq = PG_ARGISNULL(4) ? conv.head_msg_seq : Min(PG_GETARG_INT64(4), conv.head_msg_seq);
 
 	im_prepare(&member_plan,
 			   "SELECT 1 FROM im.membership_period "

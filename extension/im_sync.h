@@ -148,6 +148,11 @@ typedef struct ImConversation
 	int64		head_msg_seq;
 } ImConversation;
 
+/*
+ * Read the conversation row without locking it; P0002 when unknown.  conv
+ * may be NULL when only existence matters.
+ */
+extern void im_require_conversation(int64 conversation_id, ImConversation *conv);
 /* SELECT … FOR UPDATE on the conversation row; P0002 when unknown. */
 extern void im_lock_conversation(int64 conversation_id, ImConversation *conv);
 /* Ensure user heads exist and lock them in user_id order (n may be 0). */

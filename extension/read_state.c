@@ -19,28 +19,6 @@
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 
-/* Mode and kind of a conversation, P0002 when it does not exist. */
-static void
-read_conversation(int64 conversation_id, ImConversation *conv)
-{
-	static SPIPlanPtr plan;
-	Datum		args[1];
-
-	im_prepare(&plan,
-			   "SELECT kind, mode, head_msg_seq FROM im.conversation "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1",
-			   1, INT8OID);
-	args[0] = Int64GetDatum(conversation_id);
-	if (im_exec(plan, args, NULL, 1) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("conversation " INT64_FORMAT " does not exist", conversation_id)));
-	conv->conversation_id = conversation_id;
-	strlcpy(conv->kind, im_get_text(0, 1), sizeof(conv->kind));
-	strlcpy(conv->mode, im_get_text(0, 2), sizeof(conv->mode));
-	conv->head_msg_seq = im_get_int64(0, 3, NULL);
-}
-
 int64
 im_enqueue_private_event(int64 user_id, int64 conversation_id,
 						 const char *kind, int64 read_msg_seq, int64 message_id)
@@ -142,7 +120,7 @@ im_report_read(PG_FUNCTION_ARGS)
 	im_srf_begin(fcinfo);
 	im_spi_connect();
 
-	read_conversation(conversation_id, &conv);
+	im_require_conversation(conversation_id, &conv);
 	require_ever_member(user_id, conversation_id, "read");
 
 	/* Lock order: the user head first, so no fanout of this user runs now. */
@@ -227,7 +205,7 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 
 	im_spi_connect();
 
-	read_conversation(conversation_id, &conv);
+	im_require_conversation(conversation_id, &conv);
 
 	/* A `message` of this conversation inside one of the user's periods. */
 	im_prepare(&visible_plan,

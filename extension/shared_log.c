@@ -273,7 +273,6 @@ im_clear_dirty(PG_FUNCTION_ARGS)
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
 	int64		observed_version;
 	int64		saved;
-	static SPIPlanPtr exists;
 	static SPIPlanPtr plan;
 	Datum		args[4];
 	Datum		values[3];
@@ -293,15 +292,7 @@ im_clear_dirty(PG_FUNCTION_ARGS)
 	im_srf_begin(fcinfo);
 	im_spi_connect();
 
-	im_prepare(&exists,
-			   "SELECT EXISTS (SELECT 1 FROM im.conversation WHERE conversation_id" EQ "$1)",
-			   1, INT8OID);
-	args[0] = Int64GetDatum(conversation_id);
-	im_exec(exists, args, NULL, 0);
-	if (!im_get_bool(0, 1, NULL))
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("conversation " INT64_FORMAT " does not exist", conversation_id)));
+	im_require_conversation(conversation_id, NULL);
 
 	im_lock_user_heads(&user_id, 1);
 	im_prepare(&plan,
