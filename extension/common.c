@@ -225,6 +225,24 @@ im_srf_row(FunctionCallInfo fcinfo, Datum *values, bool *nulls)
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
+void
+im_srf_rows_from_spi(FunctionCallInfo fcinfo, int ncols)
+{
+	Datum	   *values = palloc(sizeof(Datum) * ncols);
+	bool	   *nulls = palloc(sizeof(bool) * ncols);
+
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		for (int c = 0; c < ncols; c++)
+			values[c] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
+									  c + 1, &nulls[c]);
+		/* the tuplestore copies the row, so SPI memory may go after */
+		im_srf_row(fcinfo, values, nulls);
+	}
+	pfree(values);
+	pfree(nulls);
+}
+
 /* ---- arrays ----------------------------------------------------------- */
 
 Datum

@@ -405,7 +405,6 @@ im_conversation_list(PG_FUNCTION_ARGS)
 	int32		page_limit = im_arg_int32(fcinfo, 1, "page_limit", 1, 1000);
 	int64		after = PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2);
 	Datum		args[3];
-	uint64		n;
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
@@ -424,17 +423,8 @@ im_conversation_list(PG_FUNCTION_ARGS)
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(after);
 	args[2] = Int32GetDatum(page_limit);
-	n = im_exec(plan, args, NULL, 0);
-	for (uint64 i = 0; i < n; i++)
-	{
-		Datum		values[9];
-		bool		nulls[9];
-
-		/* the tuplestore copies the row before SPI_finish frees it */
-		for (int c = 0; c < 9; c++)
-			values[c] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
-		im_srf_row(fcinfo, values, nulls);
-	}
+	im_exec(plan, args, NULL, 0);
+	im_srf_rows_from_spi(fcinfo, 9);
 	SPI_finish();
 	return (Datum) 0;
 }
@@ -452,7 +442,6 @@ im_conversation_members(PG_FUNCTION_ARGS)
 	int64		conversation_id = im_arg_id(fcinfo, 0, "conversation_id");
 	static SPIPlanPtr plan;
 	Datum		args[1];
-	uint64		n;
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
@@ -463,16 +452,8 @@ im_conversation_members(PG_FUNCTION_ARGS)
 			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1 AND leave_seq IS NULL "
 			   "ORDER BY user_id",
 			   1, INT8OID);
-	n = im_exec(plan, args, NULL, 0);
-	for (uint64 i = 0; i < n; i++)
-	{
-		Datum		values[3];
-		bool		nulls[3];
-
-		for (int c = 0; c < 3; c++)
-			values[c] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c + 1, &nulls[c]);
-		im_srf_row(fcinfo, values, nulls);
-	}
+	im_exec(plan, args, NULL, 0);
+	im_srf_rows_from_spi(fcinfo, 3);
 	SPI_finish();
 	return (Datum) 0;
 }

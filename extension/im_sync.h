@@ -134,6 +134,8 @@ extern Datum im_int8_array(const int64 *ids, int n);
 /* Materialized SRF output for RETURNS TABLE functions. */
 extern void im_srf_begin(FunctionCallInfo fcinfo);
 extern void im_srf_row(FunctionCallInfo fcinfo, Datum *values, bool *nulls);
+/* One output row per row of the last SPI result, its first ncols columns. */
+extern void im_srf_rows_from_spi(FunctionCallInfo fcinfo, int ncols);
 
 /*
  * Lock helpers, always in the contract's lock order:

@@ -186,23 +186,13 @@ im_metrics(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr gauges_plan;
 	static SPIPlanPtr stage_plans[NUM_STAGES];
-	uint64		n;
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
 
 	im_prepare(&gauges_plan, gauges_sql, 0);
-	n = im_exec(gauges_plan, NULL, NULL, 0);
-	for (uint64 r = 0; r < n; r++)
-	{
-		Datum		values[3];
-		bool		nulls[3];
-
-		for (int c = 0; c < 3; c++)
-			values[c] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
-									  c + 1, &nulls[c]);
-		im_srf_row(fcinfo, values, nulls);
-	}
+	im_exec(gauges_plan, NULL, NULL, 0);
+	im_srf_rows_from_spi(fcinfo, 3);
 
 	/*
 	 * Counters live in shared memory (they must survive the rollback of the

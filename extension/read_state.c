@@ -305,7 +305,6 @@ im_message_status(PG_FUNCTION_ARGS)
 	static SPIPlanPtr status_plan;
 	int64		message_id = im_arg_id(fcinfo, 0, "message_id");
 	Datum		args[1];
-	uint64		n;
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
@@ -364,18 +363,8 @@ im_message_status(PG_FUNCTION_ARGS)
 			   "      AND uc.conversation_id OPERATOR(pg_catalog.=) e.conversation_id "
 			   "ORDER BY s.user_id, d.device_id",
 			   1, INT8OID);
-	n = im_exec(status_plan, args, NULL, 0);
-	for (uint64 r = 0; r < n; r++)
-	{
-		Datum		values[6];
-		bool		nulls[6];
-
-		for (int c = 0; c < 6; c++)
-			values[c] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
-									  c + 1, &nulls[c]);
-		/* The tuplestore copies the values, so SPI memory may go after. */
-		im_srf_row(fcinfo, values, nulls);
-	}
+	im_exec(status_plan, args, NULL, 0);
+	im_srf_rows_from_spi(fcinfo, 6);
 	SPI_finish();
 	return (Datum) 0;
 }

@@ -241,21 +241,6 @@ static const ReconcileCheck checks[] = {
 
 #define NUM_CHECKS lengthof(checks)
 
-static void
-emit_rows(FunctionCallInfo fcinfo, uint64 n)
-{
-	for (uint64 r = 0; r < n; r++)
-	{
-		Datum		values[5];
-		bool		nulls[5];
-
-		for (int c = 0; c < 5; c++)
-			values[c] = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
-									  c + 1, &nulls[c]);
-		im_srf_row(fcinfo, values, nulls);
-	}
-}
-
 /*
  * Unread counts of fanout conversations must equal IM_UNREAD_RECOUNT_SQL
  * (contract §3, §13.1).  shared_log conversations keep an upper bound and
@@ -341,11 +326,9 @@ im_reconcile(PG_FUNCTION_ARGS)
 	im_spi_connect();
 	for (int i = 0; i < (int) NUM_CHECKS; i++)
 	{
-		uint64		n;
-
 		im_prepare(&plans[i], checks[i].sql, 1, INT4OID);
-		n = im_exec(plans[i], args, NULL, 0);
-		emit_rows(fcinfo, n);
+		im_exec(plans[i], args, NULL, 0);
+		im_srf_rows_from_spi(fcinfo, 5);
 		/* The unread recount goes after the delivery checks it depends on. */
 		if (strcmp(checks[i].name, "conversation_head") == 0)
 			check_unread(fcinfo);
