@@ -20,8 +20,8 @@
  * Shared with nothing else on purpose: fanout decides recipients in its own
  * set-oriented way; a reconcile check compares the two.
  *
- * A recall or edit of a message the user deleted for itself is hidden too:
- * the user removed the target, and an edit would bring its text back.
+ * A recall or edit of a message the user deleted for itself is hidden too
+ * (IM_NOT_DELETED_FOR_ME_SQL, the one rule every read path applies).
  */
 #define HISTORY_VISIBLE_SQL \
 	"(EXISTS (SELECT 1 FROM im.membership_period p " \
@@ -34,10 +34,7 @@
 	" OR (e.kind OPERATOR(pg_catalog.=) 'leave' AND EXISTS (SELECT 1 FROM im.membership_period p " \
 	"         WHERE p.leave_event_id OPERATOR(pg_catalog.=) e.message_id " \
 	"           AND p.user_id OPERATOR(pg_catalog.=) $1))) " \
-	"AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d " \
-	"         WHERE d.user_id OPERATOR(pg_catalog.=) $1 " \
-	"           AND (d.message_id OPERATOR(pg_catalog.=) e.message_id " \
-	"                OR d.message_id OPERATOR(pg_catalog.=) e.target_message_id))"
+	"AND " IM_NOT_DELETED_FOR_ME_SQL("$1")
 
 PG_FUNCTION_INFO_V1(im_fetch_messages);
 /*

@@ -201,6 +201,18 @@ extern int64 im_enqueue_private_event(int64 user_id, int64 conversation_id,
 									  const char *kind, int64 read_msg_seq,
 									  int64 message_id);
 
+/*
+ * SQL predicate of contract §1: position e (an im.event row aliased `e`) is
+ * not deleted for the user `user` (an SQL expression), neither the message
+ * itself nor, for a recall or edit, its target (an edit would bring the
+ * deleted text back).  The read paths (history, sync, message_status) use it.
+ */
+#define IM_NOT_DELETED_FOR_ME_SQL(user) \
+	"NOT EXISTS (SELECT 1 FROM im.deleted_for_me d " \
+	"         WHERE d.user_id OPERATOR(pg_catalog.=) " user " " \
+	"           AND (d.message_id OPERATOR(pg_catalog.=) e.message_id " \
+	"                OR d.message_id OPERATOR(pg_catalog.=) e.target_message_id))"
+
 /* SQL fragment: one conversation position as contract §11 JSON, from an
  * im.event row aliased `e`. */
 #define IM_EVENT_JSON_SQL \

@@ -272,10 +272,7 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 			   "    ELSE (SELECT " IM_EVENT_JSON_SQL
 			   "            OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('sync_seq', r.sync_seq) "
 			   "          FROM im.event e WHERE e.message_id OPERATOR(pg_catalog.=) r.source_event_id "
-			   "          AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d "
-			   "                 WHERE d.user_id OPERATOR(pg_catalog.=) $1 "
-			   "                 AND (d.message_id OPERATOR(pg_catalog.=) e.message_id "
-			   "                      OR d.message_id OPERATOR(pg_catalog.=) e.target_message_id))) "
+			   "          AND " IM_NOT_DELETED_FOR_ME_SQL("$1") ") "
 			   "    END AS ev FROM r) "
 			   "SELECT COALESCE(pg_catalog.jsonb_agg(ev ORDER BY sync_seq) FILTER (WHERE ev IS NOT NULL), "
 			   "                '[]'::pg_catalog.jsonb), "
