@@ -283,77 +283,107 @@ lock_batch_heads(FanoutBatch *b)
 }
 
 /*
- * Deliver one conversation position as inbox events, in one statement:
- * quarantine users covered by 2+ periods, insert the rest at head + 1, move
- * their heads, and update their conversation state (last visible position,
- * unread per contract §3, version).  Only newly inserted inbox rows change
- * anything, so redelivery is a no-op.
+ * Deliver a run of consecutive position items of one conversation (one item,
+ * or several fanned out in `fanout` mode) as inbox events, in one statement:
+ * quarantine users covered by 2+ periods, number the remaining new events of
+ * each user from its head in msg_seq order, insert them, and move each
+ * user's head and conversation state ONCE for the whole run (last visible
+ * position, unread per contract §3, version).  Updating a row once per run
+ * instead of once per item keeps a batch linear: repeated updates of the
+ * same rows inside one transaction grow their version chains and made
+ * large batches several times slower.
+ *
+ * Redelivery is a no-op: events already in a log are filtered out before
+ * numbering (the batch holds the conversation's fanout lock and every
+ * recipient's head, so nobody else can add them meanwhile), and the
+ * idempotency key still guards the insert — a suppressed row would leave a
+ * gap, so that raises instead.
  */
 static void
-deliver_position(FanoutBatch *b, FanoutItem *it)
+deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
 {
 	static SPIPlanPtr plan;
-	Datum		args[1];
+	Datum		args[2];
+	int64	   *ids = palloc(sizeof(int64) * count);
 	uint64		n;
 
+	for (int k = 0; k < count; k++)
+		ids[k] = items[k].outbox_id;
 	im_prepare(&plan,
 			   "WITH it AS ("
-			   "  SELECT e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
-			   "         e.target_message_id, t.sender_id AS t_sender, t.msg_seq AS t_seq,"
-			   "         e.mode AS mode"
+			   "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
+			   "         e.target_message_id, e.mode, t.sender_id AS t_sender, t.msg_seq AS t_seq,"
+			   /* the recalled target counted until now iff its fanout is done (or in this run) */
+			   "         (tob.state" EQ "'done' OR tob.outbox_id" EQ "ANY ($1::pg_catalog.int8[])) AS t_done"
 			   "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
 			   "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id"
-			   "  WHERE o.outbox_id" EQ "$1[1]),"
+			   "  LEFT JOIN im.outbox tob ON tob.source_event_id" EQ "e.target_message_id"
+			   "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[])),"
 			   " g AS ("
-			   "  SELECT r.user_id, pg_catalog.array_agg(r.membership_period_id ORDER BY r.membership_period_id) AS periods"
-			   "  FROM (" RECIPIENTS_SQL ") r GROUP BY r.user_id),"
+			   "  SELECT r.outbox_id, r.user_id,"
+			   "         pg_catalog.array_agg(r.membership_period_id ORDER BY r.membership_period_id) AS periods"
+			   "  FROM (" RECIPIENTS_SQL ") r GROUP BY r.outbox_id, r.user_id),"
 			   " quar AS ("
 			   "  INSERT INTO im.fanout_quarantine (outbox_id, user_id, periods)"
-			   "  SELECT $1[1], g.user_id, g.periods FROM g WHERE pg_catalog.cardinality(g.periods)" GT "1"
+			   "  SELECT g.outbox_id, g.user_id, g.periods FROM g WHERE pg_catalog.cardinality(g.periods)" GT "1"
 			   "  ON CONFLICT (outbox_id, user_id) DO NOTHING RETURNING 1),"
+			   " fresh AS ("
+			   "  SELECT g.user_id, g.periods[1] AS period, it.*"
+			   "  FROM g JOIN it ON it.outbox_id" EQ "g.outbox_id"
+			   "  WHERE pg_catalog.cardinality(g.periods)" EQ "1"
+			   "    AND NOT EXISTS (SELECT 1 FROM im.inbox i WHERE i.user_id" EQ "g.user_id"
+			   "                    AND i.source_event_id" EQ "it.message_id AND i.delivery_scope" EQ "g.periods[1])),"
+			   " num AS ("
+			   "  SELECT f.*, h.high_watermark" PLUS
+			   "         pg_catalog.row_number() OVER (PARTITION BY f.user_id ORDER BY f.msg_seq) AS sync_seq"
+			   "  FROM fresh f JOIN im.user_head h ON h.user_id" EQ "f.user_id),"
 			   " ins AS ("
 			   "  INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope,"
 			   "                        conversation_id, msg_seq, kind, outbox_id)"
-			   "  SELECT g.user_id, h.high_watermark" PLUS "1, it.message_id, g.periods[1],"
-			   "         it.conversation_id, it.msg_seq, it.kind, $1[1]"
-			   "  FROM g JOIN im.user_head h ON h.user_id" EQ "g.user_id CROSS JOIN it"
-			   "  WHERE pg_catalog.cardinality(g.periods)" EQ "1"
+			   "  SELECT user_id, sync_seq, message_id, period, conversation_id, msg_seq, kind, outbox_id"
+			   "  FROM num"
 			   "  ON CONFLICT (user_id, source_event_id, delivery_scope) DO NOTHING"
-			   "  RETURNING user_id, sync_seq),"
+			   "  RETURNING 1),"
+			   " per_user AS ("
+			   "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last,"
+			   "    pg_catalog.sum(CASE"
+			   "      WHEN num.kind" EQ "'message' AND num.sender_id" NE "u.user_id"
+			   "       AND num.msg_seq" GT "u.read_msg_seq"
+			   "       AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "u.user_id"
+			   "                       AND d.message_id" EQ "num.message_id)"
+			   "      THEN 1"
+			   "      WHEN num.kind" EQ "'recall' AND num.mode" EQ "'fanout' AND num.t_done"
+			   "       AND num.t_sender" NE "u.user_id AND num.t_seq" GT "u.read_msg_seq"
+			   "       AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "u.user_id"
+			   "                       AND d.message_id" EQ "num.target_message_id)"
+			   "      THEN -1 ELSE 0 END) AS delta"
+			   "  FROM num LEFT JOIN im.user_conversation u"
+			   "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2"
+			   "  GROUP BY num.user_id),"
 			   " hd AS ("
-			   "  UPDATE im.user_head h SET high_watermark = ins.sync_seq FROM ins"
-			   "  WHERE h.user_id" EQ "ins.user_id RETURNING h.user_id),"
+			   "  UPDATE im.user_head h SET high_watermark = p.hw FROM per_user p"
+			   "  WHERE h.user_id" EQ "p.user_id RETURNING 1),"
 			   " uc AS ("
 			   "  UPDATE im.user_conversation u SET"
-			   "    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, it.msg_seq),"
-			   "    unread_count = u.unread_count" PLUS "CASE"
-			   "      WHEN it.kind" EQ "'message' AND it.sender_id" NE "u.user_id"
-			   "       AND it.msg_seq" GT "u.read_msg_seq"
-			   "       AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "u.user_id"
-			   "                       AND d.message_id" EQ "it.message_id)"
-			   "      THEN 1"
-			   /* the recalled target counted iff the recount counted it until now */
-			   "      WHEN it.kind" EQ "'recall' AND it.mode" EQ "'fanout'"
-			   "       AND it.t_sender" NE "u.user_id AND it.t_seq" GT "u.read_msg_seq"
-			   "       AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "u.user_id"
-			   "                       AND d.message_id" EQ "it.target_message_id)"
-			   "       AND EXISTS (SELECT 1 FROM im.outbox tob WHERE tob.source_event_id" EQ "it.target_message_id"
-			   "                   AND tob.state" EQ "'done')"
-			   "      THEN -1 ELSE 0 END,"
+			   "    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, p.last),"
+			   "    unread_count = u.unread_count" PLUS "p.delta,"
 			   "    version = u.version" PLUS "1"
-			   "  FROM ins CROSS JOIN it"
-			   "  WHERE u.user_id" EQ "ins.user_id AND u.conversation_id" EQ "it.conversation_id"
-			   "  RETURNING u.user_id)"
-			   "SELECT ins.user_id, (SELECT pg_catalog.count(*) FROM ins),"
-			   "       (SELECT pg_catalog.count(*) FROM hd), (SELECT pg_catalog.count(*) FROM uc),"
-			   "       (SELECT pg_catalog.count(*) FROM quar) "
-			   "FROM ins",
-			   1, INT8ARRAYOID);
-	args[0] = im_int8_array(&it->outbox_id, 1);
+			   "  FROM per_user p"
+			   "  WHERE u.user_id" EQ "p.user_id AND u.conversation_id" EQ "$2"
+			   "  RETURNING 1)"
+			   "SELECT p.user_id, (SELECT pg_catalog.count(*) FROM num), (SELECT pg_catalog.count(*) FROM ins),"
+			   "       (SELECT pg_catalog.count(*) FROM uc), (SELECT pg_catalog.count(*) FROM quar) "
+			   "FROM per_user p",
+			   2, INT8ARRAYOID, INT8OID);
+	args[0] = im_int8_array(ids, count);
+	args[1] = Int64GetDatum(items[0].conversation_id);
 	n = im_exec(plan, args, NULL, 0);
-	if (n > 0 && (im_get_int64(0, 3, NULL) != (int64) n || im_get_int64(0, 4, NULL) != (int64) n))
+	if (n > 0 && im_get_int64(0, 2, NULL) != im_get_int64(0, 3, NULL))
+		elog(ERROR, "im_sync: an inbox event of outbox item " INT64_FORMAT " appeared during its delivery",
+			 items[0].outbox_id);
+	if (n > 0 && im_get_int64(0, 4, NULL) != (int64) n)
 		elog(ERROR, "im_sync: delivery of outbox item " INT64_FORMAT " found no user state for some recipients",
-			 it->outbox_id);
+			 items[0].outbox_id);
 	for (uint64 i = 0; i < n; i++)
 		note_user(b, im_get_int64(i, 1, NULL));
 }
@@ -455,7 +485,7 @@ mark_failed(FanoutItem *it, ErrorData *edata)
  * are re-thrown.
  */
 static bool
-deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool *dead)
+deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool charge, bool *dead)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -484,7 +514,7 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool *
 		}
 		else
 		{
-			deliver_position(b, it);
+			deliver_positions(b, it, count);
 			if (strcmp(it->kind, "mode") == 0)
 				im_shared_log_mode_delivered(it->source_event_id);
 		}
@@ -516,7 +546,8 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool *
 			hints->len = hints_len;
 			hints->data[hints_len] = '\0';
 		}
-		*dead = mark_failed(it, edata);
+		if (charge)
+			*dead = mark_failed(it, edata);
 		FreeErrorData(edata);
 		ok = false;
 	}
@@ -524,22 +555,82 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool *
 	return ok;
 }
 
-/* Length of the run of shared_log `message` items starting at items[i]. */
+static bool
+is_shared_log_message(const FanoutItem *it)
+{
+	return it->private_user_id == 0 && it->shared_log && strcmp(it->kind, "message") == 0;
+}
+
+/* A position delivered as inbox events that may join a run (not `mode`). */
+static bool
+is_plain_position(const FanoutItem *it)
+{
+	return it->private_user_id == 0 && !is_shared_log_message(it) && strcmp(it->kind, "mode") != 0;
+}
+
+/*
+ * Length of the run starting at items[i]: consecutive shared_log `message`
+ * items of one conversation (one marker write per member), or consecutive
+ * plain position items of one conversation (one head and state update per
+ * user).  Private items and `mode` events are delivered alone.
+ */
 static int
-shared_log_run(FanoutBatch *b, int i)
+run_length(FanoutBatch *b, int i)
 {
 	FanoutItem *first = &b->items[i];
+	bool		(*same_kind) (const FanoutItem *);
 	int			j = i;
 
-	if (first->private_user_id != 0 || !first->shared_log || strcmp(first->kind, "message") != 0)
+	if (is_shared_log_message(first))
+		same_kind = is_shared_log_message;
+	else if (is_plain_position(first))
+		same_kind = is_plain_position;
+	else
 		return 1;
 	while (j + 1 < b->nitems &&
 		   b->items[j + 1].conversation_id == first->conversation_id &&
-		   b->items[j + 1].private_user_id == 0 &&
-		   b->items[j + 1].shared_log &&
-		   strcmp(b->items[j + 1].kind, "message") == 0)
+		   same_kind(&b->items[j + 1]))
 		j++;
 	return j - i + 1;
+}
+
+/*
+ * Deliver items[0..count) and account for it: *processed counts delivered
+ * and dead items; *held is set to the conversation whose later positions
+ * must wait for a failed one.  A plain run that fails as a whole is retried
+ * item by item, so only the failing item is charged and held back.
+ */
+static void
+deliver_run(FanoutBatch *b, FanoutItem *items, int count, StringInfo hints,
+			int64 *processed, int64 *held)
+{
+	bool		dead;
+
+	if (count > 1 && is_plain_position(items))
+	{
+		if (deliver_item(b, items, count, hints, false, &dead))
+		{
+			*processed += count;
+			return;
+		}
+		for (int k = 0; k < count && *held != items[k].conversation_id; k++)
+			deliver_run(b, &items[k], 1, hints, processed, held);
+		return;
+	}
+	if (deliver_item(b, items, count, hints, true, &dead))
+		*processed += count;
+	else
+	{
+		if (dead)
+			(*processed)++;
+		/*
+		 * A failed item holds back its conversation; a dead one lets it move
+		 * on, except that the rest of a failed shared_log run must still go
+		 * first, in the next batch.
+		 */
+		if (items->private_user_id == 0 && (!dead || count > 1))
+			*held = items->conversation_id;
+	}
 }
 
 /* Append "user:high_watermark" for every user whose head moved (final value). */
@@ -580,6 +671,7 @@ fanout_batch(int max_items, StringInfo hints, bool isolate_large)
 	FanoutBatch b;
 	int64		processed = 0;
 	int64		held_conversation = 0;
+	int			count;
 
 	if (max_items < 1)
 		return 0;
@@ -592,30 +684,15 @@ fanout_batch(int max_items, StringInfo hints, bool isolate_large)
 	claim_items(&b, max_items, isolate_large);
 	lock_batch_heads(&b);
 
-	for (int i = 0; i < b.nitems; i++)
+	for (int i = 0; i < b.nitems; i += count)
 	{
 		FanoutItem *it = &b.items[i];
-		int			count = shared_log_run(&b, i);
-		bool		dead;
 
+		count = run_length(&b, i);
 		/* a failed position holds back the later positions of its conversation */
 		if (it->private_user_id == 0 && it->conversation_id == held_conversation)
 			continue;
-		if (deliver_item(&b, it, count, hints, &dead))
-			processed += count;
-		else
-		{
-			if (dead)
-				processed++;
-			/*
-			 * A failed item holds back its conversation; a dead one lets it
-			 * move on, except that the rest of a failed run must still go
-			 * first, in the next batch.
-			 */
-			if (it->private_user_id == 0 && (!dead || count > 1))
-				held_conversation = it->conversation_id;
-		}
-		i += count - 1;
+		deliver_run(&b, it, count, hints, &processed, &held_conversation);
 	}
 	append_user_hints(&b, hints);
 	return processed;
