@@ -6,16 +6,7 @@ SET client_min_messages = warning;
 CREATE EXTENSION btree_gist;
 CREATE EXTENSION im_sync;
 RESET client_min_messages;
-CREATE FUNCTION try_sql(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE st text; msg text; det text; hin text;
-BEGIN
-  EXECUTE q;
-  RETURN 'ok';
-EXCEPTION WHEN others THEN
-  GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
-                          det = PG_EXCEPTION_DETAIL, hin = PG_EXCEPTION_HINT;
-  RETURN st || ': ' || msg || coalesce(' | ' || nullif(det, ''), '') || coalesce(' | ' || nullif(hin, ''), '');
-END $$;
+\i sql/include/try_sql.sql
 CREATE VIEW events AS
   SELECT conversation_id, msg_seq, message_id, kind, sender_id, client_msg_id, content_type,
          body, target_message_id, recalled, request_digest IS NOT NULL AS has_digest

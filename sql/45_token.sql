@@ -1,21 +1,6 @@
 -- Device tokens and authenticate (contract §8, §12).  Users 4501..4599.
 -- Tokens are random (keys come from pg_strong_random): never printed.
-\set VERBOSITY default
--- fails(sql): runs sql and shows the error it raised (SQLSTATE, message,
--- detail, hint), or 'no error'.
-CREATE FUNCTION pg_temp.fails(q text)
-RETURNS TABLE(sqlstate text, message text, detail text, hint text)
-LANGUAGE plpgsql AS $f$
-DECLARE s text; m text; d text; h text;
-BEGIN
-    EXECUTE q;
-    RETURN QUERY SELECT 'no error'::text, NULL::text, NULL::text, NULL::text;
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS s = RETURNED_SQLSTATE, m = MESSAGE_TEXT,
-                            d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
-    RETURN QUERY SELECT s, m, NULLIF(d, ''), NULLIF(h, '');
-END
-$f$;
+\i sql/include/fails.sql
 SELECT * FROM im.register_device(4501, 'phone');
 SELECT * FROM im.register_device(4501, 'tablet');
 SELECT * FROM im.register_device(4502, 'phone');

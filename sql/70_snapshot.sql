@@ -6,16 +6,7 @@ SELECT setval('im.conversation_id_seq', 7000) IS NOT NULL AS pinned,
        setval('im.membership_period_id_seq', 7000) IS NOT NULL AS pinned_periods,
        setval('im.snapshot_id_seq', 700) IS NOT NULL AS pinned_snapshots;
 
--- an error as "SQLSTATE: message [detail] [hint]" (the statement changes nothing)
-CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE d text; h text;
-BEGIN
-  EXECUTE q;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
-  RETURN SQLSTATE || ': ' || SQLERRM || COALESCE(' [' || NULLIF(d, '') || ']', '') || COALESCE(' [' || NULLIF(h, '') || ']', '');
-END $$;
+\i sql/include/err.sql
 -- the contract's digest definitions, recomputed from what fetch_snapshot
 -- returns: true when every item, page and the manifest digest match
 CREATE FUNCTION pg_temp.digests_ok(u bigint, dev text, tok text, manifest text)

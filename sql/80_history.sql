@@ -6,16 +6,7 @@ SELECT setval('im.conversation_id_seq', 8000) IS NOT NULL AS pinned,
        setval('im.event_id_seq', 80000) IS NOT NULL AS pinned_events,
        setval('im.membership_period_id_seq', 8000) IS NOT NULL AS pinned_periods;
 
--- an error as "SQLSTATE: message [detail] [hint]" (the statement changes nothing)
-CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE d text; h text;
-BEGIN
-  EXECUTE q;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
-  RETURN SQLSTATE || ': ' || SQLERRM || COALESCE(' [' || NULLIF(d, '') || ']', '') || COALESCE(' [' || NULLIF(h, '') || ']', '');
-END $$;
+\i sql/include/err.sql
 -- positions of a page as "msg_seq:kind", plus the paging columns
 CREATE FUNCTION pg_temp.page(u bigint, c bigint, a bigint, l int DEFAULT 100, t bigint DEFAULT NULL)
 RETURNS TABLE(positions text, next_after_seq bigint, has_more boolean)

@@ -4,16 +4,7 @@ SELECT setval('im.conversation_id_seq', 9000) IS NOT NULL AS pinned,
        setval('im.event_id_seq', 90000) IS NOT NULL AS pinned_events,
        setval('im.membership_period_id_seq', 9000) IS NOT NULL AS pinned_periods;
 
--- an error as "SQLSTATE: message [detail] [hint]" (the statement changes nothing)
-CREATE FUNCTION pg_temp.err(q text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE d text; h text;
-BEGIN
-  EXECUTE q;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
-  RETURN SQLSTATE || ': ' || SQLERRM || COALESCE(' [' || NULLIF(d, '') || ']', '') || COALESCE(' [' || NULLIF(h, '') || ']', '');
-END $$;
+\i sql/include/err.sql
 -- a device installs a snapshot, so it is ACTIVE with a trusted cursor
 CREATE FUNCTION pg_temp.activate(u bigint, dev text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE b record; a record;
