@@ -273,6 +273,24 @@ open_period(int64 conversation_id, int64 user_id, int64 *period_id, int64 *join_
 	return true;
 }
 
+/* Append the `join` or `leave` system event of user_id (caller holds the
+ * conversation lock). */
+static void
+append_membership_event(ImConversation *conv, const char *kind, int64 user_id,
+						int64 *message_id, int64 *msg_seq)
+{
+	ImNewEvent	ev;
+	char		body[64];
+
+	memset(&ev, 0, sizeof(ev));
+	ev.kind = kind;
+	snprintf(body, sizeof(body), "{\"user_id\": " INT64_FORMAT "}", user_id);
+	ev.body = im_jsonb_from_cstring(body);
+	ev.subject_user_id = user_id;
+	if (!im_append_event(conv, &ev, message_id, msg_seq))
+		elog(ERROR, "im_sync: %s event was not appended", kind);
+}
+
 /* im.join_conversation(conversation_id, user_id)
  *   -> (membership_period_id, join_seq, created) */
 PG_FUNCTION_INFO_V1(im_join_conversation);
@@ -283,8 +301,6 @@ im_join_conversation(PG_FUNCTION_ARGS)
 	int64		conversation_id = im_arg_id(fcinfo, 0, "conversation_id");
 	int64		user_id = im_arg_id(fcinfo, 1, "user_id");
 	ImConversation conv;
-	ImNewEvent	ev;
-	char		body[64];
 	int64		period_id;
 	int64		join_seq;
 	int64		message_id;
@@ -300,13 +316,7 @@ im_join_conversation(PG_FUNCTION_ARGS)
 
 	if (!open_period(conversation_id, user_id, &period_id, &join_seq))
 	{
-		memset(&ev, 0, sizeof(ev));
-		ev.kind = "join";
-		snprintf(body, sizeof(body), "{\"user_id\": " INT64_FORMAT "}", user_id);
-		ev.body = im_jsonb_from_cstring(body);
-		ev.subject_user_id = user_id;
-		if (!im_append_event(&conv, &ev, &message_id, &join_seq))
-			elog(ERROR, "im_sync: join event was not appended");
+		append_membership_event(&conv, "join", user_id, &message_id, &join_seq);
 
 		/* The period starts at the join event itself: the joiner sees it. */
 		im_prepare(&ins_period,
@@ -345,8 +355,6 @@ im_leave_conversation(PG_FUNCTION_ARGS)
 	int64		conversation_id = im_arg_id(fcinfo, 0, "conversation_id");
 	int64		user_id = im_arg_id(fcinfo, 1, "user_id");
 	ImConversation conv;
-	ImNewEvent	ev;
-	char		body[64];
 	int64		period_id;
 	int64		join_seq;
 	int64		leave_seq;
@@ -368,13 +376,7 @@ im_leave_conversation(PG_FUNCTION_ARGS)
 
 	/* The period ends at the last position committed before the leave. */
 	leave_seq = conv.head_msg_seq;
-	memset(&ev, 0, sizeof(ev));
-	ev.kind = "leave";
-	snprintf(body, sizeof(body), "{\"user_id\": " INT64_FORMAT "}", user_id);
-	ev.body = im_jsonb_from_cstring(body);
-	ev.subject_user_id = user_id;
-	if (!im_append_event(&conv, &ev, &message_id, &msg_seq))
-		elog(ERROR, "im_sync: leave event was not appended");
+	append_membership_event(&conv, "leave", user_id, &message_id, &msg_seq);
 
 	im_prepare(&close_period,
 			   "UPDATE im.membership_period SET leave_seq = $2, leave_event_id = $3 "
