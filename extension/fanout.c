@@ -548,6 +548,13 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 		}
 		if (charge)
 			*dead = mark_failed(it, edata);
+		else
+			ereport(LOG,
+					(errmsg("im_sync: fanout of %d items of conversation " INT64_FORMAT
+							" from msg_seq " INT64_FORMAT " failed as a run (%s: %.200s); retrying them one by one",
+							count, it->conversation_id, it->msg_seq,
+							unpack_sql_state(edata->sqlerrcode),
+							edata->message ? edata->message : "(no message)")));
 		FreeErrorData(edata);
 		ok = false;
 	}
