@@ -313,7 +313,11 @@ deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
 			   "WITH it AS ("
 			   "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
 			   "         e.target_message_id, e.mode, t.sender_id AS t_sender, t.msg_seq AS t_seq,"
-			   /* the recalled target counted until now iff its fanout is done (or in this run) */
+			   /*
+			    * the recalled target counted until now iff its fanout is done
+			    * (or in this run); in either mode, so a shared_log upper bound
+			    * stays an upper bound and a fanout count stays exact
+			    */
 			   "         (tob.state" EQ "'done' OR tob.outbox_id" EQ "ANY ($1::pg_catalog.int8[])) AS t_done"
 			   "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
 			   "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id"
@@ -352,7 +356,7 @@ deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
 			   "       AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "u.user_id"
 			   "                       AND d.message_id" EQ "num.message_id)"
 			   "      THEN 1"
-			   "      WHEN num.kind" EQ "'recall' AND num.mode" EQ "'fanout' AND num.t_done"
+			   "      WHEN num.kind" EQ "'recall' AND num.t_done"
 			   "       AND num.t_sender" NE "u.user_id AND num.t_seq" GT "u.read_msg_seq"
 			   "       AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "u.user_id"
 			   "                       AND d.message_id" EQ "num.target_message_id)"

@@ -151,13 +151,11 @@ im_report_read(PG_FUNCTION_ARGS)
 			read_msg_seq = wanted;
 			/*
 			 * Recount with the new cursor rather than zeroing: a message
-			 * above it stays unread (§13.3).  shared_log: the upper bound of
-			 * contract §3.
+			 * above it stays unread (§13.3).  Exact in both modes: in
+			 * shared_log mode the marker write later raises it to the upper
+			 * bound of contract §3, which is never below the true count.
 			 */
-			if (shared_log)
-				unread_count = Max(0, target - read_msg_seq);
-			else
-				unread_count = unread_recount(user_id, conversation_id, read_msg_seq);
+			unread_count = unread_recount(user_id, conversation_id, read_msg_seq);
 
 			im_prepare(&update_plan,
 					   "UPDATE im.user_conversation "
@@ -243,11 +241,11 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 	}
 
 	/*
-	 * The deleted message stops counting as unread (contract §3); in
-	 * shared_log mode the count is an upper bound and stays.  The recount
-	 * sees the row inserted above.
+	 * The deleted message stops counting as unread (contract §3).  Exact in
+	 * both modes (in shared_log mode a stale upper bound could otherwise
+	 * stay above the bound of a marker that has not moved since).  The
+	 * recount sees the row inserted above.
 	 */
-	if (strcmp(conv.mode, "fanout") == 0)
 	{
 		im_prepare(&recount_plan,
 				   "UPDATE im.user_conversation uc "
