@@ -308,6 +308,27 @@ im_lock_conversation(int64 conversation_id, ImConversation *conv)
 	conv->head_msg_seq = im_get_int64(0, 3, NULL);
 }
 
+static int
+cmp_int64(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
+int
+im_sort_unique_int64(int64 *v, int n)
+{
+	int			k = 0;
+
+	qsort(v, n, sizeof(int64), cmp_int64);
+	for (int i = 0; i < n; i++)
+		if (k == 0 || v[k - 1] != v[i])
+			v[k++] = v[i];
+	return k;
+}
+
 void
 im_lock_user_heads(int64 *user_ids, int n)
 {
@@ -317,7 +338,16 @@ im_lock_user_heads(int64 *user_ids, int n)
 
 	if (n <= 0)
 		return;
+	n = im_sort_unique_int64(user_ids, n);
 	args[0] = im_int8_array(user_ids, n);
+	im_prepare(&lock,
+			   "SELECT user_id FROM im.user_head "
+			   "WHERE user_id OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.int8[]) "
+			   "ORDER BY user_id FOR UPDATE",
+			   1, INT8ARRAYOID);
+	/* Heads normally exist (create, join and register make them). */
+	if (im_exec(lock, args, NULL, 0) == (uint64) n)
+		return;
 
 	/* Sorted inserts, so two creators of the same heads cannot deadlock. */
 	im_prepare(&ins,
@@ -326,11 +356,6 @@ im_lock_user_heads(int64 *user_ids, int n)
 			   "ON CONFLICT (user_id) DO NOTHING",
 			   1, INT8ARRAYOID);
 	im_exec(ins, args, NULL, 0);
-	im_prepare(&lock,
-			   "SELECT user_id FROM im.user_head "
-			   "WHERE user_id OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.int8[]) "
-			   "ORDER BY user_id FOR UPDATE",
-			   1, INT8ARRAYOID);
 	im_exec(lock, args, NULL, 0);
 }
 

@@ -17,15 +17,6 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
-static int
-cmp_int64(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return (x > y) - (x < y);
-}
-
 /*
  * Members from the array plus the creator: no NULLs, ids > 0, sorted and
  * deduplicated.  Returns the count; *out is palloc'd.
@@ -67,16 +58,7 @@ collect_members(FunctionCallInfo fcinfo, int64 creator, int64 **out)
 	}
 	if (creator != 0)
 		ids[n++] = creator;
-	qsort(ids, n, sizeof(int64), cmp_int64);
-	if (n > 1)
-	{
-		int			k = 1;
-
-		for (int i = 1; i < n; i++)
-			if (ids[i] != ids[k - 1])
-				ids[k++] = ids[i];
-		n = k;
-	}
+	n = im_sort_unique_int64(ids, n);
 	*out = ids;
 	return n;
 }

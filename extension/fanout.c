@@ -90,28 +90,6 @@ note_user(FanoutBatch *b, int64 user_id)
 	b->users[b->nusers++] = user_id;
 }
 
-static int
-cmp_int64(const void *a, const void *b)
-{
-	int64		x = *(const int64 *) a;
-	int64		y = *(const int64 *) b;
-
-	return (x > y) - (x < y);
-}
-
-/* Sort and deduplicate in place; returns the new count. */
-static int
-uniq_int64(int64 *v, int n)
-{
-	int			k = 0;
-
-	qsort(v, n, sizeof(int64), cmp_int64);
-	for (int i = 0; i < n; i++)
-		if (k == 0 || v[k - 1] != v[i])
-			v[k++] = v[i];
-	return k;
-}
-
 /*
  * Claim due work: for each conversation with due pending items (oldest
  * first) that no other worker holds, its pending items in msg_seq order
@@ -318,7 +296,9 @@ deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
 			    * (or in this run); in either mode, so a shared_log upper bound
 			    * stays an upper bound and a fanout count stays exact
 			    */
-			   "         (tob.state" EQ "'done' OR tob.outbox_id" EQ "ANY ($1::pg_catalog.int8[])) AS t_done"
+			   "         (tob.state" EQ "'done' OR tob.outbox_id" EQ "ANY ($1::pg_catalog.int8[])) AS t_done,"
+			   /* redelivery: only an item already in some log needs the per-user check */
+			   "         EXISTS (SELECT 1 FROM im.inbox i WHERE i.source_event_id" EQ "e.message_id) AS seen"
 			   "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
 			   "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id"
 			   "  LEFT JOIN im.outbox tob ON tob.source_event_id" EQ "e.target_message_id"
@@ -335,8 +315,8 @@ deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
 			   "  SELECT g.user_id, g.periods[1] AS period, it.*"
 			   "  FROM g JOIN it ON it.outbox_id" EQ "g.outbox_id"
 			   "  WHERE pg_catalog.cardinality(g.periods)" EQ "1"
-			   "    AND NOT EXISTS (SELECT 1 FROM im.inbox i WHERE i.user_id" EQ "g.user_id"
-			   "                    AND i.source_event_id" EQ "it.message_id AND i.delivery_scope" EQ "g.periods[1])),"
+			   "    AND (NOT it.seen OR NOT EXISTS (SELECT 1 FROM im.inbox i WHERE i.user_id" EQ "g.user_id"
+			   "         AND i.source_event_id" EQ "it.message_id AND i.delivery_scope" EQ "g.periods[1]))),"
 			   " num AS ("
 			   "  SELECT f.*, h.high_watermark" PLUS
 			   "         pg_catalog.row_number() OVER (PARTITION BY f.user_id ORDER BY f.msg_seq) AS sync_seq"
@@ -430,16 +410,19 @@ deliver_private(FanoutBatch *b, FanoutItem *it)
 }
 
 static void
-mark_done(FanoutItem *it)
+mark_done(FanoutItem *items, int count)
 {
 	static SPIPlanPtr plan;
 	Datum		args[1];
+	int64	   *ids = palloc(sizeof(int64) * count);
 
+	for (int k = 0; k < count; k++)
+		ids[k] = items[k].outbox_id;
 	im_prepare(&plan,
 			   "UPDATE im.outbox SET state = 'done', processed_at = pg_catalog.now() "
-			   "WHERE outbox_id" EQ "$1",
-			   1, INT8OID);
-	args[0] = Int64GetDatum(it->outbox_id);
+			   "WHERE outbox_id" EQ "ANY ($1::pg_catalog.int8[])",
+			   1, INT8ARRAYOID);
+	args[0] = im_int8_array(ids, count);
 	im_exec(plan, args, NULL, 0);
 }
 
@@ -522,8 +505,7 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 			if (strcmp(it->kind, "mode") == 0)
 				im_shared_log_mode_delivered(it->source_event_id);
 		}
-		for (int k = 0; k < count; k++)
-			mark_done(&it[k]);
+		mark_done(it, count);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
@@ -655,7 +637,7 @@ append_user_hints(FanoutBatch *b, StringInfo hints)
 
 	if (hints == NULL || b->nusers == 0)
 		return;
-	nu = uniq_int64(b->users, b->nusers);
+	nu = im_sort_unique_int64(b->users, b->nusers);
 	im_prepare(&plan,
 			   "SELECT user_id, high_watermark FROM im.user_head "
 			   "WHERE user_id" EQ "ANY ($1::pg_catalog.int8[]) ORDER BY user_id",

@@ -157,7 +157,12 @@ typedef struct ImConversation
 extern void im_require_conversation(int64 conversation_id, ImConversation *conv);
 /* SELECT … FOR UPDATE on the conversation row; P0002 when unknown. */
 extern void im_lock_conversation(int64 conversation_id, ImConversation *conv);
-/* Ensure user heads exist and lock them in user_id order (n may be 0). */
+/* Sort and deduplicate in place; returns the new count. */
+extern int	im_sort_unique_int64(int64 *v, int n);
+/*
+ * Ensure user heads exist and lock them in user_id order (n may be 0).
+ * Sorts and deduplicates user_ids in place.
+ */
 extern void im_lock_user_heads(int64 *user_ids, int n);
 
 /* ---- the single-writer append (send.c) -------------------------------- */
