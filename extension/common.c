@@ -387,3 +387,28 @@ im_lock_device(int64 user_id, const char *device_id, ImDevice *dev)
 	dev->connection_epoch = im_get_int64(0, 5, NULL);
 	dev->registration = im_get_int32(0, 6, NULL);
 }
+
+/*
+ * 42501 unless the user has or had a membership period in the conversation
+ * (contract §6 fetch_messages, §7 report_read); detail says what was refused.
+ */
+void
+im_require_ever_member(int64 user_id, int64 conversation_id, const char *detail)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+
+	im_prepare(&plan,
+			   "SELECT 1 FROM im.membership_period "
+			   "WHERE conversation_id OPERATOR(pg_catalog.=) $2 "
+			   "AND user_id OPERATOR(pg_catalog.=) $1 LIMIT 1",
+			   2, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = Int64GetDatum(conversation_id);
+	if (im_exec(plan, args, NULL, 1) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("user " INT64_FORMAT " was never a member of conversation " INT64_FORMAT,
+						user_id, conversation_id),
+				 errdetail("%s", detail)));
+}

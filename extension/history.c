@@ -47,7 +47,6 @@ PG_FUNCTION_INFO_V1(im_fetch_messages);
 Datum
 im_fetch_messages(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr member_plan;
 	static SPIPlanPtr page_plan;
 	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
@@ -77,19 +76,8 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 	im_require_conversation(conversation_id, &conv);
 	up_to_seq = PG_ARGISNULL(4) ? conv.head_msg_seq : Min(PG_GETARG_INT64(4), conv.head_msg_seq);
 
-	im_prepare(&member_plan,
-			   "SELECT 1 FROM im.membership_period "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $2 "
-			   "AND user_id OPERATOR(pg_catalog.=) $1 LIMIT 1",
-			   2, INT8OID, INT8OID);
-	args[0] = Int64GetDatum(user_id);
-	args[1] = Int64GetDatum(conversation_id);
-	if (im_exec(member_plan, args, NULL, 1) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("user " INT64_FORMAT " was never a member of conversation " INT64_FORMAT,
-						user_id, conversation_id),
-				 errdetail("Only positions inside one of the user's membership periods can be read.")));
+	im_require_ever_member(user_id, conversation_id,
+						   "Only positions inside one of the user's membership periods can be read.");
 
 	/*
 	 * One page plus one row: the extra row only tells has_more.  Positions

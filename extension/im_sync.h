@@ -157,6 +157,8 @@ typedef struct ImConversation
 extern void im_require_conversation(int64 conversation_id, ImConversation *conv);
 /* SELECT … FOR UPDATE on the conversation row; P0002 when unknown. */
 extern void im_lock_conversation(int64 conversation_id, ImConversation *conv);
+/* 42501 unless the user ever had a period in the conversation. */
+extern void im_require_ever_member(int64 user_id, int64 conversation_id, const char *detail);
 /* Sort and deduplicate in place; returns the new count. */
 extern int	im_sort_unique_int64(int64 *v, int n);
 /*

@@ -51,29 +51,6 @@ im_enqueue_private_event(int64 user_id, int64 conversation_id,
 	return im_get_int64(0, 1, NULL);
 }
 
-/* 42501 unless the user has or had a period in the conversation. */
-static void
-require_ever_member(int64 user_id, int64 conversation_id, const char *what)
-{
-	static SPIPlanPtr plan;
-	Datum		args[2];
-
-	im_prepare(&plan,
-			   "SELECT 1 FROM im.membership_period "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $2 "
-			   "AND user_id OPERATOR(pg_catalog.=) $1 LIMIT 1",
-			   2, INT8OID, INT8OID);
-	args[0] = Int64GetDatum(user_id);
-	args[1] = Int64GetDatum(conversation_id);
-	if (im_exec(plan, args, NULL, 1) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("user " INT64_FORMAT " was never a member of conversation " INT64_FORMAT,
-						user_id, conversation_id),
-				 errdetail("Only a conversation the user has or had a membership period in can be %s.",
-						   what)));
-}
-
 /* IM_UNREAD_RECOUNT_SQL for one user and conversation at read cursor `read`. */
 static int64
 unread_recount(int64 user_id, int64 conversation_id, int64 read)
@@ -121,7 +98,8 @@ im_report_read(PG_FUNCTION_ARGS)
 	im_spi_connect();
 
 	im_require_conversation(conversation_id, &conv);
-	require_ever_member(user_id, conversation_id, "read");
+	im_require_ever_member(user_id, conversation_id,
+						   "Only a conversation the user has or had a membership period in can be read.");
 
 	/* Lock order: the user head first, so no fanout of this user runs now. */
 	im_lock_user_heads(&user_id, 1);
