@@ -41,6 +41,8 @@ im_cluster_start() {
     echo "log_line_prefix = '%m [%p] %q%a '"
     echo "log_min_messages = warning"
     for line in "$@"; do echo "$line"; done
+    # extra settings for one run (e.g. auto_explain while profiling a benchmark)
+    [ -n "${IM_EXTRA_CONF:-}" ] && printf '%s\n' "$IM_EXTRA_CONF"
   } >>"$PGDATA/postgresql.conf"
   im_cluster_pg_ctl start || { cat "$IM_TMP/server.log"; return 1; }
 }
