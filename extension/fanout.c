@@ -261,23 +261,6 @@ lock_batch_heads(FanoutBatch *b)
 }
 
 /*
- * Deliver a run of consecutive position items of one conversation (one item,
- * or several fanned out in `fanout` mode) as inbox events, in one statement:
- * quarantine users covered by 2+ periods, number the remaining new events of
- * each user from its head in msg_seq order, insert them, and move each
- * user's head and conversation state ONCE for the whole run (last visible
- * position, unread per contract §3, version).  Updating a row once per run
- * instead of once per item keeps a batch linear: repeated updates of the
- * same rows inside one transaction grow their version chains and made
- * large batches several times slower.
- *
- * Redelivery is a no-op: events already in a log are filtered out before
- * numbering (the batch holds the conversation's fanout lock and every
- * recipient's head, so nobody else can add them meanwhile).  The unique
- * idempotency key still guards the plain INSERT: a duplicate raises and the
- * run is retried item by item, it never becomes a second event or a gap.
- */
-/*
  * The run's source events that are already in some user's log (an item
  * delivered before and queued again).  One indexed lookup per run, so the
  * per-user redelivery check below runs only for those, never as a scan per
@@ -306,6 +289,57 @@ seen_sources(FanoutItem *items, int count, int *nseen)
 	*nseen = (int) n;
 	return im_int8_array(seen, (int) n);
 }
+
+/*
+ * Deliver a run of consecutive position items of one conversation (one item,
+ * or several fanned out in `fanout` mode) as inbox events, in one statement:
+ * quarantine users covered by 2+ periods, number the remaining new events of
+ * each user from its head in msg_seq order, insert them, and move each
+ * user's head and conversation state ONCE for the whole run (last visible
+ * position, unread per contract §3, version).  Updating a row once per run
+ * instead of once per item keeps a batch linear: repeated updates of the
+ * same rows inside one transaction grow their version chains and made
+ * large batches several times slower.
+ *
+ * Redelivery is a no-op: events already in a log are filtered out before
+ * numbering (the batch holds the conversation's fanout lock and every
+ * recipient's head, so nobody else can add them meanwhile).  The unique
+ * idempotency key still guards the plain INSERT: a duplicate raises and the
+ * run is retried item by item, it never becomes a second event or a gap.
+ */
+
+/*
+ * The two delivery statements below share their tail.  LOG_APPEND_SQL(src)
+ * numbers each user's new events from its head in msg_seq order and inserts
+ * them; src is a CTE with user_id, period, message_id, conversation_id,
+ * msg_seq, kind, outbox_id.  MOVE_USERS_SQL moves each user's head and
+ * conversation state once, from a CTE per_user (user_id, hw, last, delta).
+ * $2 is the conversation.
+ */
+#define LOG_APPEND_SQL(src) \
+	" num AS (" \
+	"  SELECT f.*, h.high_watermark" PLUS \
+	"         pg_catalog.row_number() OVER (PARTITION BY f.user_id ORDER BY f.msg_seq) AS sync_seq" \
+	"  FROM " src " f JOIN im.user_head h ON h.user_id" EQ "f.user_id)," \
+	" ins AS (" \
+	"  INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope," \
+	"                        conversation_id, msg_seq, kind, outbox_id)" \
+	"  SELECT user_id, sync_seq, message_id, period, conversation_id, msg_seq, kind, outbox_id" \
+	"  FROM num),"
+#define MOVE_USERS_SQL \
+	" hd AS (" \
+	"  UPDATE im.user_head h SET high_watermark = p.hw FROM per_user p" \
+	"  WHERE h.user_id" EQ "p.user_id)," \
+	" uc AS (" \
+	"  UPDATE im.user_conversation u SET" \
+	"    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, p.last)," \
+	"    unread_count = u.unread_count" PLUS "p.delta," \
+	"    version = u.version" PLUS "1" \
+	"  FROM per_user p" \
+	"  WHERE u.user_id" EQ "p.user_id AND u.conversation_id" EQ "$2" \
+	"  RETURNING 1)" \
+	/* data-modifying CTEs run whether read or not */ \
+	"SELECT p.user_id, (SELECT pg_catalog.count(*) FROM uc), p.doubled FROM per_user p"
 
 /*
  * The common case of a run, kept lean: several plain `message` items of a
@@ -341,56 +375,116 @@ lean_run_possible(FanoutItem *items, int count, int nseen)
 	return !im_get_bool(0, 1, NULL);
 }
 
-static void
-deliver_lean_run(FanoutBatch *b, FanoutItem *items, int count)
+static SPIPlanPtr
+lean_run_plan(void)
 {
 	static SPIPlanPtr plan;
-	Datum		args[2];
+
+	return im_prepare(&plan,
+					  "WITH r AS ("
+					  "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
+					  "         p.user_id, p.membership_period_id AS period"
+					  "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
+					  "  JOIN im.membership_period p ON p.conversation_id" EQ "$2"
+					  "   AND p.join_seq" LE "e.msg_seq AND (p.leave_seq IS NULL OR p.leave_seq" GE "e.msg_seq)"
+					  "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[])),"
+					  LOG_APPEND_SQL("r")
+					  " per_user AS ("
+					  "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last,"
+					  "         pg_catalog.count(*) OPERATOR(pg_catalog.-) pg_catalog.count(DISTINCT num.outbox_id) AS doubled,"
+					  "         pg_catalog.count(*) FILTER (WHERE num.sender_id" NE "num.user_id"
+					  "                                AND num.msg_seq" GT "u.read_msg_seq) AS delta"
+					  "  FROM num LEFT JOIN im.user_conversation u"
+					  "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2"
+					  "  GROUP BY num.user_id),"
+					  MOVE_USERS_SQL,
+					  2, INT8ARRAYOID, INT8OID);
+}
+
+/*
+ * The general statement: any position kinds, quarantine of users covered by
+ * two periods, redelivery ($3: sources already in some log), recall
+ * targets and deletions for the unread rule.
+ */
+static SPIPlanPtr
+general_run_plan(void)
+{
+	static SPIPlanPtr plan;
+
+	return im_prepare(&plan,
+					  "WITH it AS ("
+					  "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
+					  "         e.target_message_id, e.mode, t.sender_id AS t_sender, t.msg_seq AS t_seq,"
+					  /*
+					   * the recalled target counted until now iff its fanout is done
+					   * (or in this run); in either mode, so a shared_log upper bound
+					   * stays an upper bound and a fanout count stays exact
+					   */
+					  "         (tob.state" EQ "'done' OR tob.outbox_id" EQ "ANY ($1::pg_catalog.int8[])) AS t_done,"
+					  /* redelivery: only an item already in some log needs the per-user check */
+					  "         e.message_id" EQ "ANY ($3::pg_catalog.int8[]) AS seen"
+					  "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
+					  "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id"
+					  "  LEFT JOIN im.outbox tob ON tob.source_event_id" EQ "e.target_message_id"
+					  "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[])),"
+					  " g AS ("
+					  "  SELECT r.outbox_id, r.user_id,"
+					  "         pg_catalog.array_agg(r.membership_period_id ORDER BY r.membership_period_id) AS periods"
+					  "  FROM (" RECIPIENTS_SQL ") r GROUP BY r.outbox_id, r.user_id),"
+					  " quar AS ("
+					  "  INSERT INTO im.fanout_quarantine (outbox_id, user_id, periods)"
+					  "  SELECT g.outbox_id, g.user_id, g.periods FROM g WHERE pg_catalog.cardinality(g.periods)" GT "1"
+					  "  ON CONFLICT (outbox_id, user_id) DO NOTHING RETURNING 1),"
+					  " fresh AS ("
+					  "  SELECT g.user_id, g.periods[1] AS period, it.*"
+					  "  FROM g JOIN it ON it.outbox_id" EQ "g.outbox_id"
+					  "  WHERE pg_catalog.cardinality(g.periods)" EQ "1"
+					  "    AND (NOT it.seen OR NOT EXISTS (SELECT 1 FROM im.inbox i WHERE i.user_id" EQ "g.user_id"
+					  "         AND i.source_event_id" EQ "it.message_id AND i.delivery_scope" EQ "g.periods[1]))),"
+					  LOG_APPEND_SQL("fresh")
+					  " per_user AS ("
+					  "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last, 0 AS doubled,"
+					  "    pg_catalog.sum(CASE"
+					  "      WHEN num.kind" EQ "'message' AND num.sender_id" NE "u.user_id"
+					  "       AND num.msg_seq" GT "u.read_msg_seq AND dm.user_id IS NULL"
+					  "      THEN 1"
+					  "      WHEN num.kind" EQ "'recall' AND num.t_done"
+					  "       AND num.t_sender" NE "u.user_id AND num.t_seq" GT "u.read_msg_seq"
+					  "       AND dt.user_id IS NULL"
+					  "      THEN -1 ELSE 0 END) AS delta"
+					  "  FROM num LEFT JOIN im.user_conversation u"
+					  "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2"
+					  /* joins, not correlated subqueries: no per-row scan whatever the statistics */
+					  "  LEFT JOIN im.deleted_for_me dm"
+					  "    ON dm.user_id" EQ "num.user_id AND dm.message_id" EQ "num.message_id"
+					  "  LEFT JOIN im.deleted_for_me dt"
+					  "    ON dt.user_id" EQ "num.user_id AND dt.message_id" EQ "num.target_message_id"
+					  "  GROUP BY num.user_id),"
+					  MOVE_USERS_SQL,
+					  3, INT8ARRAYOID, INT8OID, INT8ARRAYOID);
+}
+
+/*
+ * Deliver a run of position items (see the comment above the statements):
+ * the lean statement when it applies, else the general one.  Either returns
+ * (user_id, states updated, doubly covered events) per user delivered to.
+ */
+static void
+deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
+{
+	Datum		args[3];
 	int64	   *ids = palloc(sizeof(int64) * count);
+	int			nseen;
+	bool		lean;
 	uint64		n;
 
 	for (int k = 0; k < count; k++)
 		ids[k] = items[k].outbox_id;
-	im_prepare(&plan,
-			   "WITH r AS ("
-			   "  SELECT o.outbox_id, e.message_id, e.msg_seq, e.sender_id, p.user_id,"
-			   "         p.membership_period_id AS period"
-			   "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
-			   "  JOIN im.membership_period p ON p.conversation_id" EQ "$2"
-			   "   AND p.join_seq" LE "e.msg_seq AND (p.leave_seq IS NULL OR p.leave_seq" GE "e.msg_seq)"
-			   "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[])),"
-			   " num AS ("
-			   "  SELECT r.*, h.high_watermark" PLUS
-			   "         pg_catalog.row_number() OVER (PARTITION BY r.user_id ORDER BY r.msg_seq) AS sync_seq"
-			   "  FROM r JOIN im.user_head h ON h.user_id" EQ "r.user_id),"
-			   " ins AS ("
-			   "  INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope,"
-			   "                        conversation_id, msg_seq, kind, outbox_id)"
-			   "  SELECT user_id, sync_seq, message_id, period, $2, msg_seq, 'message', outbox_id"
-			   "  FROM num),"
-			   " pu AS ("
-			   "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last,"
-			   "         pg_catalog.count(*) OPERATOR(pg_catalog.-) pg_catalog.count(DISTINCT num.outbox_id) AS doubled,"
-			   "         pg_catalog.count(*) FILTER (WHERE num.sender_id" NE "num.user_id"
-			   "                                AND num.msg_seq" GT "u.read_msg_seq) AS delta"
-			   "  FROM num LEFT JOIN im.user_conversation u"
-			   "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2"
-			   "  GROUP BY num.user_id),"
-			   " hd AS ("
-			   "  UPDATE im.user_head h SET high_watermark = pu.hw FROM pu"
-			   "  WHERE h.user_id" EQ "pu.user_id),"
-			   " uc AS ("
-			   "  UPDATE im.user_conversation u SET"
-			   "    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, pu.last),"
-			   "    unread_count = u.unread_count" PLUS "pu.delta,"
-			   "    version = u.version" PLUS "1"
-			   "  FROM pu WHERE u.user_id" EQ "pu.user_id AND u.conversation_id" EQ "$2"
-			   "  RETURNING 1)"
-			   "SELECT pu.user_id, (SELECT pg_catalog.count(*) FROM uc), pu.doubled FROM pu",
-			   2, INT8ARRAYOID, INT8OID);
 	args[0] = im_int8_array(ids, count);
 	args[1] = Int64GetDatum(items[0].conversation_id);
-	n = im_exec(plan, args, NULL, 0);
+	args[2] = seen_sources(items, count, &nseen);
+	lean = lean_run_possible(items, count, nseen);
+	n = im_exec(lean ? lean_run_plan() : general_run_plan(), args, NULL, 0);
 	if (n > 0 && im_get_int64(0, 2, NULL) != (int64) n)
 		elog(ERROR, "im_sync: delivery of outbox item " INT64_FORMAT " found no user state for some recipients",
 			 items[0].outbox_id);
@@ -401,105 +495,6 @@ deliver_lean_run(FanoutBatch *b, FanoutItem *items, int count)
 				 im_get_int64(i, 1, NULL), items[0].conversation_id);
 		note_user(b, im_get_int64(i, 1, NULL));
 	}
-}
-
-static void
-deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
-{
-	static SPIPlanPtr plan;
-	Datum		args[3];
-	int64	   *ids = palloc(sizeof(int64) * count);
-	uint64		n;
-	int			nseen;
-
-	for (int k = 0; k < count; k++)
-		ids[k] = items[k].outbox_id;
-	im_prepare(&plan,
-			   "WITH it AS ("
-			   "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
-			   "         e.target_message_id, e.mode, t.sender_id AS t_sender, t.msg_seq AS t_seq,"
-			   /*
-			    * the recalled target counted until now iff its fanout is done
-			    * (or in this run); in either mode, so a shared_log upper bound
-			    * stays an upper bound and a fanout count stays exact
-			    */
-			   "         (tob.state" EQ "'done' OR tob.outbox_id" EQ "ANY ($1::pg_catalog.int8[])) AS t_done,"
-			   /* redelivery: only an item already in some log needs the per-user check */
-			   "         e.message_id" EQ "ANY ($3::pg_catalog.int8[]) AS seen"
-			   "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
-			   "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id"
-			   "  LEFT JOIN im.outbox tob ON tob.source_event_id" EQ "e.target_message_id"
-			   "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[])),"
-			   " g AS ("
-			   "  SELECT r.outbox_id, r.user_id,"
-			   "         pg_catalog.array_agg(r.membership_period_id ORDER BY r.membership_period_id) AS periods"
-			   "  FROM (" RECIPIENTS_SQL ") r GROUP BY r.outbox_id, r.user_id),"
-			   " quar AS ("
-			   "  INSERT INTO im.fanout_quarantine (outbox_id, user_id, periods)"
-			   "  SELECT g.outbox_id, g.user_id, g.periods FROM g WHERE pg_catalog.cardinality(g.periods)" GT "1"
-			   "  ON CONFLICT (outbox_id, user_id) DO NOTHING RETURNING 1),"
-			   " fresh AS ("
-			   "  SELECT g.user_id, g.periods[1] AS period, it.*"
-			   "  FROM g JOIN it ON it.outbox_id" EQ "g.outbox_id"
-			   "  WHERE pg_catalog.cardinality(g.periods)" EQ "1"
-			   "    AND (NOT it.seen OR NOT EXISTS (SELECT 1 FROM im.inbox i WHERE i.user_id" EQ "g.user_id"
-			   "         AND i.source_event_id" EQ "it.message_id AND i.delivery_scope" EQ "g.periods[1]))),"
-			   " num AS ("
-			   "  SELECT f.*, h.high_watermark" PLUS
-			   "         pg_catalog.row_number() OVER (PARTITION BY f.user_id ORDER BY f.msg_seq) AS sync_seq"
-			   "  FROM fresh f JOIN im.user_head h ON h.user_id" EQ "f.user_id),"
-			   " ins AS ("
-			   "  INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope,"
-			   "                        conversation_id, msg_seq, kind, outbox_id)"
-			   "  SELECT user_id, sync_seq, message_id, period, conversation_id, msg_seq, kind, outbox_id"
-			   "  FROM num"
-			   "  RETURNING 1),"
-			   " per_user AS ("
-			   "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last,"
-			   "    pg_catalog.sum(CASE"
-			   "      WHEN num.kind" EQ "'message' AND num.sender_id" NE "u.user_id"
-			   "       AND num.msg_seq" GT "u.read_msg_seq AND dm.user_id IS NULL"
-			   "      THEN 1"
-			   "      WHEN num.kind" EQ "'recall' AND num.t_done"
-			   "       AND num.t_sender" NE "u.user_id AND num.t_seq" GT "u.read_msg_seq"
-			   "       AND dt.user_id IS NULL"
-			   "      THEN -1 ELSE 0 END) AS delta"
-			   "  FROM num LEFT JOIN im.user_conversation u"
-			   "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2"
-			   /* joins, not correlated subqueries: no per-row scan whatever the statistics */
-			   "  LEFT JOIN im.deleted_for_me dm"
-			   "    ON dm.user_id" EQ "num.user_id AND dm.message_id" EQ "num.message_id"
-			   "  LEFT JOIN im.deleted_for_me dt"
-			   "    ON dt.user_id" EQ "num.user_id AND dt.message_id" EQ "num.target_message_id"
-			   "  GROUP BY num.user_id),"
-			   " hd AS ("
-			   "  UPDATE im.user_head h SET high_watermark = p.hw FROM per_user p"
-			   "  WHERE h.user_id" EQ "p.user_id RETURNING 1),"
-			   " uc AS ("
-			   "  UPDATE im.user_conversation u SET"
-			   "    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, p.last),"
-			   "    unread_count = u.unread_count" PLUS "p.delta,"
-			   "    version = u.version" PLUS "1"
-			   "  FROM per_user p"
-			   "  WHERE u.user_id" EQ "p.user_id AND u.conversation_id" EQ "$2"
-			   "  RETURNING 1)"
-			   /* data-modifying CTEs (quar, ins, hd) run whether read or not */
-			   "SELECT p.user_id, (SELECT pg_catalog.count(*) FROM uc) FROM per_user p",
-			   3, INT8ARRAYOID, INT8OID, INT8ARRAYOID);
-	args[2] = seen_sources(items, count, &nseen);
-	if (lean_run_possible(items, count, nseen))
-	{
-		deliver_lean_run(b, items, count);
-		return;
-	}
-	args[0] = im_int8_array(ids, count);
-	args[1] = Int64GetDatum(items[0].conversation_id);
-	n = im_exec(plan, args, NULL, 0);
-	if (n > 0 && im_get_int64(0, 2, NULL) != (int64) n)
-		elog(ERROR, "im_sync: delivery of outbox item " INT64_FORMAT " found no user state for some recipients",
-			 items[0].outbox_id);
-	for (uint64 i = 0; i < n; i++)
-		note_user(b, im_get_int64(i, 1, NULL));
 }
 
 /*
