@@ -48,7 +48,7 @@ Datum
 im_fetch_messages(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr page_plan;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
 	int64		after_seq;
 	int32		page_limit = im_arg_int32(fcinfo, 3, "page_limit", 1, 1000);

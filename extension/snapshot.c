@@ -157,7 +157,7 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 	static SPIPlanPtr build_plan;
 	static SPIPlanPtr empty_plan;
 	static SPIPlanPtr seal_plan;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	ImDevice	dev;
 	ImTokenClaims claims;
@@ -333,16 +333,14 @@ arg_token(FunctionCallInfo fcinfo, int argno)
 	return TextDatumGetCString(PG_GETARG_DATUM(argno));
 }
 
-PG_FUNCTION_INFO_V1(im_fetch_snapshot);
 /*
  * fetch_snapshot(user_id, device_id, snapshot_token, page_no): one stored
  * page of the manifest.  Read-only; a failed check never returns data.
  */
-Datum
-im_fetch_snapshot(PG_FUNCTION_ARGS)
+IM_SENSITIVE_FUNCTION(im_fetch_snapshot)
 {
 	static SPIPlanPtr page_plan;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	char	   *token = arg_token(fcinfo, 2);
 	int32		page_no;
@@ -403,7 +401,6 @@ im_fetch_snapshot(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-PG_FUNCTION_INFO_V1(im_ack_snapshot);
 /*
  * ack_snapshot(user_id, device_id, snapshot_token, manifest_digest): the
  * client installed every page and proves it with the manifest digest.  Only
@@ -411,13 +408,12 @@ PG_FUNCTION_INFO_V1(im_ack_snapshot);
  * ACK = S; a repeat after success answers OK with the current ACK.  Every
  * status reports the device's current ACK.
  */
-Datum
-im_ack_snapshot(PG_FUNCTION_ARGS)
+IM_SENSITIVE_FUNCTION(im_ack_snapshot)
 {
 	static SPIPlanPtr digest_plan;
 	static SPIPlanPtr install_plan;
 	static SPIPlanPtr mark_plan;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	char	   *token = arg_token(fcinfo, 2);
 	char	   *digest;

@@ -555,12 +555,10 @@ next_page(MemoryContext upper, SyncRow *r, ImDevice *dev, int64 user_id,
 	}
 }
 
-PG_FUNCTION_INFO_V1(im_sync_changes);
-Datum
-im_sync_changes(PG_FUNCTION_ARGS)
+IM_SENSITIVE_FUNCTION(im_sync_changes)
 {
 	MemoryContext upper = CurrentMemoryContext;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	int32		limit = im_arg_int32(fcinfo, 4, "page_limit", 1, 10000);
 	int64		la = 0;
@@ -660,17 +658,15 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 	return "OK";
 }
 
-PG_FUNCTION_INFO_V1(im_ack_sync);
 /*
  * ack_sync (§8.3): the ACK only moves forward, only in the token's
  * generation, never beyond the token's watermark.
  */
-Datum
-im_ack_sync(PG_FUNCTION_ARGS)
+IM_SENSITIVE_FUNCTION(im_ack_sync)
 {
 	static SPIPlanPtr cas;
 	static SPIPlanPtr touch;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	int64		ack_seq;
 	ImDevice	dev;
