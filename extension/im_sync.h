@@ -47,6 +47,7 @@ extern int	im_max_batch_events;
 extern int	im_max_body_bytes;
 extern int	im_shared_log_min_members;
 extern int	im_reconcile_outbox_age_s;
+extern int	im_max_page_bytes;
 
 /* Maximum number of fanout workers (shared memory is sized for this). */
 #define IM_MAX_FANOUT_WORKERS 32
@@ -239,6 +240,16 @@ extern int64 im_enqueue_private_event(int64 user_id, int64 conversation_id,
 	"         WHERE d.user_id OPERATOR(pg_catalog.=) " user " " \
 	"           AND (d.message_id OPERATOR(pg_catalog.=) e.message_id " \
 	"                OR d.message_id OPERATOR(pg_catalog.=) e.target_message_id))"
+
+/*
+ * Page size in bytes (im_sync.max_page_bytes): the JSON text of a jsonb
+ * array of n elements is "[" e1 ", " e2 … "]", i.e. the sum over its
+ * elements of (octet_length(element text) + 2).  A window sum of
+ * IM_PAGE_BYTES_SQL(x) over the rows in page order, compared with the
+ * setting, ends a page before the element that would push it over.
+ */
+#define IM_PAGE_BYTES_SQL(x) \
+	"(pg_catalog.octet_length((" x ")::pg_catalog.text) OPERATOR(pg_catalog.+) 2)"
 
 /* SQL fragment: one conversation position as contract §11 JSON, from an
  * im.event row aliased `e`. */
