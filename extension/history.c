@@ -29,6 +29,9 @@
  *                event_target_idx (an open period runs to the head, so
  *                in_period already holds every recall or edit after it);
  *   own_leave  — the leave events that closed the user's periods.
+ * Lookups by id go through "= ANY (ARRAY(subquery))", which the planner
+ * answers with index probes for the ids found, never a join that scans
+ * the whole event table or target index.
  * The branches may overlap (a recall inside a period of a target inside
  * one); UNION keeps each position once.  Nothing the user deleted for
  * itself, nor a recall or edit of it (IM_NOT_DELETED_FOR_ME_SQL).  The
@@ -53,18 +56,20 @@
 	"      AND " IM_NOT_DELETED_FOR_ME_SQL("$1") \
 	"    ORDER BY e.msg_seq LIMIT $5 OPERATOR(pg_catalog.+) 1) x " \
 	"  UNION " \
-	"  SELECT e.message_id, e.msg_seq FROM per p " \
-	"  JOIN im.event t ON t.conversation_id OPERATOR(pg_catalog.=) $2 " \
-	"       AND t.msg_seq OPERATOR(pg_catalog.>=) p.join_seq AND t.msg_seq OPERATOR(pg_catalog.<=) p.leave_seq " \
-	"       AND t.kind OPERATOR(pg_catalog.=) 'message' " \
-	"  JOIN im.event e ON e.target_message_id OPERATOR(pg_catalog.=) t.message_id " \
-	"  WHERE p.leave_seq IS NOT NULL " \
+	"  SELECT e.message_id, e.msg_seq FROM im.event e " \
+	"  WHERE e.target_message_id OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+	"          SELECT t.message_id FROM per p JOIN im.event t " \
+	"            ON t.conversation_id OPERATOR(pg_catalog.=) $2 " \
+	"           AND t.msg_seq OPERATOR(pg_catalog.>=) p.join_seq " \
+	"           AND t.msg_seq OPERATOR(pg_catalog.<=) p.leave_seq " \
+	"          WHERE p.leave_seq IS NOT NULL AND t.kind OPERATOR(pg_catalog.=) 'message')) " \
 	"    AND e.msg_seq OPERATOR(pg_catalog.>) $3 AND e.msg_seq OPERATOR(pg_catalog.<=) $4 " \
 	"    AND " IM_NOT_DELETED_FOR_ME_SQL("$1") \
 	"  UNION " \
-	"  SELECT e.message_id, e.msg_seq FROM per p " \
-	"  JOIN im.event e ON e.message_id OPERATOR(pg_catalog.=) p.leave_event_id " \
-	"  WHERE e.msg_seq OPERATOR(pg_catalog.>) $3 AND e.msg_seq OPERATOR(pg_catalog.<=) $4 " \
+	"  SELECT e.message_id, e.msg_seq FROM im.event e " \
+	"  WHERE e.message_id OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+	"          SELECT p.leave_event_id FROM per p WHERE p.leave_event_id IS NOT NULL)) " \
+	"    AND e.msg_seq OPERATOR(pg_catalog.>) $3 AND e.msg_seq OPERATOR(pg_catalog.<=) $4 " \
 	"    AND " IM_NOT_DELETED_FOR_ME_SQL("$1") ")"
 
 PG_FUNCTION_INFO_V1(im_fetch_messages);
@@ -125,7 +130,8 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 			   "        ORDER BY v.msg_seq LIMIT $5 OPERATOR(pg_catalog.+) 1), "
 			   "ev AS (SELECT e.msg_seq, " IM_EVENT_JSON_SQL " AS ev, "
 			   "              pg_catalog.row_number() OVER (ORDER BY e.msg_seq) AS rn "
-			   "       FROM top JOIN im.event e ON e.message_id OPERATOR(pg_catalog.=) top.message_id), "
+			   "       FROM im.event e WHERE e.message_id OPERATOR(pg_catalog.=) "
+			   "            ANY (ARRAY(SELECT top.message_id FROM top))), "
 			   "sized AS (SELECT ev.*, pg_catalog.sum(" IM_PAGE_BYTES_SQL("ev.ev") ") "
 			   "                 OVER (ORDER BY ev.msg_seq) AS bytes FROM ev), "
 			   "page AS (SELECT s.msg_seq, s.ev FROM sized s WHERE s.rn OPERATOR(pg_catalog.<=) $5 "
