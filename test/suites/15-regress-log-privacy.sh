@@ -63,6 +63,30 @@ fails "SELECT * FROM im.ack_snapshot(1, 'tablet', 'LOGMARK_SNAPSHOT_UNKNOWN_DEVI
 read_only "SELECT * FROM im.ack_snapshot(1, 'phone', '$snap_token', '$digest')"
 fails "SELECT * FROM im.authenticate('LOGMARK_DEVICE_TOKEN_MALFORMED')"
 read_only "SELECT * FROM im.authenticate('$device_token')"
+# a FATAL while the call runs (pg_terminate_backend of a send waiting for the
+# conversation row): reported at once, not after unwinding
+"$PGBIN/psql" -X -q -d $db -c "BEGIN; SELECT 1 FROM im.conversation WHERE conversation_id = $c FOR UPDATE; SELECT pg_sleep(30); COMMIT" \
+  >/dev/null 2>&1 &
+holder=$!
+for _ in $(seq 1 100); do
+  [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(30)%' AND state = 'active' AND pid <> pg_backend_pid()")" = 1 ] && break
+  sleep 0.1
+done
+"$PGBIN/psql" -X -q -d $db -c "SELECT * FROM im.send_message(1, $c, 'lp-x7', '{\"text\": \"LOGMARK_BODY_TERMINATED\"}')" \
+  >/dev/null 2>&1 &
+sender=$!
+for _ in $(seq 1 100); do
+  [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%lp-x7%' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")" = 1 ] && break
+  sleep 0.1
+done
+q -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%lp-x7%' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()" \
+  | grep -q t || { echo "the send never waited for the conversation lock"; unexpected=1; }
+wait $sender || true
+q -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(30)%' AND pid <> pg_backend_pid()" >/dev/null
+wait $holder || true
+grep -q "terminating connection due to administrator command" "$log" \
+  || { echo "the FATAL of the terminated send is not in the log"; unexpected=1; }
+
 # control: an error outside im_sync logs its statement
 fails "SELECT 1 / 0 AS LOGMARK_CONTROL"
 
@@ -74,5 +98,5 @@ for marker in LOGMARK_BODY LOGMARK_RECALL LOGMARK_CURSOR LOGMARK_BATCH LOGMARK_S
     echo "server log holds '${marker:0:32}':"; head -5 "$IM_TMP/log_privacy.hits"; leaks=1
   fi
 done
-[ $leaks = 0 ] && [ $unexpected = 0 ] && echo "log privacy: no body or token in the server log (21 failing calls)"
+[ $leaks = 0 ] && [ $unexpected = 0 ] && echo "log privacy: no body or token in the server log (22 failing calls)"
 [ $leaks = 0 ] && [ $unexpected = 0 ]
