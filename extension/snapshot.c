@@ -456,8 +456,12 @@ IM_SENSITIVE_FUNCTION(im_fetch_snapshot)
 	args[0] = Int64GetDatum(claims.snapshot_id);
 	args[1] = Int32GetDatum(page_no);
 	if (im_exec(page_plan, args, NULL, 1) != 1)
-		elog(ERROR, "im_sync: snapshot " INT64_FORMAT " of a valid token is missing",
-			 claims.snapshot_id);
+	{
+		/* collected by retention (maintenance): nothing to serve any more */
+		status_row(fcinfo, 5, "EXPIRED", 0, (Datum) 0);
+		SPI_finish();
+		return (Datum) 0;
+	}
 	page_count = im_get_int32(0, 1, NULL);
 	if (page_no < 0 || page_no >= page_count)
 		ereport(ERROR,
@@ -520,11 +524,22 @@ IM_SENSITIVE_FUNCTION(im_ack_snapshot)
 				   1, INT8OID);
 		args[0] = Int64GetDatum(claims.snapshot_id);
 		if (im_exec(digest_plan, args, NULL, 1) != 1)
-			elog(ERROR, "im_sync: snapshot " INT64_FORMAT " of a valid token is missing",
-				 claims.snapshot_id);
-		stored = im_get_text(0, 1);
-		if (strcmp(stored, digest) != 0)
-			refused = "DIGEST_MISMATCH";
+		{
+			/*
+			 * Collected by retention.  ACTIVE in the token's generation means
+			 * this snapshot was installed (only its ACK activates without a
+			 * bump): a repeat after success.  Otherwise it can no longer be
+			 * proven.
+			 */
+			if (strcmp(dev.state, "ACTIVE") != 0)
+				refused = "EXPIRED";
+		}
+		else
+		{
+			stored = im_get_text(0, 1);
+			if (strcmp(stored, digest) != 0)
+				refused = "DIGEST_MISMATCH";
+		}
 	}
 	if (refused == NULL && strcmp(dev.state, "RESETTING") == 0)
 	{
