@@ -17,7 +17,6 @@
  */
 #include "im_sync.h"
 
-#include <errno.h>
 #include <math.h>
 
 #include "catalog/pg_type.h"
@@ -156,7 +155,6 @@ is_ijson_number(Numeric num)
 
 	/* nearest double (an underflow gives 0 or a denormal, never an error) */
 	text = DatumGetCString(DirectFunctionCall1(numeric_out, value));
-	errno = 0;
 	d = strtod(text, NULL);
 	if (!isfinite(d))
 		return false;
