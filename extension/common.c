@@ -152,6 +152,32 @@ im_arg_id(FunctionCallInfo fcinfo, int argno, const char *name)
 	return v;
 }
 
+/*
+ * User ids are 1..2^53-1 (contract §1), so a JavaScript client reads every id
+ * it is given exactly.  Every function that takes a user id checks it here.
+ */
+void
+im_check_user_id(int64 v, const char *name)
+{
+	if (v < 1 || v > IM_MAX_USER_ID)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a user id between 1 and " INT64_FORMAT ", got " INT64_FORMAT,
+						name, IM_MAX_USER_ID, v),
+				 errdetail("User ids are limited to 2^53-1 so that JavaScript clients read them exactly.")));
+}
+
+int64
+im_arg_user_id(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	int64		v;
+
+	require_not_null(fcinfo, argno, name);
+	v = PG_GETARG_INT64(argno);
+	im_check_user_id(v, name);
+	return v;
+}
+
 char *
 im_arg_text(FunctionCallInfo fcinfo, int argno, const char *name, int max_chars)
 {
@@ -207,6 +233,77 @@ im_arg_int32(FunctionCallInfo fcinfo, int argno, const char *name, int32 min, in
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be between %d and %d, got %d", name, min, max, v)));
 	return v;
+}
+
+/* ---- errors of calls that carry a body or a token ---------------------- */
+
+/* > 0 while an IM_SENSITIVE_FUNCTION runs in this backend */
+static int	sensitive_depth = 0;
+static emit_log_hook_type prev_emit_log_hook = NULL;
+static bool emit_log_hook_installed = false;
+
+/*
+ * Anything reported while a sensitive call runs and reported there and then
+ * — a FATAL (pg_terminate_backend, shutdown), a WARNING or a LOG line —
+ * leaves out the statement and the context.  An ERROR is reported only
+ * after it unwound out of the call; im_call_hiding_statement marks it.
+ */
+static void
+hide_statement_hook(ErrorData *edata)
+{
+	if (sensitive_depth > 0)
+	{
+		edata->hide_stmt = true;
+		edata->hide_ctx = true;
+	}
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
+}
+
+/*
+ * Run fn (the body of an API function) so that any error it raises, its own
+ * or one raised by SPI inside it, keeps the statement and the error context
+ * out of the server log: a caller passing literals has the message body or
+ * token in its statement text.  Integrity errors (class 23) also keep their
+ * DETAIL ("Failing row contains (…)") out of the log; the client still gets
+ * the full error.  The error is rethrown unchanged otherwise (same SQLSTATE,
+ * message, detail and hint).
+ */
+Datum
+im_call_hiding_statement(PGFunction fn, FunctionCallInfo fcinfo)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Datum		result = (Datum) 0;
+
+	if (!emit_log_hook_installed)
+	{
+		prev_emit_log_hook = emit_log_hook;
+		emit_log_hook = hide_statement_hook;
+		emit_log_hook_installed = true;
+	}
+	sensitive_depth++;
+	PG_TRY();
+	{
+		result = fn(fcinfo);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		sensitive_depth--;
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		edata->hide_stmt = true;
+		edata->hide_ctx = true;
+		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION &&
+			edata->detail != NULL && edata->detail_log == NULL)
+			edata->detail_log = pstrdup("The detail is left out of the server log: it may show a message body.");
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+	sensitive_depth--;
+	return result;
 }
 
 /* ---- SRF output ------------------------------------------------------- */

@@ -50,10 +50,7 @@ collect_members(FunctionCallInfo fcinfo, int64 creator, int64 **out)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("members must not contain NULL")));
 		ids[n] = DatumGetInt64(elems[i]);
-		if (ids[n] <= 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("members must be positive ids, got " INT64_FORMAT, ids[n])));
+		im_check_user_id(ids[n], "every element of members");
 		n++;
 	}
 	if (creator != 0)
@@ -175,7 +172,7 @@ Datum
 im_create_conversation(PG_FUNCTION_ARGS)
 {
 	char	   *kind = im_arg_text(fcinfo, 0, "kind", 16);
-	int64		creator = PG_ARGISNULL(2) ? 0 : im_arg_id(fcinfo, 2, "creator");
+	int64		creator = PG_ARGISNULL(2) ? 0 : im_arg_user_id(fcinfo, 2, "creator");
 	int64	   *members;
 	int			n;
 	int64		conversation_id;
@@ -206,8 +203,8 @@ PG_FUNCTION_INFO_V1(im_direct_conversation);
 Datum
 im_direct_conversation(PG_FUNCTION_ARGS)
 {
-	int64		a = im_arg_id(fcinfo, 0, "user_a");
-	int64		b = im_arg_id(fcinfo, 1, "user_b");
+	int64		a = im_arg_user_id(fcinfo, 0, "user_a");
+	int64		b = im_arg_user_id(fcinfo, 1, "user_b");
 	int64		members[2];
 	int64		conversation_id;
 
@@ -281,7 +278,7 @@ im_join_conversation(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr ins_period;
 	int64		conversation_id = im_arg_id(fcinfo, 0, "conversation_id");
-	int64		user_id = im_arg_id(fcinfo, 1, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 1, "user_id");
 	ImConversation conv;
 	int64		period_id;
 	int64		join_seq;
@@ -335,7 +332,7 @@ im_leave_conversation(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr close_period;
 	int64		conversation_id = im_arg_id(fcinfo, 0, "conversation_id");
-	int64		user_id = im_arg_id(fcinfo, 1, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 1, "user_id");
 	ImConversation conv;
 	int64		period_id;
 	int64		join_seq;
@@ -385,7 +382,7 @@ Datum
 im_conversation_list(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int32		page_limit = im_arg_int32(fcinfo, 1, "page_limit", 1, 1000);
 	int64		after = PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2);
 	Datum		args[3];

@@ -66,7 +66,7 @@ im_register_device(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr ins;
 	static SPIPlanPtr again;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	Datum		args[2];
 	ImDevice	dev;
@@ -135,7 +135,7 @@ im_revoke_device(PG_FUNCTION_ARGS)
 	static SPIPlanPtr upd;
 	static SPIPlanPtr end_rs;
 	static SPIPlanPtr end_snap;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	Datum		args[2];
 	ImDevice	dev;
@@ -183,7 +183,7 @@ Datum
 im_device_session(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	int64		epoch;
 	Datum		args[3];
@@ -237,7 +237,7 @@ PG_FUNCTION_INFO_V1(im_issue_device_token);
 Datum
 im_issue_device_token(PG_FUNCTION_ARGS)
 {
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	Interval   *ttl;
 	TimestampTz now = GetCurrentTimestamp();
@@ -313,14 +313,12 @@ auth_fail(const ImTokenClaims *c, const char *why)
 			 errhidestmt(true), errhidecontext(true)));
 }
 
-PG_FUNCTION_INFO_V1(im_authenticate);
 /*
  * authenticate: verifies a device token; on success bumps the device's
  * connection_epoch (the new connection becomes the current one) and notifies
  * im_sync_device SUPERSEDED so older connections close.
  */
-Datum
-im_authenticate(PG_FUNCTION_ARGS)
+IM_SENSITIVE_FUNCTION(im_authenticate)
 {
 	static SPIPlanPtr sel;
 	static SPIPlanPtr bump;

@@ -15,26 +15,62 @@
 #include "utils/builtins.h"
 
 /*
- * SQL predicate "position e is visible to user $1" (contract §1), for an
- * im.event row aliased `e` whose recall/edit target is joined as `t`.
- * Shared with nothing else on purpose: fanout decides recipients in its own
- * set-oriented way; a reconcile check compares the two.
- *
- * A recall or edit of a message the user deleted for itself is hidden too
- * (IM_NOT_DELETED_FOR_ME_SQL, the one rule every read path applies).
+ * The positions of conversation $2 in ($3, $4] that user $1 may see
+ * (contract §1), as (message_id, msg_seq), found through index ranges
+ * bounded by the user's own periods, never by a scan up to the head — a
+ * former member whose period ended long ago reads what its periods hold,
+ * however long the conversation grew since (issue 8 item 4):
+ *   in_period  — positions inside a period, in msg_seq order, at most a page
+ *                plus one per period (the (conversation_id, msg_seq) index);
+ *                a recall or edit among them counts only when its target
+ *                lies inside one of the periods;
+ *   retargeted — recalls and edits, wherever they are, of messages inside a
+ *                closed period, found from those messages through
+ *                event_target_idx (an open period runs to the head, so
+ *                in_period already holds every recall or edit after it);
+ *   own_leave  — the leave events that closed the user's periods.
+ * Lookups by id go through "= ANY (ARRAY(subquery))", which the planner
+ * answers with index probes for the ids found, never a join that scans
+ * the whole event table or target index.
+ * The branches may overlap (a recall inside a period of a target inside
+ * one); UNION keeps each position once.  Nothing the user deleted for
+ * itself, nor a recall or edit of it (IM_NOT_DELETED_FOR_ME_SQL).  The
+ * rule is decided from im.membership_period alone, never from the current
+ * member list, so it is the rule fanout and snapshots apply; a reconcile
+ * check compares them.
  */
-#define HISTORY_VISIBLE_SQL \
-	"(EXISTS (SELECT 1 FROM im.membership_period p " \
-	"         WHERE p.conversation_id OPERATOR(pg_catalog.=) e.conversation_id " \
-	"           AND p.user_id OPERATOR(pg_catalog.=) $1 " \
-	"           AND p.join_seq OPERATOR(pg_catalog.<=) " \
-	"               CASE WHEN e.kind IN ('recall', 'edit') THEN t.msg_seq ELSE e.msg_seq END " \
-	"           AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) " \
-	"               CASE WHEN e.kind IN ('recall', 'edit') THEN t.msg_seq ELSE e.msg_seq END)) " \
-	" OR (e.kind OPERATOR(pg_catalog.=) 'leave' AND EXISTS (SELECT 1 FROM im.membership_period p " \
-	"         WHERE p.leave_event_id OPERATOR(pg_catalog.=) e.message_id " \
-	"           AND p.user_id OPERATOR(pg_catalog.=) $1))) " \
-	"AND " IM_NOT_DELETED_FOR_ME_SQL("$1")
+#define HISTORY_VISIBLE_POSITIONS_SQL \
+	"per AS (" \
+	"  SELECT p.join_seq, p.leave_seq, p.leave_event_id FROM im.membership_period p " \
+	"  WHERE p.conversation_id OPERATOR(pg_catalog.=) $2 AND p.user_id OPERATOR(pg_catalog.=) $1), " \
+	"visible AS (" \
+	"  SELECT x.message_id, x.msg_seq FROM per p CROSS JOIN LATERAL (" \
+	"    SELECT e.message_id, e.msg_seq FROM im.event e " \
+	"    LEFT JOIN im.event t ON t.message_id OPERATOR(pg_catalog.=) e.target_message_id " \
+	"    WHERE e.conversation_id OPERATOR(pg_catalog.=) $2 " \
+	"      AND e.msg_seq OPERATOR(pg_catalog.>) GREATEST($3, p.join_seq OPERATOR(pg_catalog.-) 1) " \
+	"      AND e.msg_seq OPERATOR(pg_catalog.<=) LEAST($4, COALESCE(p.leave_seq, $4)) " \
+	"      AND (e.target_message_id IS NULL OR EXISTS (SELECT 1 FROM per q " \
+	"            WHERE q.join_seq OPERATOR(pg_catalog.<=) t.msg_seq " \
+	"              AND (q.leave_seq IS NULL OR q.leave_seq OPERATOR(pg_catalog.>=) t.msg_seq))) " \
+	"      AND " IM_NOT_DELETED_FOR_ME_SQL("$1") \
+	"    ORDER BY e.msg_seq LIMIT $5 OPERATOR(pg_catalog.+) 1) x " \
+	"  UNION " \
+	"  SELECT e.message_id, e.msg_seq FROM im.event e " \
+	"  WHERE e.target_message_id OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+	"          SELECT t.message_id FROM per p JOIN im.event t " \
+	"            ON t.conversation_id OPERATOR(pg_catalog.=) $2 " \
+	"           AND t.msg_seq OPERATOR(pg_catalog.>=) p.join_seq " \
+	"           AND t.msg_seq OPERATOR(pg_catalog.<=) p.leave_seq " \
+	"          WHERE p.leave_seq IS NOT NULL AND t.kind OPERATOR(pg_catalog.=) 'message')) " \
+	"    AND e.msg_seq OPERATOR(pg_catalog.>) $3 AND e.msg_seq OPERATOR(pg_catalog.<=) $4 " \
+	"    AND " IM_NOT_DELETED_FOR_ME_SQL("$1") \
+	"  UNION " \
+	"  SELECT e.message_id, e.msg_seq FROM im.event e " \
+	"  WHERE e.message_id OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+	"          SELECT p.leave_event_id FROM per p WHERE p.leave_event_id IS NOT NULL)) " \
+	"    AND e.msg_seq OPERATOR(pg_catalog.>) $3 AND e.msg_seq OPERATOR(pg_catalog.<=) $4 " \
+	"    AND " IM_NOT_DELETED_FOR_ME_SQL("$1") ")"
 
 PG_FUNCTION_INFO_V1(im_fetch_messages);
 /*
@@ -48,13 +84,13 @@ Datum
 im_fetch_messages(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr page_plan;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
 	int64		after_seq;
 	int32		page_limit = im_arg_int32(fcinfo, 3, "page_limit", 1, 1000);
 	int64		up_to_seq;
 	ImConversation conv;
-	Datum		args[5];
+	Datum		args[6];
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
 	bool		isnull;
@@ -82,31 +118,36 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 	/*
 	 * One page plus one row: the extra row only tells has_more.  Positions
 	 * the user may not see are skipped inside the range, so a page never
-	 * ends early on an invisible stretch.
+	 * ends early on an invisible stretch.  The page also ends before the
+	 * position that would push its JSON text over im_sync.max_page_bytes
+	 * (always at least one position), with has_more true and
+	 * next_after_seq its last position, so the next page starts right after
+	 * it: nothing skipped, nothing repeated.
 	 */
 	im_prepare(&page_plan,
-			   "WITH vis AS ("
-			   "  SELECT e.*, pg_catalog.row_number() OVER (ORDER BY e.msg_seq) AS rn "
-			   "  FROM (SELECT e.* FROM im.event e "
-			   "        LEFT JOIN im.event t ON t.message_id OPERATOR(pg_catalog.=) e.target_message_id "
-			   "        WHERE e.conversation_id OPERATOR(pg_catalog.=) $2 "
-			   "          AND e.msg_seq OPERATOR(pg_catalog.>) $3 "
-			   "          AND e.msg_seq OPERATOR(pg_catalog.<=) $4 "
-			   "          AND " HISTORY_VISIBLE_SQL
-			   "        ORDER BY e.msg_seq LIMIT $5 OPERATOR(pg_catalog.+) 1) e) "
-			   "SELECT COALESCE(pg_catalog.jsonb_agg(" IM_EVENT_JSON_SQL
-			   "           ORDER BY e.msg_seq) FILTER (WHERE e.rn OPERATOR(pg_catalog.<=) $5), "
-			   "         '[]'::pg_catalog.jsonb), "
-			   "       COALESCE(pg_catalog.max(e.msg_seq) "
-			   "           FILTER (WHERE e.rn OPERATOR(pg_catalog.<=) $5), $3), "
-			   "       pg_catalog.count(*) OPERATOR(pg_catalog.>) $5 "
-			   "FROM vis e",
-			   5, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID);
+			   "WITH " HISTORY_VISIBLE_POSITIONS_SQL ", "
+			   "top AS (SELECT v.message_id, v.msg_seq FROM visible v "
+			   "        ORDER BY v.msg_seq LIMIT $5 OPERATOR(pg_catalog.+) 1), "
+			   "ev AS (SELECT e.msg_seq, " IM_EVENT_JSON_SQL " AS ev, "
+			   "              pg_catalog.row_number() OVER (ORDER BY e.msg_seq) AS rn "
+			   "       FROM im.event e WHERE e.message_id OPERATOR(pg_catalog.=) "
+			   "            ANY (ARRAY(SELECT top.message_id FROM top))), "
+			   "sized AS (SELECT ev.*, pg_catalog.sum(" IM_PAGE_BYTES_SQL("ev.ev") ") "
+			   "                 OVER (ORDER BY ev.msg_seq) AS bytes FROM ev), "
+			   "page AS (SELECT s.msg_seq, s.ev FROM sized s WHERE s.rn OPERATOR(pg_catalog.<=) $5 "
+			   "         AND (s.rn OPERATOR(pg_catalog.=) 1 OR s.bytes OPERATOR(pg_catalog.<=) $6)) "
+			   "SELECT COALESCE((SELECT pg_catalog.jsonb_agg(p.ev ORDER BY p.msg_seq) FROM page p), "
+			   "                '[]'::pg_catalog.jsonb), "
+			   "       COALESCE((SELECT pg_catalog.max(p.msg_seq) FROM page p), $3), "
+			   "       (SELECT pg_catalog.count(*) FROM ev) OPERATOR(pg_catalog.>) "
+			   "       (SELECT pg_catalog.count(*) FROM page)",
+			   6, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(conversation_id);
 	args[2] = Int64GetDatum(after_seq);
 	args[3] = Int64GetDatum(up_to_seq);
 	args[4] = Int64GetDatum((int64) page_limit);
+	args[5] = Int64GetDatum((int64) im_max_page_bytes);
 	if (im_exec(page_plan, args, NULL, 1) != 1)
 		elog(ERROR, "im_sync: fetch_messages page query returned no row");
 

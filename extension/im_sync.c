@@ -26,6 +26,7 @@ int			im_max_batch_events = 10000;
 int			im_max_body_bytes = 65536;
 int			im_shared_log_min_members = 0;
 int			im_reconcile_outbox_age_s = 60;
+int			im_max_page_bytes = 1024 * 1024;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -117,6 +118,12 @@ define_settings(void)
 							"Outbox items older than this are reported by im.reconcile.",
 							NULL, &im_reconcile_outbox_age_s, 60, 0, INT_MAX,
 							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.max_page_bytes",
+							"Largest JSON text of one page of sync_changes events, fetch_messages messages or snapshot items.",
+							"A page ends early (has_more true) before the event that would push its JSON text "
+							"over this size; every page still holds at least one event.",
+							&im_max_page_bytes, 1024 * 1024, 1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("im_sync");
 }
 

@@ -47,6 +47,7 @@ extern int	im_max_batch_events;
 extern int	im_max_body_bytes;
 extern int	im_shared_log_min_members;
 extern int	im_reconcile_outbox_age_s;
+extern int	im_max_page_bytes;
 
 /* Maximum number of fanout workers (shared memory is sized for this). */
 #define IM_MAX_FANOUT_WORKERS 32
@@ -125,8 +126,28 @@ extern Datum im_get_datum_copy(uint64 row, int col, bool *isnull); /* copied to 
 /* Argument checks: raise 22023 with a clear message. */
 extern int64 im_arg_id(FunctionCallInfo fcinfo, int argno, const char *name);
 extern char *im_arg_text(FunctionCallInfo fcinfo, int argno, const char *name, int max_chars);
+/* User ids: 1..2^53-1 (contract §1), else 22023. */
+#define IM_MAX_SAFE_INTEGER INT64CONST(9007199254740991)
+#define IM_MAX_USER_ID IM_MAX_SAFE_INTEGER
+extern void im_check_user_id(int64 v, const char *name);
+extern int64 im_arg_user_id(FunctionCallInfo fcinfo, int argno, const char *name);
+
 extern char *im_arg_device_id(FunctionCallInfo fcinfo, int argno);
 extern int32 im_arg_int32(FunctionCallInfo fcinfo, int argno, const char *name, int32 min, int32 max);
+
+/*
+ * API functions whose arguments carry a message body or a token: every error
+ * they raise (also inside SPI) leaves the statement and context out of the
+ * server log (im_call_hiding_statement).  Use instead of PG_FUNCTION_INFO_V1:
+ *     IM_SENSITIVE_FUNCTION(im_send_message)
+ *     { …the function body, with fcinfo… }
+ */
+extern Datum im_call_hiding_statement(PGFunction fn, FunctionCallInfo fcinfo);
+#define IM_SENSITIVE_FUNCTION(name) \
+	static Datum name##_body(PG_FUNCTION_ARGS); \
+	PG_FUNCTION_INFO_V1(name); \
+	Datum name(PG_FUNCTION_ARGS) { return im_call_hiding_statement(name##_body, fcinfo); } \
+	static Datum name##_body(PG_FUNCTION_ARGS)
 
 /* int8[] Datum (palloc'd in the current context) from n ids; n may be 0. */
 extern Datum im_int8_array(const int64 *ids, int n);
@@ -219,6 +240,16 @@ extern int64 im_enqueue_private_event(int64 user_id, int64 conversation_id,
 	"         WHERE d.user_id OPERATOR(pg_catalog.=) " user " " \
 	"           AND (d.message_id OPERATOR(pg_catalog.=) e.message_id " \
 	"                OR d.message_id OPERATOR(pg_catalog.=) e.target_message_id))"
+
+/*
+ * Page size in bytes (im_sync.max_page_bytes): the JSON text of a jsonb
+ * array of n elements is "[" e1 ", " e2 … "]", i.e. the sum over its
+ * elements of (octet_length(element text) + 2).  A window sum of
+ * IM_PAGE_BYTES_SQL(x) over the rows in page order, compared with the
+ * setting, ends a page before the element that would push it over.
+ */
+#define IM_PAGE_BYTES_SQL(x) \
+	"(pg_catalog.octet_length((" x ")::pg_catalog.text) OPERATOR(pg_catalog.+) 2)"
 
 /* SQL fragment: one conversation position as contract §11 JSON, from an
  * im.event row aliased `e`. */

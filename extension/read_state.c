@@ -78,7 +78,7 @@ im_report_read(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr state_plan;
 	static SPIPlanPtr update_plan;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
 	int64		read_to_seq;
 	ImConversation conv;
@@ -173,7 +173,7 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 	static SPIPlanPtr insert_plan;
 	static SPIPlanPtr recount_plan;
 	static SPIPlanPtr cursor_plan;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
 	int64		message_id = im_arg_id(fcinfo, 2, "message_id");
 	ImConversation conv;

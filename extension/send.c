@@ -17,12 +17,17 @@
  */
 #include "im_sync.h"
 
+#include <math.h>
+
 #include "catalog/pg_type.h"
 #include "common/cryptohash.h"
 #include "common/sha2.h"
+#include "common/shortest_dec.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/numeric.h"
 
 #define IM_MAX_CLIENT_MSG_ID 128
 #define IM_MAX_CONTENT_TYPE 64
@@ -120,6 +125,75 @@ typedef struct SendRequest
 } SendRequest;
 
 /*
+ * The body number rule (contract §3, I-JSON / RFC 7493 §2.2): every number
+ * of a body, at any depth, has |value| <= 2^53-1 and equals, as a decimal,
+ * the shortest decimal form of its nearest IEEE-754 double.  Then every JSON
+ * parser (JavaScript, jansson, the gateway) reads exactly the value stored,
+ * so one member's body can never make a reply unreadable for the others.
+ */
+static bool
+is_ijson_number(Numeric num)
+{
+	static Numeric max_abs = NULL;
+	Datum		value = NumericGetDatum(num);
+	char	   *text;
+	char		shortest[DOUBLE_SHORTEST_DECIMAL_LEN];
+	double		d;
+	Datum		back;
+
+	if (max_abs == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		max_abs = int64_to_numeric(IM_MAX_SAFE_INTEGER);
+		MemoryContextSwitchTo(old);
+	}
+	if (DatumGetInt32(DirectFunctionCall2(numeric_cmp,
+										  DirectFunctionCall1(numeric_abs, value),
+										  NumericGetDatum(max_abs))) > 0)
+		return false;
+
+	/* nearest double (an underflow gives 0 or a denormal, never an error) */
+	text = DatumGetCString(DirectFunctionCall1(numeric_out, value));
+	d = strtod(text, NULL);
+	if (!isfinite(d))
+		return false;
+	double_to_shortest_decimal_buf(d, shortest);
+	back = DirectFunctionCall3(numeric_in, CStringGetDatum(shortest),
+							   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
+	return DatumGetInt32(DirectFunctionCall2(numeric_cmp, value, back)) == 0;
+}
+
+/* 22023 for the first number of the body that breaks the rule above. */
+static void
+check_body_numbers(Jsonb *jb)
+{
+	JsonbIterator *it = JsonbIteratorInit(&jb->root);
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		char	   *shown;
+
+		if ((tok != WJB_VALUE && tok != WJB_ELEM) || v.type != jbvNumeric ||
+			is_ijson_number(v.val.numeric))
+			continue;
+		/* 1e-400 prints as 400 digits: show long ones in scientific form */
+		shown = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v.val.numeric)));
+		if (strlen(shown) > 40)
+			shown = numeric_out_sci(v.val.numeric, 6);
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("body number %s is not an I-JSON number", shown),
+				 errdetail("Every number in a body must lie within -(2^53-1) .. 2^53-1 and be exactly "
+						   "the shortest decimal form of an IEEE-754 double (I-JSON, RFC 7493), "
+						   "so that every JSON parser reads the same value."),
+				 errhint("Send large or very precise numbers as strings.")));
+	}
+}
+
+/*
  * A JSON object of at most im_sync.max_body_bytes (as jsonb::text, which is
  * canonical, so a retry with other whitespace or key order is the same body).
  */
@@ -139,6 +213,7 @@ check_body(FunctionCallInfo fcinfo, int argno, SendRequest *req)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("body must be a JSON object"),
 				 errdetail("The body of a message is one JSON object, e.g. {\"text\": \"hi\"}.")));
+	check_body_numbers(jb);
 	req->body = PointerGetDatum(jb);
 	req->body_text = JsonbToCString(NULL, &jb->root, VARSIZE(jb));
 	len = strlen(req->body_text);
@@ -386,7 +461,7 @@ common_args(FunctionCallInfo fcinfo, SendRequest *req, const char *kind)
 {
 	memset(req, 0, sizeof(*req));
 	req->kind = kind;
-	req->sender_id = im_arg_id(fcinfo, 0, "sender_id");
+	req->sender_id = im_arg_user_id(fcinfo, 0, "sender_id");
 	req->conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
 	req->client_msg_id = im_arg_text(fcinfo, 2, "client_msg_id", IM_MAX_CLIENT_MSG_ID);
 }
@@ -395,9 +470,7 @@ common_args(FunctionCallInfo fcinfo, SendRequest *req, const char *kind)
  * im.send_message(sender_id, conversation_id, client_msg_id, body,
  *                 content_type DEFAULT 'text')
  */
-PG_FUNCTION_INFO_V1(im_send_message);
-Datum
-im_send_message(PG_FUNCTION_ARGS)
+IM_SENSITIVE_FUNCTION(im_send_message)
 {
 	SendRequest req;
 
@@ -408,9 +481,7 @@ im_send_message(PG_FUNCTION_ARGS)
 }
 
 /* im.recall_message(sender_id, conversation_id, client_msg_id, target_message_id) */
-PG_FUNCTION_INFO_V1(im_recall_message);
-Datum
-im_recall_message(PG_FUNCTION_ARGS)
+IM_SENSITIVE_FUNCTION(im_recall_message)
 {
 	SendRequest req;
 
@@ -420,9 +491,7 @@ im_recall_message(PG_FUNCTION_ARGS)
 }
 
 /* im.edit_message(sender_id, conversation_id, client_msg_id, target_message_id, body) */
-PG_FUNCTION_INFO_V1(im_edit_message);
-Datum
-im_edit_message(PG_FUNCTION_ARGS)
+IM_SENSITIVE_FUNCTION(im_edit_message)
 {
 	SendRequest req;
 

@@ -269,7 +269,7 @@ PG_FUNCTION_INFO_V1(im_clear_dirty);
 Datum
 im_clear_dirty(PG_FUNCTION_ARGS)
 {
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
 	int64		observed_version;
 	int64		saved;

@@ -6,10 +6,15 @@
  *
  * Invariants protected:
  *   - the cut is consistent (§7.5, §19.1 快照切面): the manifest is the
- *     user's view after applying every event <= S and nothing later.  It is
- *     built while holding the user's head row lock; every fanout that writes
- *     into this user's log takes that lock first, so no event <= S can still
- *     be in flight and no event > S can be half visible;
+ *     user's view after applying every event <= S and nothing later.  S and
+ *     every item are read from one MVCC snapshot (the cut), and a fanout
+ *     writes a user's inbox events, high watermark and conversation states
+ *     and marks its outbox items done in one transaction, so the cut holds
+ *     either all of a fanout or none of it: S is exactly the last event of
+ *     the log the items describe.  No lock on the user's head is held, so
+ *     fanout into the user goes on while the manifest is built (issue 8
+ *     item 4); what it commits meanwhile gets sync_seq > S and is not in
+ *     the manifest;
  *   - generation fence (§2.3): begin_snapshot bumps sync_generation, so every
  *     older batch token, cursor or snapshot token stops working; only a
  *     device still RESETTING in the token's generation becomes ACTIVE at S;
@@ -20,6 +25,7 @@
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 /* Items per manifest page. */
@@ -30,28 +36,29 @@
 	"pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(" x ", 'UTF8')), 'hex')"
 
 /*
- * Build the pages of snapshot $2 for user $1, $3 items per page.
+ * The manifest items of user $1 at the cut, one row per conversation in
+ * conversation_id order: (item with its digest, its JSON text length).
+ * Run with the cut's snapshot (see the file header).
  *
- * "Delivered to the user's log as of S": the caller holds the user's head
- * lock, so every fanout transaction that delivers to this user has either
- * committed — its outbox item reads 'done' here (READ COMMITTED: this
- * statement's snapshot is taken after the lock was granted) — or waits for
- * us with its item still 'pending'.  A missing outbox item means processed
- * and collected (items are written with their event).  Deciding from the
- * outbox rather than from inbox rows keeps the rule true after GC of the
- * log.  A position counts for the user by contract §1 (periods; recall and
- * edit by their target; the leaver's own leave).
+ * "Delivered to the user's log as of S": a fanout transaction that
+ * delivered to this user is either in the cut — its outbox item reads
+ * 'done' here — or not, and then its item reads 'pending' and its events
+ * are above S.  A missing outbox item means processed and collected (items
+ * are written with their event).  Deciding from the outbox rather than
+ * from inbox rows keeps the rule true after GC of the log.  A position
+ * counts for the user by contract §1 (periods; recall and edit by their
+ * target; the leaver's own leave).
  *
  * Per item (contract §6): periods whose join event is delivered, with
  * leave_seq only when the leave event is delivered; last_msg_seq the highest
  * delivered visible position; mode the one carried by the latest delivered
  * position the user saw at its own msg_seq; recalled_message_ids the targets
  * of delivered recalls.  read_msg_seq, unread_count, the dirty marker and the
- * row version are the committed user_conversation row: the read state may be
- * ahead of the log (contract §6), the rest changes only together with the
- * log under the same head lock.
+ * row version are the user_conversation row in the cut: the read state may
+ * be ahead of the log (contract §6), the rest changes only together with
+ * the log, in the fanout transaction.
  */
-#define SNAPSHOT_BUILD_SQL \
+#define SNAPSHOT_ITEMS_SQL \
 	"WITH per AS (" \
 	"  SELECT p.* FROM im.membership_period p WHERE p.user_id OPERATOR(pg_catalog.=) $1), " \
 	"pos AS (" \
@@ -104,16 +111,84 @@
 	"       AND uc.conversation_id OPERATOR(pg_catalog.=) c.conversation_id), " \
 	"numbered AS (" \
 	"  SELECT i.conversation_id, " \
-	"         i.body OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('digest', " SHA256_HEX("i.body::pg_catalog.text") ") AS item, " \
-	"         (pg_catalog.row_number() OVER (ORDER BY i.conversation_id) OPERATOR(pg_catalog.-) 1) " \
-	"           OPERATOR(pg_catalog./) $3 AS page_no " \
-	"  FROM item i), " \
-	"pages AS (" \
-	"  SELECT n.page_no::pg_catalog.int4 AS page_no, " \
-	"         pg_catalog.jsonb_agg(n.item ORDER BY n.conversation_id) AS items " \
-	"  FROM numbered n GROUP BY n.page_no) " \
+	"         i.body OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('digest', " SHA256_HEX("i.body::pg_catalog.text") ") AS item " \
+	"  FROM item i) " \
+	"SELECT n.item, " IM_PAGE_BYTES_SQL("n.item") " FROM numbered n ORDER BY n.conversation_id"
+
+/*
+ * Pages of snapshot $1 from the items $2 and their page numbers $3 (in
+ * manifest order); each page's digest is over its items' JSON text.
+ */
+#define SNAPSHOT_PAGES_SQL \
 	"INSERT INTO im.snapshot_page (snapshot_id, page_no, items, page_digest) " \
-	"SELECT $2, pg.page_no, pg.items, " SHA256_HEX("pg.items::pg_catalog.text") " FROM pages pg"
+	"SELECT $1, g.page_no, g.items, " SHA256_HEX("g.items::pg_catalog.text") " " \
+	"FROM (SELECT u.page_no, pg_catalog.jsonb_agg(u.item ORDER BY u.ord) AS items " \
+	"      FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.jsonb[]), " \
+	"                      pg_catalog.unnest($3::pg_catalog.int4[])) " \
+	"           WITH ORDINALITY AS u(item, page_no, ord) " \
+	"      GROUP BY u.page_no) g"
+
+/* SPI on a kept read-only plan, reading exactly the snapshot `cut`. */
+static uint64
+exec_in_cut(SPIPlanPtr plan, Datum *args, Snapshot cut, long count)
+{
+	int			rc = SPI_execute_snapshot(plan, args, NULL, cut, InvalidSnapshot,
+										  true, false, count);
+
+	if (rc < 0)
+		elog(ERROR, "im_sync: SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/*
+ * Store the items of the last SPI result (item, JSON text length) as the
+ * pages of snapshot_id: a page ends at IM_SNAPSHOT_PAGE_ITEMS items, or
+ * before the item that would push its JSON text over
+ * im_sync.max_page_bytes (a page always holds at least one item), so no
+ * fetch_snapshot reply grows with the number or size of conversations.
+ * Returns the number of items.
+ */
+static uint64
+store_pages(int64 snapshot_id)
+{
+	static SPIPlanPtr pages_plan;
+	uint64		n = SPI_processed;
+	SPITupleTable *tuptable = SPI_tuptable;
+	Datum	   *items;
+	Datum	   *page_nos;
+	int32		page = 0;
+	int32		in_page = 0;
+	int64		bytes = 0;
+	Datum		args[3];
+
+	if (n == 0)
+		return 0;
+	items = palloc(sizeof(Datum) * n);
+	page_nos = palloc(sizeof(Datum) * n);
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+		int64		size;
+
+		items[i] = SPI_getbinval(tuptable->vals[i], tuptable->tupdesc, 1, &isnull);
+		size = DatumGetInt64(SPI_getbinval(tuptable->vals[i], tuptable->tupdesc, 2, &isnull));
+		if (in_page > 0 && (in_page >= IM_SNAPSHOT_PAGE_ITEMS || bytes + size > im_max_page_bytes))
+		{
+			page++;
+			in_page = 0;
+			bytes = 0;
+		}
+		page_nos[i] = Int32GetDatum(page);
+		in_page++;
+		bytes += size;
+	}
+	im_prepare(&pages_plan, SNAPSHOT_PAGES_SQL, 3, INT8OID, JSONBARRAYOID, INT4ARRAYOID);
+	args[0] = Int64GetDatum(snapshot_id);
+	args[1] = PointerGetDatum(construct_array(items, (int) n, JSONBOID, -1, false, TYPALIGN_INT));
+	args[2] = PointerGetDatum(construct_array(page_nos, (int) n, INT4OID, 4, true, TYPALIGN_INT));
+	im_exec(pages_plan, args, NULL, 0);
+	return n;
+}
 
 /* Result row of a refused token-bearing call: status plus NULLs. */
 static void
@@ -154,13 +229,14 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 	static SPIPlanPtr end_plan;
 	static SPIPlanPtr abandon_plan;
 	static SPIPlanPtr snap_plan;
-	static SPIPlanPtr build_plan;
+	static SPIPlanPtr items_plan;
 	static SPIPlanPtr empty_plan;
 	static SPIPlanPtr seal_plan;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	ImDevice	dev;
 	ImTokenClaims claims;
+	Snapshot	cut;
 	int64		base;
 	int32		generation;
 	int64		snapshot_id;
@@ -176,7 +252,7 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 	im_srf_begin(fcinfo);
 	im_spi_connect();
 
-	/* Lock order: the device row, then the user head. */
+	/* The device row lock orders this with every other call of the device. */
 	im_lock_device(user_id, device_id, &dev);
 	if (strcmp(dev.state, "REVOKED") == 0)
 	{
@@ -186,20 +262,20 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 	}
 
 	/*
-	 * Hold the user's head row until commit.  Every fanout that writes into
-	 * this user's log locks it first, so while we hold it S is exactly the
-	 * last event of the log, no event <= S is still in flight, and the
-	 * manifest built below is a consistent cut at S (§7.5).  Events that
-	 * arrive meanwhile wait and get sync_seq > S.
+	 * The cut: one MVCC snapshot from which S and every manifest item are
+	 * read (see the file header for why it is exact).  Taking it locks
+	 * nothing, so building the manifest, however long the user's history,
+	 * never holds up fanout into this user.  A gc_inbox meanwhile cannot see
+	 * this snapshot's lease before we commit; it can only collect what the
+	 * retention window lets go, and a device whose S was collected gets
+	 * RESET_REQUIRED at its first sync (sync.c rule 6), never a gap.
 	 */
-	im_lock_user_heads(&user_id, 1);
+	cut = RegisterSnapshot(GetTransactionSnapshot());
 	im_prepare(&head_plan,
 			   "SELECT high_watermark FROM im.user_head WHERE user_id OPERATOR(pg_catalog.=) $1",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(user_id);
-	if (im_exec(head_plan, args, NULL, 1) != 1)
-		elog(ERROR, "im_sync: user head of " INT64_FORMAT " vanished", user_id);
-	base = im_get_int64(0, 1, NULL);
+	base = exec_in_cut(head_plan, args, cut, 1) == 1 ? im_get_int64(0, 1, NULL) : 0;
 
 	/* Bumping the generation kills every older token of this device. */
 	im_prepare(&device_plan,
@@ -246,11 +322,12 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 		elog(ERROR, "im_sync: snapshot row not created");
 	snapshot_id = im_get_int64(0, 1, NULL);
 
-	im_prepare(&build_plan, SNAPSHOT_BUILD_SQL, 3, INT8OID, INT8OID, INT8OID);
+	im_prepare(&items_plan, SNAPSHOT_ITEMS_SQL, 1, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(snapshot_id);
-	args[2] = Int64GetDatum((int64) IM_SNAPSHOT_PAGE_ITEMS);
-	if (im_exec(build_plan, args, NULL, 0) == 0)
+	exec_in_cut(items_plan, args, cut, 0);
+	UnregisterSnapshot(cut);
+	if (store_pages(snapshot_id) == 0)
 	{
 		/* No conversation yet: one empty page, so every manifest has one. */
 		im_prepare(&empty_plan,
@@ -333,16 +410,14 @@ arg_token(FunctionCallInfo fcinfo, int argno)
 	return TextDatumGetCString(PG_GETARG_DATUM(argno));
 }
 
-PG_FUNCTION_INFO_V1(im_fetch_snapshot);
 /*
  * fetch_snapshot(user_id, device_id, snapshot_token, page_no): one stored
  * page of the manifest.  Read-only; a failed check never returns data.
  */
-Datum
-im_fetch_snapshot(PG_FUNCTION_ARGS)
+IM_SENSITIVE_FUNCTION(im_fetch_snapshot)
 {
 	static SPIPlanPtr page_plan;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	char	   *token = arg_token(fcinfo, 2);
 	int32		page_no;
@@ -381,8 +456,12 @@ im_fetch_snapshot(PG_FUNCTION_ARGS)
 	args[0] = Int64GetDatum(claims.snapshot_id);
 	args[1] = Int32GetDatum(page_no);
 	if (im_exec(page_plan, args, NULL, 1) != 1)
-		elog(ERROR, "im_sync: snapshot " INT64_FORMAT " of a valid token is missing",
-			 claims.snapshot_id);
+	{
+		/* collected by retention (maintenance): nothing to serve any more */
+		status_row(fcinfo, 5, "EXPIRED", 0, (Datum) 0);
+		SPI_finish();
+		return (Datum) 0;
+	}
 	page_count = im_get_int32(0, 1, NULL);
 	if (page_no < 0 || page_no >= page_count)
 		ereport(ERROR,
@@ -403,7 +482,6 @@ im_fetch_snapshot(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-PG_FUNCTION_INFO_V1(im_ack_snapshot);
 /*
  * ack_snapshot(user_id, device_id, snapshot_token, manifest_digest): the
  * client installed every page and proves it with the manifest digest.  Only
@@ -411,13 +489,12 @@ PG_FUNCTION_INFO_V1(im_ack_snapshot);
  * ACK = S; a repeat after success answers OK with the current ACK.  Every
  * status reports the device's current ACK.
  */
-Datum
-im_ack_snapshot(PG_FUNCTION_ARGS)
+IM_SENSITIVE_FUNCTION(im_ack_snapshot)
 {
 	static SPIPlanPtr digest_plan;
 	static SPIPlanPtr install_plan;
 	static SPIPlanPtr mark_plan;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	char	   *token = arg_token(fcinfo, 2);
 	char	   *digest;
@@ -447,11 +524,22 @@ im_ack_snapshot(PG_FUNCTION_ARGS)
 				   1, INT8OID);
 		args[0] = Int64GetDatum(claims.snapshot_id);
 		if (im_exec(digest_plan, args, NULL, 1) != 1)
-			elog(ERROR, "im_sync: snapshot " INT64_FORMAT " of a valid token is missing",
-				 claims.snapshot_id);
-		stored = im_get_text(0, 1);
-		if (strcmp(stored, digest) != 0)
-			refused = "DIGEST_MISMATCH";
+		{
+			/*
+			 * Collected by retention.  ACTIVE in the token's generation means
+			 * this snapshot was installed (only its ACK activates without a
+			 * bump): a repeat after success.  Otherwise it can no longer be
+			 * proven.
+			 */
+			if (strcmp(dev.state, "ACTIVE") != 0)
+				refused = "EXPIRED";
+		}
+		else
+		{
+			stored = im_get_text(0, 1);
+			if (strcmp(stored, digest) != 0)
+				refused = "DIGEST_MISMATCH";
+		}
 	}
 	if (refused == NULL && strcmp(dev.state, "RESETTING") == 0)
 	{

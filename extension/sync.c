@@ -244,18 +244,21 @@ note_issued(ImDevice *dev, int64 watermark)
  * inbox rows, as contract §11 JSON in sync_seq order.  A position the user
  * deleted for itself, and an edit or recall of it, is skipped (contract §1;
  * the same rule as fetch_messages in history.c) but still consumed, so the
- * cursor moves past it.  Returns the jsonb (copied to the upper context) and
- * sets *last to the last sync_seq consumed and *more.
+ * cursor moves past it.  The page also ends before the event that would
+ * push its JSON text over im_sync.max_page_bytes; its first event is always
+ * taken, so every page makes progress.  Returns the jsonb (copied to the
+ * upper context) and sets *last to the last sync_seq consumed and *more.
  */
 static Datum
 read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 		  int64 *last, bool *more)
 {
 	static SPIPlanPtr plan;
-	Datum		args[4];
+	Datum		args[5];
 	bool		isnull;
 	Datum		events;
 	int64		n;
+	int64		taken;
 
 	im_prepare(&plan,
 			   "WITH r AS ("
@@ -273,22 +276,36 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 			   "            OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('sync_seq', r.sync_seq) "
 			   "          FROM im.event e WHERE e.message_id OPERATOR(pg_catalog.=) r.source_event_id "
 			   "          AND " IM_NOT_DELETED_FOR_ME_SQL("$1") ") "
-			   "    END AS ev FROM r) "
+			   "    END AS ev FROM r), "
+			   "sized AS ("
+			   "  SELECT j.sync_seq, j.ev, s.own, "
+			   "         pg_catalog.sum(s.own) OVER (ORDER BY j.sync_seq) AS bytes "
+			   "  FROM j, LATERAL (SELECT COALESCE(" IM_PAGE_BYTES_SQL("j.ev") ", 0) AS own) s), "
+			   "page AS ("
+			   "  SELECT z.sync_seq, z.ev FROM sized z "
+			   "  WHERE z.bytes OPERATOR(pg_catalog.<=) $5 "
+			   "     OR z.bytes OPERATOR(pg_catalog.-) z.own OPERATOR(pg_catalog.=) 0) "
 			   "SELECT COALESCE(pg_catalog.jsonb_agg(ev ORDER BY sync_seq) FILTER (WHERE ev IS NOT NULL), "
 			   "                '[]'::pg_catalog.jsonb), "
-			   "       COALESCE(pg_catalog.max(sync_seq), $2), pg_catalog.count(*) FROM j",
-			   4, INT8OID, INT8OID, INT8OID, INT4OID);
+			   "       COALESCE(pg_catalog.max(sync_seq), $2), pg_catalog.count(*), "
+			   "       (SELECT pg_catalog.count(*) FROM j) FROM page",
+			   5, INT8OID, INT8OID, INT8OID, INT4OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(after);
 	args[2] = Int64GetDatum(watermark);
 	args[3] = Int32GetDatum(limit);
+	args[4] = Int64GetDatum((int64) im_max_page_bytes);
 	im_exec(plan, args, NULL, 1);
 	events = im_get_datum_copy(0, 1, &isnull);
 	*last = im_get_int64(0, 2, NULL);
-	n = im_get_int64(0, 3, NULL);
-	/* The log is gap-free in (gc_floor, high watermark]: a full page that
-	 * stopped below the watermark has more behind it. */
-	*more = (n == limit && *last < watermark);
+	taken = im_get_int64(0, 3, NULL);
+	n = im_get_int64(0, 4, NULL);
+	/*
+	 * Cut by bytes: the rows left out are <= the watermark, so more remain.
+	 * Otherwise the log is gap-free in (gc_floor, high watermark]: a full
+	 * page that stopped below the watermark has more behind it.
+	 */
+	*more = taken < n || (n == limit && *last < watermark);
 	return events;
 }
 
@@ -555,12 +572,10 @@ next_page(MemoryContext upper, SyncRow *r, ImDevice *dev, int64 user_id,
 	}
 }
 
-PG_FUNCTION_INFO_V1(im_sync_changes);
-Datum
-im_sync_changes(PG_FUNCTION_ARGS)
+IM_SENSITIVE_FUNCTION(im_sync_changes)
 {
 	MemoryContext upper = CurrentMemoryContext;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	int32		limit = im_arg_int32(fcinfo, 4, "page_limit", 1, 10000);
 	int64		la = 0;
@@ -660,17 +675,15 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 	return "OK";
 }
 
-PG_FUNCTION_INFO_V1(im_ack_sync);
 /*
  * ack_sync (§8.3): the ACK only moves forward, only in the token's
  * generation, never beyond the token's watermark.
  */
-Datum
-im_ack_sync(PG_FUNCTION_ARGS)
+IM_SENSITIVE_FUNCTION(im_ack_sync)
 {
 	static SPIPlanPtr cas;
 	static SPIPlanPtr touch;
-	int64		user_id = im_arg_id(fcinfo, 0, "user_id");
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	int64		ack_seq;
 	ImDevice	dev;
