@@ -64,11 +64,11 @@ typedef enum ImCounter
 	IM_COUNTER_AUTH_FAILURES,
 	IM_COUNTER_STALE_ACKS,
 	IM_COUNTER_DUPLICATE_DELIVERIES,
+	IM_COUNTER_RESETS,
+	IM_COUNTER_GC_DELETED,
 	IM_COUNTER_FANOUT_TRANSIENT_FAILURES,	/* item failures backed off, not charged */
 	IM_COUNTER_FANOUT_CHARGED_FAILURES, /* item failures charged as attempts */
 	IM_COUNTER_FANOUT_BATCH_FAILURES,	/* batches that failed outside any one item */
-	IM_COUNTER_RESETS,
-	IM_COUNTER_GC_DELETED,
 	IM_COUNTER__COUNT
 } ImCounter;
 extern void im_counter_add(ImCounter which, int64 delta);
