@@ -18,7 +18,14 @@
  *   - no deadlocks between workers: a batch locks every recipient's head at
  *     once, in user_id order, before delivering anything, and never touches
  *     the conversation row (fanout only UPDATEs user_conversation rows, so no
- *     foreign-key share lock on im.conversation is taken either).
+ *     foreign-key share lock on im.conversation is taken either);
+ *   - fanout never stalls or gives up on an outage (contract §4): a
+ *     transient failure (record_failure) only backs off, however long it
+ *     lasts; a batch failing outside any one item is charged to (or backs
+ *     off) every item it held; lock waits end at im_sync.fanout_lock_timeout;
+ *     a conversation waiting out a backoff is no candidate, and one whose
+ *     head failed before runs in a batch of its own, so healthy
+ *     conversations are always served.
  */
 #include "im_sync.h"
 
@@ -934,7 +941,9 @@ append_user_hints(FanoutBatch *b, StringInfo hints)
 /*
  * One fanout batch.  isolate_large: a large conversation gets a batch of its
  * own (the workers, where latency of small conversations matters);
- * im.run_fanout does not isolate, so one call drains what it is given.
+ * im.run_fanout does not isolate large ones, and repeats batches, so one
+ * call drains what it is given.  Suspect conversations (claim_items) get a
+ * batch of their own in both.  Every item claimed is noted in *claim.
  */
 static int64
 fanout_batch(int max_items, StringInfo hints, bool isolate_large, ImFanoutClaim *claim)
