@@ -18,7 +18,14 @@
  *   - no deadlocks between workers: a batch locks every recipient's head at
  *     once, in user_id order, before delivering anything, and never touches
  *     the conversation row (fanout only UPDATEs user_conversation rows, so no
- *     foreign-key share lock on im.conversation is taken either).
+ *     foreign-key share lock on im.conversation is taken either);
+ *   - fanout never stalls or gives up on an outage (contract §4): a
+ *     transient failure (record_failure) only backs off, however long it
+ *     lasts; a batch failing outside any one item is charged to (or backs
+ *     off) every item it held; lock waits end at im_sync.fanout_lock_timeout;
+ *     a conversation waiting out a backoff is no candidate, and one whose
+ *     head failed before runs in a batch of its own, so healthy
+ *     conversations are always served.
  */
 #include "im_sync.h"
 
@@ -27,6 +34,7 @@
 #include "commands/async.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
@@ -90,15 +98,43 @@ note_user(FanoutBatch *b, int64 user_id)
 	b->users[b->nusers++] = user_id;
 }
 
+void
+im_fanout_claim_init(ImFanoutClaim *claim, MemoryContext cxt)
+{
+	claim->cxt = cxt;
+	claim->max = 64;
+	claim->ids = MemoryContextAlloc(cxt, sizeof(int64) * claim->max);
+	claim->n = 0;
+}
+
+static void
+note_claimed(ImFanoutClaim *claim, int64 outbox_id)
+{
+	if (claim->n == claim->max)
+	{
+		claim->max *= 2;
+		claim->ids = repalloc(claim->ids, sizeof(int64) * claim->max);
+	}
+	claim->ids[claim->n++] = outbox_id;
+}
+
 /*
- * Claim due work: for each conversation with due pending items (oldest
- * first) that no other worker holds, its pending items in msg_seq order
- * (private items after them), locked.  A position item that is not yet due
- * (backing off after a failure) holds back every later position of its
- * conversation.
+ * Claim due work: for each conversation with due work (oldest first) that
+ * no other worker holds, its pending items in msg_seq order (private items
+ * after them), locked.  A position item that is not yet due (backing off
+ * after a failure) holds back every later position of its conversation, so
+ * such a conversation is not even a candidate unless a private item of it
+ * is due: conversations waiting out a backoff never take the places of
+ * healthy ones (contract §4).
+ *
+ * A conversation whose head item failed before ("suspect") only ever starts
+ * a batch, and ends it, like a large one: a failure outside any one item
+ * (a lock wait timing out on one user's head, say) takes its whole batch
+ * down, and would otherwise take the same healthy conversations down again
+ * each time the backoff ends.
  */
 static void
-claim_items(FanoutBatch *b, int max_items, bool isolate_large)
+claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *claim)
 {
 	static SPIPlanPtr candidates;
 	static SPIPlanPtr trylock;
@@ -106,19 +142,35 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large)
 	static SPIPlanPtr members;
 	Datum		args[2];
 	int64	   *convs;
+	bool	   *suspects;
 	int			nconvs;
 	bool		solo = false;
 
 	im_prepare(&candidates,
-			   "SELECT conversation_id FROM im.outbox "
-			   "WHERE state" EQ "'pending' AND next_attempt_at" LE "pg_catalog.now() "
-			   "GROUP BY conversation_id ORDER BY pg_catalog.min(outbox_id) LIMIT $1",
+			   "WITH head AS ("
+			   "  SELECT DISTINCT ON (o.conversation_id) o.conversation_id, o.outbox_id, o.next_attempt_at,"
+			   "         o.attempts, o.transient_failures"
+			   "  FROM im.outbox o WHERE o.state" EQ "'pending' AND o.msg_seq IS NOT NULL"
+			   "  ORDER BY o.conversation_id, o.msg_seq),"
+			   " ready AS ("
+			   "  SELECT h.conversation_id, h.outbox_id, h.attempts, h.transient_failures FROM head h"
+			   "  WHERE h.next_attempt_at" LE "pg_catalog.now()"
+			   "  UNION ALL"
+			   "  SELECT o.conversation_id, o.outbox_id, o.attempts, o.transient_failures FROM im.outbox o"
+			   "  WHERE o.state" EQ "'pending' AND o.msg_seq IS NULL AND o.next_attempt_at" LE "pg_catalog.now())"
+			   "SELECT r.conversation_id,"
+			   "       pg_catalog.bool_or(r.attempts" GT "0 OR r.transient_failures" GT "0)"
+			   "FROM ready r GROUP BY r.conversation_id ORDER BY pg_catalog.min(r.outbox_id) LIMIT $1",
 			   1, INT4OID);
 	args[0] = Int32GetDatum(max_items);
 	nconvs = (int) im_exec(candidates, args, NULL, 0);
 	convs = palloc(sizeof(int64) * Max(nconvs, 1));
+	suspects = palloc(sizeof(bool) * Max(nconvs, 1));
 	for (int i = 0; i < nconvs; i++)
+	{
 		convs[i] = im_get_int64(i, 1, NULL);
+		suspects[i] = im_get_bool(i, 2, NULL);
+	}
 
 	im_prepare(&trylock,
 			   "SELECT pg_catalog.pg_try_advisory_xact_lock($1, $2)",
@@ -145,15 +197,19 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large)
 	for (int c = 0; c < nconvs && b->nitems < max_items && !solo; c++)
 	{
 		bool		held = false;
-		bool		large;
+		bool		alone;
 		uint64		n;
 
-		/* a large conversation only ever starts a batch, and ends it */
-		args[0] = Int64GetDatum(convs[c]);
-		args[1] = Int32GetDatum(IM_FANOUT_SOLO_MEMBERS);
-		im_exec(members, args, NULL, 0);
-		large = im_get_bool(0, 1, NULL);
-		if (isolate_large && large && b->nitems > 0)
+		/* a large (worker) or suspect conversation only ever starts a batch, and ends it */
+		alone = suspects[c];
+		if (isolate_large && !alone)
+		{
+			args[0] = Int64GetDatum(convs[c]);
+			args[1] = Int32GetDatum(IM_FANOUT_SOLO_MEMBERS);
+			im_exec(members, args, NULL, 0);
+			alone = im_get_bool(0, 1, NULL);
+		}
+		if (alone && b->nitems > 0)
 			continue;
 
 		args[0] = Int32GetDatum(IM_FANOUT_LOCK_CLASS);
@@ -161,7 +217,7 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large)
 		im_exec(trylock, args, NULL, 0);
 		if (!im_get_bool(0, 1, NULL))
 			continue;			/* another worker has this conversation */
-		solo = isolate_large && large;
+		solo = alone;
 
 		args[0] = Int64GetDatum(convs[c]);
 		args[1] = Int32GetDatum(max_items - b->nitems);
@@ -195,11 +251,11 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large)
 			it->msg_seq = im_get_int64(i, 2, NULL);
 			it->source_event_id = im_get_int64(i, 3, NULL);
 			it->private_user_id = private_user_id;
+			/* no source event: fails as an item (deliver_item), never the batch */
 			kind = im_get_text(i, 6);
-			if (kind == NULL)
-				elog(ERROR, "im_sync: outbox item " INT64_FORMAT " has no source event", it->outbox_id);
-			strlcpy(it->kind, kind, sizeof(it->kind));
+			strlcpy(it->kind, kind ? kind : "", sizeof(it->kind));
 			it->shared_log = im_get_bool(i, 7, NULL);
+			note_claimed(claim, it->outbox_id);
 		}
 	}
 }
@@ -552,39 +608,136 @@ mark_done(FanoutItem *items, int count)
 }
 
 /*
- * Record a failed attempt; returns true if the item is now a dead letter.
- * last_error carries the SQLSTATE and the error's primary message only
- * (never the detail, which may quote row values such as a body).
+ * lock_timeout = im_sync.fanout_lock_timeout until fanout_lock_timeout_pop,
+ * the way a function's SET clause works (an error unwinds it too): a lock
+ * held for ever by someone else (a user's head, a state row) becomes a
+ * 55P03, a transient failure that backs off, instead of a worker hung with
+ * every conversation of its batch.
  */
-static bool
-mark_failed(FanoutItem *it, ErrorData *edata)
+static int
+fanout_lock_timeout_push(void)
 {
-	static SPIPlanPtr plan;
-	Datum		args[3];
-	char	   *err;
-	char	   *state;
+	int			nest = NewGUCNestLevel();
+	char		value[32];
 
-	im_prepare(&plan,
+	snprintf(value, sizeof(value), "%d", im_fanout_lock_timeout_ms);
+	(void) set_config_option("lock_timeout", value, PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return nest;
+}
+
+static void
+fanout_lock_timeout_pop(int nest)
+{
+	AtEOXact_GUC(true, nest);
+}
+
+bool
+im_fanout_error_is_transient(int sqlerrcode)
+{
+	int			class = ERRCODE_TO_CATEGORY(sqlerrcode);
+
+	return sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+		class == ERRCODE_CONNECTION_EXCEPTION ||
+		class == ERRCODE_TRANSACTION_ROLLBACK ||
+		class == ERRCODE_INSUFFICIENT_RESOURCES ||
+		class == ERRCODE_OPERATOR_INTERVENTION ||
+		class == ERRCODE_SYSTEM_ERROR;
+}
+
+/* SQLSTATE and primary message only: the detail may quote row values such as a body. */
+static char *
+failure_text(ErrorData *edata)
+{
+	return psprintf("%s: %.200s", unpack_sql_state(edata->sqlerrcode),
+					edata->message ? edata->message : "(no message)");
+}
+
+/*
+ * Record a failure of items ids[0..n) (contract §4); returns how many are
+ * now dead letters.  A transient failure (im_fanout_error_is_transient) is
+ * never an attempt: the item stays pending and backs off 1 s, 2 s, 4 s, …
+ * capped at 1 min, so an outage of any length ends with the item delivered.
+ * Any other failure is an attempt: backoff 10 s × 2^attempts (capped at
+ * 320 s), a dead letter at im_sync.fanout_max_attempts.
+ */
+static int
+record_failure(const int64 *ids, int n, ErrorData *edata)
+{
+	static SPIPlanPtr transient_plan;
+	static SPIPlanPtr charged_plan;
+	bool		transient = im_fanout_error_is_transient(edata->sqlerrcode);
+	Datum		args[3];
+	uint64		rows;
+	int			dead = 0;
+
+	if (n == 0)
+		return 0;
+	im_prepare(&transient_plan,
+			   "UPDATE im.outbox SET transient_failures = transient_failures" PLUS "1, last_error = $2,"
+			   "  next_attempt_at = pg_catalog.now()" PLUS
+			   "    pg_catalog.make_interval(secs => LEAST(60, pg_catalog.power(2, LEAST(transient_failures, 6)))) "
+			   "WHERE outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND state" EQ "'pending' "
+			   "RETURNING state",
+			   3, INT8ARRAYOID, TEXTOID, INT4OID);
+	im_prepare(&charged_plan,
 			   "UPDATE im.outbox SET attempts = attempts" PLUS "1, last_error = $2,"
 			   "  next_attempt_at = pg_catalog.now()" PLUS
 			   "    pg_catalog.make_interval(secs => 10 OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(attempts, 5))),"
 			   "  state = CASE WHEN attempts" PLUS "1" GE "$3 THEN 'dead' ELSE 'pending' END "
-			   "WHERE outbox_id" EQ "$1 RETURNING state",
-			   3, INT8OID, TEXTOID, INT4OID);
-	err = psprintf("%s: %.200s", unpack_sql_state(edata->sqlerrcode),
-				   edata->message ? edata->message : "(no message)");
-	args[0] = Int64GetDatum(it->outbox_id);
-	args[1] = CStringGetTextDatum(err);
+			   "WHERE outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND state" EQ "'pending' "
+			   "RETURNING state",
+			   3, INT8ARRAYOID, TEXTOID, INT4OID);
+	args[0] = im_int8_array(ids, n);
+	args[1] = CStringGetTextDatum(failure_text(edata));
 	args[2] = Int32GetDatum(im_fanout_max_attempts);
-	if (im_exec(plan, args, NULL, 0) != 1)
-		elog(ERROR, "im_sync: outbox item " INT64_FORMAT " vanished", it->outbox_id);
-	state = im_get_text(0, 1);
+	rows = im_exec(transient ? transient_plan : charged_plan, args, NULL, 0);
+	for (uint64 i = 0; i < rows; i++)
+	{
+		char	   *state = im_get_text(i, 1);
+
+		if (strcmp(state, "dead") == 0)
+			dead++;
+	}
+	im_counter_add(transient ? IM_COUNTER_FANOUT_TRANSIENT_FAILURES : IM_COUNTER_FANOUT_CHARGED_FAILURES,
+				   (int64) rows);
+	return dead;
+}
+
+/* One item failed inside its own subtransaction; true if it is now a dead letter. */
+static bool
+mark_failed(FanoutItem *it, ErrorData *edata)
+{
+	bool		dead = record_failure(&it->outbox_id, 1, edata) > 0;
+
 	ereport(LOG,
 			(errmsg("im_sync: fanout of outbox item " INT64_FORMAT " (conversation " INT64_FORMAT
 					", msg_seq " INT64_FORMAT ") failed: %s%s",
-					it->outbox_id, it->conversation_id, it->msg_seq, err,
-					strcmp(state, "dead") == 0 ? "; now a dead letter" : "; will retry")));
-	return strcmp(state, "dead") == 0;
+					it->outbox_id, it->conversation_id, it->msg_seq, failure_text(edata),
+					dead ? "; now a dead letter" :
+					im_fanout_error_is_transient(edata->sqlerrcode) ?
+					"; transient, not counted as an attempt: backing off" : "; will retry")));
+	return dead;
+}
+
+void
+im_fanout_batch_failed(const ImFanoutClaim *claim, ErrorData *edata)
+{
+	int			dead;
+	int			nest;
+
+	im_counter_add(IM_COUNTER_FANOUT_BATCH_FAILURES, 1);
+	if (claim->n == 0)
+		return;
+	nest = fanout_lock_timeout_push();
+	dead = record_failure(claim->ids, claim->n, edata);
+	fanout_lock_timeout_pop(nest);
+	ereport(LOG,
+			(errmsg("im_sync: a fanout batch of %d outbox items failed outside any one item: %s; %s",
+					claim->n, failure_text(edata),
+					im_fanout_error_is_transient(edata->sqlerrcode) ?
+					"transient, not counted as an attempt: every item backs off" :
+					psprintf("an attempt was charged to every item (%d now dead letters)", dead))));
 }
 
 /*
@@ -592,9 +745,10 @@ mark_failed(FanoutItem *it, ErrorData *edata)
  * one conversation, coalesced into one marker write per member — in its own
  * subtransaction (the way PL/pgSQL runs an exception block), so one poison
  * item does not undo the batch.  Returns true when delivered.  A failed run
- * is charged to its first item, which holds back the rest.  Errors that
+ * is charged to its first item, which holds back the rest (a transient
+ * failure is recorded but not charged, see record_failure).  Errors that
  * concern the whole transaction (cancel, shutdown, deadlock, serialization)
- * are re-thrown.
+ * are re-thrown: the batch fails and its items back off.
  */
 static bool
 deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool charge, bool *dead)
@@ -610,6 +764,12 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 	MemoryContextSwitchTo(oldcontext);
 	PG_TRY();
 	{
+		if (it->kind[0] == '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("outbox item " INT64_FORMAT " has no source event", it->outbox_id),
+					 errdetail("Its source_event_id " INT64_FORMAT " names no event of the conversation.",
+							   it->source_event_id)));
 		if (it->private_user_id != 0)
 			deliver_private(b, it);
 		else if (it->shared_log && strcmp(it->kind, "message") == 0)
@@ -781,25 +941,29 @@ append_user_hints(FanoutBatch *b, StringInfo hints)
 /*
  * One fanout batch.  isolate_large: a large conversation gets a batch of its
  * own (the workers, where latency of small conversations matters);
- * im.run_fanout does not isolate, so one call drains what it is given.
+ * im.run_fanout does not isolate large ones, and repeats batches, so one
+ * call drains what it is given.  Suspect conversations (claim_items) get a
+ * batch of their own in both.  Every item claimed is noted in *claim.
  */
 static int64
-fanout_batch(int max_items, StringInfo hints, bool isolate_large)
+fanout_batch(int max_items, StringInfo hints, bool isolate_large, ImFanoutClaim *claim)
 {
 	FanoutBatch b;
 	int64		processed = 0;
 	int64		held_conversation = 0;
 	int			count;
+	int			nest;
 
 	if (max_items < 1)
 		return 0;
+	nest = fanout_lock_timeout_push();
 	memset(&b, 0, sizeof(b));
 	b.maxitems = 64;
 	b.items = palloc(sizeof(FanoutItem) * b.maxitems);
 	b.maxusers = 64;
 	b.users = palloc(sizeof(int64) * b.maxusers);
 
-	claim_items(&b, max_items, isolate_large);
+	claim_items(&b, max_items, isolate_large, claim);
 	lock_batch_heads(&b);
 
 	for (int i = 0; i < b.nitems; i += count)
@@ -813,13 +977,14 @@ fanout_batch(int max_items, StringInfo hints, bool isolate_large)
 		deliver_run(&b, it, count, hints, &processed, &held_conversation);
 	}
 	append_user_hints(&b, hints);
+	fanout_lock_timeout_pop(nest);
 	return processed;
 }
 
 int64
-im_fanout_batch(int max_items, StringInfo hints)
+im_fanout_batch(int max_items, StringInfo hints, ImFanoutClaim *claim)
 {
-	return fanout_batch(max_items, hints, true);
+	return fanout_batch(max_items, hints, true, claim);
 }
 
 void
@@ -853,18 +1018,87 @@ im_send_hints(StringInfo hints)
 	}
 }
 
-/* im.run_fanout(max_items DEFAULT 10000) -> items processed */
+/*
+ * One batch of im.run_fanout in a subtransaction.  A failure outside any one
+ * item rolls the batch back, and its items are backed off or charged in the
+ * caller's transaction, as the workers do in a new one (contract §4); the
+ * call goes on and reports it as a WARNING.  A cancel (or the caller's
+ * statement_timeout) is the caller's decision and is re-thrown.
+ */
+static int64
+run_fanout_batch(int max_items, StringInfo hints, ImFanoutClaim *claim)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	int			hints_len = hints->len;
+	volatile int64 n = 0;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		n = fanout_batch(max_items, hints, false, claim);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			PG_RE_THROW();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+
+		hints->len = hints_len;	/* nothing of the batch was delivered */
+		hints->data[hints_len] = '\0';
+		im_fanout_batch_failed(claim, edata);
+		ereport(WARNING,
+				(errmsg("im_sync: a fanout batch of %d items failed: %s", claim->n, failure_text(edata)),
+				 errdetail(im_fanout_error_is_transient(edata->sqlerrcode) ?
+						   "The failure is transient: its items back off and are not charged an attempt." :
+						   "Every item of the batch was charged an attempt.")));
+		FreeErrorData(edata);
+		n = 0;
+	}
+	PG_END_TRY();
+	return n;
+}
+
+/*
+ * im.run_fanout(max_items DEFAULT 10000) -> items processed.  The workers'
+ * batches, one after the other until max_items items were claimed or
+ * nothing is due, all in the caller's transaction.  Large conversations are
+ * not isolated (one call drains what it is given); suspect ones are.  Ends:
+ * every claimed item is delivered, dead, or backing off past now() (the
+ * transaction's start), or waits behind one that is.
+ */
 PG_FUNCTION_INFO_V1(im_run_fanout);
 Datum
 im_run_fanout(PG_FUNCTION_ARGS)
 {
 	int32		max_items = im_arg_int32(fcinfo, 0, "max_items", 1, PG_INT32_MAX);
 	StringInfoData hints;
-	int64		processed;
+	int64		processed = 0;
+	int64		claimed = 0;
 
 	initStringInfo(&hints);
 	im_spi_connect();
-	processed = fanout_batch(max_items, &hints, false);
+	while (claimed < max_items)
+	{
+		ImFanoutClaim claim;
+
+		im_fanout_claim_init(&claim, CurrentMemoryContext);
+		processed += run_fanout_batch((int) (max_items - claimed), &hints, &claim);
+		if (claim.n == 0)
+			break;
+		claimed += claim.n;
+	}
 	SPI_finish();
 	im_send_hints(&hints);
 	PG_RETURN_INT64(processed);

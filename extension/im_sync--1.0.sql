@@ -105,7 +105,8 @@ CREATE TABLE im.outbox (
     source_event_id  bigint NOT NULL,   -- im.event.message_id or im.private_event.private_event_id
     private_user_id  bigint,            -- set for private events
     state            text   NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'dead')),
-    attempts         int    NOT NULL DEFAULT 0,
+    attempts         int    NOT NULL DEFAULT 0,  -- charged failures (toward fanout_max_attempts)
+    transient_failures int  NOT NULL DEFAULT 0,  -- failures never charged (contract §4), they set the backoff
     last_error       text,
     next_attempt_at  timestamptz NOT NULL DEFAULT now(),
     created_at       timestamptz NOT NULL DEFAULT now(),

@@ -16,6 +16,7 @@ char	   *im_database = NULL;
 int			im_fanout_workers = 1;
 bool		im_fanout_paused = false;
 int			im_fanout_max_attempts = 5;
+int			im_fanout_lock_timeout_ms = 2000;
 int			im_inbox_retention_s = 7 * 86400;
 int			im_device_inactive_after_s = 30 * 86400;
 int			im_recovery_max_replay = 1000;
@@ -76,6 +77,15 @@ define_settings(void)
 							"Failures before an outbox item becomes a dead letter.",
 							NULL, &im_fanout_max_attempts, 5, 1, 1000,
 							PGC_SUSET, 0, NULL, NULL, NULL);
+	/*
+	 * Fanout waits on user heads and states that sessions lock too; a stuck
+	 * holder must become a transient failure (55P03, backed off) rather
+	 * than a worker hung with its whole batch.  No 0: never wait for ever.
+	 */
+	DefineCustomIntVariable("im_sync.fanout_lock_timeout",
+							"Longest lock wait of a fanout batch before it backs off (transient failure).",
+							NULL, &im_fanout_lock_timeout_ms, 2000, 1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("im_sync.inbox_retention",
 							"Inbox events younger than this are never collected.",
 							NULL, &im_inbox_retention_s, 7 * 86400, 0, INT_MAX,

@@ -37,6 +37,7 @@ extern char *im_database;
 extern int	im_fanout_workers;
 extern bool im_fanout_paused;
 extern int	im_fanout_max_attempts;
+extern int	im_fanout_lock_timeout_ms;
 extern int	im_inbox_retention_s;
 extern int	im_device_inactive_after_s;
 extern int	im_recovery_max_replay;
@@ -66,6 +67,9 @@ typedef enum ImCounter
 	IM_COUNTER_DUPLICATE_DELIVERIES,
 	IM_COUNTER_RESETS,
 	IM_COUNTER_GC_DELETED,
+	IM_COUNTER_FANOUT_TRANSIENT_FAILURES,	/* item failures backed off, not charged */
+	IM_COUNTER_FANOUT_CHARGED_FAILURES, /* item failures charged as attempts */
+	IM_COUNTER_FANOUT_BATCH_FAILURES,	/* batches that failed outside any one item */
 	IM_COUNTER__COUNT
 } ImCounter;
 extern void im_counter_add(ImCounter which, int64 delta);
@@ -73,14 +77,37 @@ extern int64 im_counter_get(ImCounter which);
 
 /* ---- fanout (fanout.c) ------------------------------------------------ */
 /*
- * Process at most max_items outbox items in the caller's transaction.
- * Appends "user_id:high_watermark" and "c<conv>:<head>" hint entries to
- * *hints (comma separated, may be NULL).  Returns items processed.
- * A conversation with more than 500 active members gets a batch of its own,
- * so small conversations never wait for a large group's commit.
+ * The outbox items a fanout batch claimed, kept in a memory context that
+ * outlives the batch's transaction: when the batch fails outside any one
+ * item, its items are charged (or backed off) afterwards (contract §4).
+ */
+typedef struct ImFanoutClaim
+{
+	MemoryContext cxt;
+	int64	   *ids;
+	int			n;
+	int			max;
+} ImFanoutClaim;
+extern void im_fanout_claim_init(ImFanoutClaim *claim, MemoryContext cxt);
+/*
+ * Process at most max_items outbox items in the caller's transaction,
+ * recording what it claims in *claim.  Appends "user_id:high_watermark" and
+ * "c<conv>:<head>" hint entries to *hints (comma separated, may be NULL).
+ * Returns items processed.  A conversation with more than 500 active
+ * members, or whose head item failed before, gets a batch of its own, so
+ * small conversations never wait for a large group's commit and a failing
+ * conversation cannot take healthy ones down with it.
  * Must be called inside SPI_connect.
  */
-extern int64 im_fanout_batch(int max_items, StringInfo hints);
+extern int64 im_fanout_batch(int max_items, StringInfo hints, ImFanoutClaim *claim);
+/* SQLSTATE classes 08, 40, 53, 57, 58 and 55P03: never charged (§4). */
+extern bool im_fanout_error_is_transient(int sqlerrcode);
+/*
+ * A batch failed outside any one item: back off (transient) or charge an
+ * attempt to (otherwise) every item it claimed.  Runs in a transaction
+ * after the failed one, inside SPI_connect.
+ */
+extern void im_fanout_batch_failed(const ImFanoutClaim *claim, ErrorData *edata);
 /* Send hints as NOTIFY im_sync_hint, one per <= 7000-byte chunk. */
 extern void im_send_hints(StringInfo hints);
 

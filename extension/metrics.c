@@ -58,6 +58,12 @@ static const char *gauges_sql =
 "     FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'pending' "
 "       AND o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()), 0)::float8, "
 "  'How far fanout is behind: now minus the acceptance time of the oldest pending item that is ready to run (items waiting for a retry backoff excluded; 0 when none).' "
+"UNION ALL SELECT 'im_outbox_backing_off', (SELECT pg_catalog.count(*) FROM im.outbox o "
+"   WHERE o.state OPERATOR(pg_catalog.=) 'pending' AND o.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now())::float8, "
+"  'Pending outbox items waiting out a retry backoff after a failure (they and the later items of their conversation wait).' "
+"UNION ALL SELECT 'im_outbox_transient_retrying', (SELECT pg_catalog.count(*) FROM im.outbox o "
+"   WHERE o.state OPERATOR(pg_catalog.=) 'pending' AND o.transient_failures OPERATOR(pg_catalog.>) 0)::float8, "
+"  'Pending outbox items that failed transiently (lock timeout, disk full, ...) at least once: retried without limit, never dead letters for it.' "
 "UNION ALL SELECT 'im_fanout_quarantined_items', "
 "  (SELECT pg_catalog.count(*) FROM im.fanout_quarantine)::float8, "
 "  'Item-user pairs covered by two membership periods: kept, not delivered, need review.' "
@@ -206,6 +212,16 @@ im_metrics(PG_FUNCTION_ARGS)
 	metric_row(fcinfo, "im_duplicate_deliveries_total",
 			   (double) im_counter_get(IM_COUNTER_DUPLICATE_DELIVERIES),
 			   "Fanout deliveries skipped because the idempotency key already existed, since server start.");
+	metric_row(fcinfo, "im_fanout_transient_failures_total",
+			   (double) im_counter_get(IM_COUNTER_FANOUT_TRANSIENT_FAILURES),
+			   "Outbox item failures with a transient SQLSTATE (classes 08, 40, 53, 57, 58, 55P03): backed off, "
+			   "not counted toward im_sync.fanout_max_attempts, since server start.");
+	metric_row(fcinfo, "im_fanout_charged_failures_total",
+			   (double) im_counter_get(IM_COUNTER_FANOUT_CHARGED_FAILURES),
+			   "Outbox item failures charged as an attempt toward im_sync.fanout_max_attempts, since server start.");
+	metric_row(fcinfo, "im_fanout_batch_failures_total",
+			   (double) im_counter_get(IM_COUNTER_FANOUT_BATCH_FAILURES),
+			   "Fanout batches that failed outside any one item (their items were backed off or charged), since server start.");
 	metric_row(fcinfo, "im_stale_generation_acks_total", (double) im_counter_get(IM_COUNTER_STALE_ACKS),
 			   "ACKs refused with STALE_GENERATION since server start.");
 	metric_row(fcinfo, "im_auth_failures_total", (double) im_counter_get(IM_COUNTER_AUTH_FAILURES),

@@ -136,6 +136,10 @@ static const ReconcileCheck checks[] = {
 	 "  pg_catalog.jsonb_build_object('outbox_id', o.outbox_id, 'msg_seq', o.msg_seq, "
 	 "    'attempts', o.attempts, 'age_seconds', "
 	 "    pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) o.created_at))::bigint) "
+	 /* an item that failed says why and when it runs next (e.g. a transient outage backing off) */
+	 "  OPERATOR(pg_catalog.||) CASE WHEN o.last_error IS NULL THEN '{}'::pg_catalog.jsonb "
+	 "    ELSE pg_catalog.jsonb_build_object('last_error', o.last_error, "
+	 "      'transient_failures', o.transient_failures, 'next_attempt_at', o.next_attempt_at) END "
 	 "FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'pending' "
 	 "  AND o.created_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "
 	 "      pg_catalog.make_interval(secs => $1)) "

@@ -12,9 +12,13 @@
  * Each worker loop iteration is one transaction around im_fanout_batch()
  * (fanout.c, the only writer of sync_seq) and im_send_hints(), so inbox
  * events, heads, states and hints commit together (§13.1).  A failing item
- * is handled inside the batch; a failing batch is caught here, logged and
- * retried after a pause, so the worker stays up and never takes the
- * cluster down with it (only an exit by signal restarts every backend).
+ * is handled inside the batch; a batch failing outside any one item is
+ * caught here and logged, and in a new transaction its items back off
+ * (transient failure) or are charged an attempt (any other), contract §4:
+ * so a broken batch is neither retried for ever at no cost nor retried
+ * with the same healthy conversations, and the worker stays up and never
+ * takes the cluster down with it (only an exit by signal restarts every
+ * backend).
  */
 #include "im_sync.h"
 
@@ -47,7 +51,7 @@
  * get batches of their own (fanout.c), so small conversations do not wait.
  */
 #define IM_WORKER_BATCH 50
-/* Poll interval when idle, and wait after a failed batch (ms). */
+/* Poll interval when idle, and wait after a failed batch that could not be recorded (ms). */
 #define IM_WORKER_NAPTIME_MS 1000
 #define IM_WORKER_ERROR_NAPTIME_MS 5000
 /*
@@ -76,6 +80,9 @@ static bool xact_callback_registered = false;
 
 /* This worker's slot, for the exit callback. */
 static int	my_slot = -1;
+
+/* What the current batch claimed, in the loop context: survives its abort. */
+static ImFanoutClaim batch_claim;
 
 PGDLLEXPORT void im_fanout_worker_main(Datum main_arg);
 
@@ -269,7 +276,7 @@ worker_run_batch(MemoryContext loop_cxt)
 
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "im_sync: SPI_connect failed");
-		n = im_fanout_batch(IM_WORKER_BATCH, hints);
+		n = im_fanout_batch(IM_WORKER_BATCH, hints, &batch_claim);
 		/* NOTIFY is queued now and delivered at this transaction's commit. */
 		im_send_hints(hints);
 		SPI_finish();
@@ -286,23 +293,69 @@ worker_run_batch(MemoryContext loop_cxt)
 }
 
 /*
- * Error recovery for a failed batch, modelled on PostgresMain's: report,
- * abort the transaction (which also unwinds SPI and the snapshot stack),
- * and go on.  FATAL (e.g. SIGTERM via die()) never gets here.
+ * Error recovery for a failed transaction, modelled on PostgresMain's:
+ * report, abort the transaction (which also unwinds SPI and the snapshot
+ * stack), and go on.  Returns a copy of the error in loop_cxt.  FATAL (e.g.
+ * SIGTERM via die()) never gets here.
  */
-static void
+static ErrorData *
 worker_recover(MemoryContext loop_cxt)
 {
+	ErrorData  *edata;
+
 	error_context_stack = NULL;
 	HOLD_INTERRUPTS();
 	disable_all_timeouts(false);
 	QueryCancelPending = false;
+	MemoryContextSwitchTo(loop_cxt);
+	edata = CopyErrorData();
 	EmitErrorReport();
 	AbortCurrentTransaction();
 	MemoryContextSwitchTo(loop_cxt);
 	FlushErrorState();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	RESUME_INTERRUPTS();
+	return edata;
+}
+
+/*
+ * After a batch failed outside any one item: in a new transaction, back off
+ * or charge every item it claimed (im_fanout_batch_failed).  Returns false
+ * when nothing was recorded (nothing was claimed, or this transaction
+ * failed too); the caller then pauses before the next batch.
+ */
+static bool
+worker_record_batch_failure(MemoryContext loop_cxt, ErrorData *edata)
+{
+	volatile bool recorded = false;
+
+	if (batch_claim.n == 0)
+	{
+		im_fanout_batch_failed(&batch_claim, edata);	/* only counts it */
+		return false;
+	}
+	PG_TRY();
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING, "im_sync fanout: recording a failed batch");
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "im_sync: SPI_connect failed");
+		im_fanout_batch_failed(&batch_claim, edata);
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(loop_cxt);
+		pgstat_report_activity(STATE_IDLE, NULL);
+		recorded = true;
+	}
+	PG_CATCH();
+	{
+		(void) worker_recover(loop_cxt);
+	}
+	PG_END_TRY();
+	return recorded;
 }
 
 void
@@ -333,9 +386,10 @@ im_fanout_worker_main(Datum main_arg)
 	for (;;)
 	{
 		volatile int64 n = 0;
-		volatile bool failed = false;
+		ErrorData  *volatile failure = NULL;
 
 		MemoryContextReset(loop_cxt);
+		im_fanout_claim_init(&batch_claim, loop_cxt);
 		CHECK_FOR_INTERRUPTS();
 		worker_reload_if_needed();
 
@@ -351,23 +405,29 @@ im_fanout_worker_main(Datum main_arg)
 		}
 		PG_CATCH();
 		{
-			worker_recover(loop_cxt);
-			failed = true;
+			failure = worker_recover(loop_cxt);
 		}
 		PG_END_TRY();
 
-		if (failed)
-			(void) worker_wait(IM_WORKER_ERROR_NAPTIME_MS);
+		if (failure != NULL)
+		{
+			/* Its items now back off: other conversations can go at once. */
+			if (!worker_record_batch_failure(loop_cxt, failure))
+				(void) worker_wait(IM_WORKER_ERROR_NAPTIME_MS);
+		}
 		else if (n < 0)
 			/* Extension not installed here yet: wait for CREATE EXTENSION. */
 			(void) worker_wait(5 * IM_WORKER_NAPTIME_MS);
-		else if (n == 0 && worker_wait(IM_WORKER_NAPTIME_MS))
+		else if (batch_claim.n == 0 && worker_wait(IM_WORKER_NAPTIME_MS))
 		{
 			/* Woken by a commit (or a signal): let the burst gather. */
 			(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 IM_WORKER_COALESCE_MS, PG_WAIT_EXTENSION);
 			CHECK_FOR_INTERRUPTS();
 		}
-		/* n > 0: more may be queued, go again at once. */
+		/*
+		 * Something was claimed: more may be due, go again at once (what
+		 * failed backs off, so this cannot spin on it).
+		 */
 	}
 }

@@ -14,6 +14,8 @@ PGUSER from the harness; workers start paused).  Each check prints one
   - a poison item becomes a dead letter after fanout_max_attempts while the
     workers stay up, the cluster does not restart, and others are delivered;
   - a batch that fails as a whole is logged and retried by the same worker;
+  - a batch failing outside any one item is charged to its items, in a new
+    transaction (dead letter after fanout_max_attempts, contract §4);
   - a worker killed with SIGTERM is restarted by the postmaster.
 The test's rows are removed at the end; settings are reset.
 """
@@ -246,6 +248,42 @@ try:
     q("DROP FUNCTION public.im_worker_batch_trg()")
     check(wait_for(lambda: drained([small]), 30), "once the cause is gone the item is delivered")
 
+    # --- a batch failing outside any one item with a non-transient error
+    # (user B+21's head is missing and cannot be created while the batch
+    # locks its heads) is charged, in a new transaction, to every item it
+    # held (contract §4): a dead letter after fanout_max_attempts, not a
+    # batch retried for ever at no cost; another conversation is delivered
+    # meanwhile.  Before the fix the item stayed pending with 0 attempts.
+    set_system("im_sync.fanout_max_attempts", "2")
+    q("CREATE TABLE public.im_worker_head_fault (user_id bigint PRIMARY KEY)")
+    q("""CREATE FUNCTION public.im_worker_head_fault_trg() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF EXISTS (SELECT 1 FROM public.im_worker_head_fault f WHERE f.user_id = NEW.user_id) THEN
+             RAISE EXCEPTION 'head fault for the worker test';
+           END IF;
+           RETURN NEW;
+         END $$""")
+    q("CREATE TRIGGER im_worker_head_fault BEFORE INSERT ON im.user_head FOR EACH ROW "
+      "EXECUTE FUNCTION public.im_worker_head_fault_trg()")
+    # one transaction, so no worker sees the conversation before its head is gone
+    q("BEGIN")
+    broken = q1("SELECT im.create_conversation('group', %s::bigint[], %s)", ([BASE + 20, BASE + 21], BASE + 20))
+    q("DELETE FROM im.user_head WHERE user_id = %s", (BASE + 21,))
+    q("INSERT INTO public.im_worker_head_fault VALUES (%s)", (BASE + 21,))
+    q("COMMIT")
+    conv_ids.append(broken)
+    q("SELECT * FROM im.send_message(%s, %s, 'w-beside-broken', '{\"text\": \"healthy\"}')", (BASE + 10, other))
+    dead = wait_for(lambda: q1("SELECT state = 'dead' AND attempts = 2 FROM im.outbox WHERE conversation_id = %s",
+                               (broken,)), 90, step=0.5)
+    check(dead, "a batch failing outside any one item is charged to its items: a dead letter after fanout_max_attempts",
+          f"{q('SELECT state, attempts, transient_failures, last_error FROM im.outbox WHERE conversation_id = %s', (broken,))}")
+    check(wait_for(lambda: drained([other]), 30), "another conversation is delivered meanwhile")
+    check(workers() == pids_before, "workers survive the failing batches (same pids)", f"{pids_before} -> {workers()}")
+    q("DROP TRIGGER im_worker_head_fault ON im.user_head")
+    q("DROP FUNCTION public.im_worker_head_fault_trg()")
+    q("DROP TABLE public.im_worker_head_fault")
+    set_system("im_sync.fanout_max_attempts", None)
+
     # --- SIGTERM: the postmaster restarts the worker, the others keep running
     before = workers()
     victim = before[0]
@@ -265,6 +303,9 @@ finally:
         q("DROP TABLE IF EXISTS public.im_worker_poison")
         q("DROP TRIGGER IF EXISTS im_worker_batch ON im.outbox")
         q("DROP FUNCTION IF EXISTS public.im_worker_batch_trg()")
+        q("DROP TRIGGER IF EXISTS im_worker_head_fault ON im.user_head")
+        q("DROP FUNCTION IF EXISTS public.im_worker_head_fault_trg()")
+        q("DROP TABLE IF EXISTS public.im_worker_head_fault")
         # Remove this test's rows so later suites see a clean database.
         if conv_ids:
             time.sleep(1.5)   # let the workers see the reload and idle
