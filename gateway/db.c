@@ -823,6 +823,39 @@ take_incoming(void)
 	}
 }
 
+/*
+ * The oldest queued job that may run now.  Hellos (IM_JOB_AUTH) use at most
+ * npool - 1 connections: one stays for the requests of authenticated
+ * sessions, so hellos stalled in the database (a reconnect storm, a locked
+ * device row) never stop sessions that are already in.
+ */
+static im_job *
+take_job(void)
+{
+	int			i,
+				auth_running = 0;
+	im_job	   *j,
+			   *prev = NULL;
+
+	for (i = 0; i < g_npool; i++)
+		if (g_conns[i].st == C_HELD ||
+			(g_conns[i].job && g_conns[i].job->kind == IM_JOB_AUTH))
+			auth_running++;
+	for (j = q_head; j; prev = j, j = j->next)
+		if (j->kind != IM_JOB_AUTH || g_npool == 1 || auth_running < g_npool - 1)
+			break;
+	if (!j)
+		return NULL;
+	if (prev)
+		prev->next = j->next;
+	else
+		q_head = j->next;
+	if (q_tail == j)
+		q_tail = prev;
+	q_len--;
+	return j;
+}
+
 static void *
 db_main(void *arg)
 {
@@ -851,12 +884,10 @@ db_main(void *arg)
 		{
 			if (g_conns[i].st == C_IDLE)
 			{
-				im_job	   *j = q_head;
+				im_job	   *j = take_job();
 
-				q_head = j->next;
-				if (!q_head)
-					q_tail = NULL;
-				q_len--;
+				if (!j)
+					break;		/* only hellos queued, and they have their share */
 				dispatch(&g_conns[i], j);
 			}
 		}

@@ -447,9 +447,14 @@ on_writeable(session *s)
 
 	if (s->ping_due && !s->close_code)
 	{
-		/* keepalive: an empty ping; the pong (or any frame) proves life */
+		/*
+		 * keepalive: the pong (or any frame) proves life.  The ping carries
+		 * a byte because lws 4.1 reports no LWS_CALLBACK_RECEIVE_PONG for an
+		 * empty pong.
+		 */
 		s->ping_due = 0;
-		if (lws_write(s->wsi, buf + LWS_PRE, 0, LWS_WRITE_PING) < 0)
+		buf[LWS_PRE] = 'k';
+		if (lws_write(s->wsi, buf + LWS_PRE, 1, LWS_WRITE_PING) < 1)
 			return -1;
 	}
 	else if (s->out_head)
@@ -1322,12 +1327,44 @@ metrics_text(PGresult *extra)
 
 /* ---- admission of an upgrade (no database) ---- */
 
-/* Refuses with an HTTP status; returning 1 tells lws the response is sent. */
+/*
+ * Refuses with an HTTP status; returning 1 tells lws the response is sent.
+ * The status line is written here: lws_return_http_status would say
+ * HTTP/1.0 at this stage (the request version is parsed later), which
+ * WebSocket clients reject as a response to their HTTP/1.1 upgrade.
+ */
 static int
 refuse_upgrade(struct lws *wsi, unsigned status, const char *why, const char *ip)
 {
-	im_log("info", "event=upgrade_refused status=%u reason=%s peer=%s", status, why, ip);
-	if (lws_return_http_status(wsi, status, why))
+	unsigned char buf[LWS_PRE + 768];
+	unsigned char *start = buf + LWS_PRE,
+			   *p = start,
+			   *end = buf + sizeof(buf) - 1;
+	char		line[64],
+				body[160],
+				clen[16];
+	int			nline,
+				nbody,
+				nclen;
+
+	im_log("info", "event=upgrade_refused status=%u reason=\"%s\" peer=%s", status, why, ip);
+	nline = snprintf(line, sizeof(line), "HTTP/1.1 %u %s", status,
+					 status == HTTP_STATUS_FORBIDDEN ? "Forbidden" : "Service Unavailable");
+	nbody = snprintf(body, sizeof(body), "%s\n", why);
+	nclen = snprintf(clen, sizeof(clen), "%d", nbody);
+	if (lws_add_http_header_by_name(wsi, NULL, (unsigned char *) line, nline, &p, end) ||
+		lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
+									 (unsigned char *) "text/plain", 10, &p, end) ||
+		lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH,
+									 (unsigned char *) clen, nclen, &p, end) ||
+		lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION,
+									 (unsigned char *) "close", 5, &p, end) ||
+		lws_finalize_http_header(wsi, &p, end) ||
+		end - p < nbody)
+		return -1;
+	memcpy(p, body, (size_t) nbody);
+	p += nbody;
+	if (lws_write(wsi, start, (size_t) (p - start), LWS_WRITE_HTTP) != (int) (p - start))
 		return -1;
 	return 1;
 }
