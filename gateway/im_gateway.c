@@ -19,8 +19,6 @@
 #include "log.h"
 
 #include <libwebsockets.h>
-#include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
