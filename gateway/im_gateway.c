@@ -997,14 +997,15 @@ handle_done(void)
 				on_members(j);
 				break;
 			default:
-				if (!s || s->close_code)
+				if ((!s || s->close_code) && j->txn_held && !j->txn_ended)
 				{
-					/* an open hello transaction of a gone session is rolled back */
-					if (j->txn_held && !j->txn_ended)
-					{
-						im_db_end_txn(j, 0);
-						handed_back = 1;
-					}
+					/* an open hello transaction of a gone session is rolled
+					 * back; the job is the database thread's from here on */
+					if (s)
+						hello_done(s);
+					im_db_end_txn(j, 0);
+					handed_back = 1;
+					break;
 				}
 				if (!s)
 					break;		/* session gone: drop */
