@@ -202,6 +202,8 @@ async def test_origin_same_host_default():
     await wait_no_connections()
     assert await upgrade_status() == 101
     assert await upgrade_status(origin="http://127.0.0.1:%d" % PORT) == 101
+    assert await upgrade_status(origin="HTTP://127.0.0.1:%d/" % PORT) == 101
+    assert await upgrade_status(origin="http://127.0.0.1") == 403        # port 80 implied
     assert await upgrade_status(origin="http://evil.example") == 403
     assert await upgrade_status(origin="http://127.0.0.1:%d" % (PORT + 1)) == 403
     assert await upgrade_status(origin="null") == 403
