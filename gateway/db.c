@@ -40,8 +40,15 @@ im_db_stats im_db_stats_g;
 
 typedef enum
 {
-	C_DOWN, C_CONNECTING, C_SETUP, C_IDLE, C_BUSY
+	C_DOWN, C_CONNECTING, C_SETUP, C_IDLE, C_BUSY,
+	C_HELD						/* transaction open, waiting for im_db_end_txn */
 } cstate;
+
+/* Where a txn job (im_job.txn) is on its connection. */
+typedef enum
+{
+	TXN_NONE, TXN_BEGIN, TXN_STMT, TXN_ABORT, TXN_END
+} txn_stage;
 
 typedef struct dbconn
 {
@@ -63,6 +70,9 @@ typedef struct dbconn
 	const char *prepared[MAX_PREPARED];
 	int			nprepared;
 	int			preparing;
+	txn_stage	txn;
+	uint64_t	hold_id;		/* bumped per hold: a stale im_db_end_txn never matches */
+	PGresult   *txn_saved;		/* failed statement's result while ROLLBACK runs */
 } dbconn;
 
 static char *g_conninfo;
@@ -317,7 +327,7 @@ update_ready(void)
 				n = 0;
 
 	for (i = 0; i < g_npool; i++)
-		if (g_conns[i].st == C_IDLE || g_conns[i].st == C_BUSY)
+		if (g_conns[i].st == C_IDLE || g_conns[i].st == C_BUSY || g_conns[i].st == C_HELD)
 			n++;
 	im_db_stats_g.pool_ready = n;
 }
@@ -339,9 +349,16 @@ conn_down(dbconn *c, const char *why)
 	if (c->res)
 		PQclear(c->res);
 	c->res = NULL;
+	if (c->txn_saved)
+		PQclear(c->txn_saved);
+	c->txn_saved = NULL;
+	c->txn = TXN_NONE;			/* the server rolls back an open transaction */
 	if (c->job)
 	{
-		finish_job(c->job, IM_JOB_UNAVAILABLE, NULL);
+		if (c->job->txn_ended && !c->job->txn_commit)
+			im_job_free(c->job);	/* a ROLLBACK never comes back */
+		else
+			finish_job(c->job, IM_JOB_UNAVAILABLE, NULL);
 		c->job = NULL;
 	}
 	c->backoff = c->backoff <= 0 ? 0.25 : (c->backoff * 2 > 4 ? 4 : c->backoff * 2);
@@ -439,8 +456,17 @@ send_job(dbconn *c, im_job *j)
 static void
 dispatch(dbconn *c, im_job *j)
 {
+	int			sent;
+
 	c->preparing = 0;
-	if (!send_job(c, j))
+	if (j->txn)
+	{
+		c->txn = TXN_BEGIN;
+		sent = PQsendQuery(c->pg, "BEGIN");
+	}
+	else
+		sent = send_job(c, j);
+	if (!sent)
 	{
 		/* the query never left: try it on another connection */
 		enqueue_front(j);
@@ -509,6 +535,131 @@ job_result_done(dbconn *c)
 		return;
 	}
 	finish_job(j, IM_JOB_OK, res);
+}
+
+/*
+ * The next step of a txn job once the current step's results are in.
+ * Returns 1 when another query was sent on c (results to wait for).
+ */
+static int
+txn_step(dbconn *c)
+{
+	im_job	   *j = c->job;
+	PGresult   *res = c->res;
+
+	c->res = NULL;
+	switch (c->txn)
+	{
+		case TXN_BEGIN:
+			if (!res || PQresultStatus(res) != PGRES_COMMAND_OK)
+			{
+				c->txn = TXN_NONE;	/* nothing opened */
+				c->res = res;
+				job_result_done(c);
+				return 0;
+			}
+			PQclear(res);
+			c->txn = TXN_STMT;
+			if (!send_job(c, j))
+			{
+				conn_down(c, PQerrorMessage(c->pg));
+				return 0;
+			}
+			c->want_write = PQflush(c->pg) == 1;
+			return 1;
+		case TXN_STMT:
+			if (res && PQresultStatus(res) == PGRES_TUPLES_OK)
+			{
+				/* hold the transaction open for the lws thread's decision */
+				double		dt = im_now() - c->t_sent;
+
+				hist_observe(dt);
+				j->db_seconds = dt;
+				c->txn = TXN_NONE;
+				c->job = NULL;
+				c->st = C_HELD;
+				c->preparing = 0;
+				j->txn_held = 1;
+				j->txn_conn = (int) (c - g_conns);
+				j->txn_hold = ++c->hold_id;
+				finish_job(j, IM_JOB_OK, res);
+				return 0;
+			}
+			/* failed: roll back first, then answer (or retry) as usual */
+			c->txn_saved = res;
+			c->txn = TXN_ABORT;
+			if (!PQsendQuery(c->pg, "ROLLBACK"))
+			{
+				conn_down(c, PQerrorMessage(c->pg));
+				return 0;
+			}
+			c->want_write = PQflush(c->pg) == 1;
+			return 1;
+		case TXN_ABORT:
+			if (res)
+				PQclear(res);
+			c->res = c->txn_saved;
+			c->txn_saved = NULL;
+			c->txn = TXN_NONE;
+			job_result_done(c);
+			return 0;
+		case TXN_END:
+			c->job = NULL;
+			c->st = C_IDLE;
+			c->txn = TXN_NONE;
+			if (j->txn_commit)
+			{
+				/* res of the job stays the statement's result */
+				j->status = res && PQresultStatus(res) == PGRES_COMMAND_OK ?
+					IM_JOB_OK : IM_JOB_UNAVAILABLE;
+				post_done(j);
+			}
+			else
+				im_job_free(j);
+			if (res)
+				PQclear(res);
+			return 0;
+		case TXN_NONE:
+			break;
+	}
+	c->res = res;
+	job_result_done(c);
+	return 0;
+}
+
+/* im_db_end_txn's job arrived: COMMIT or ROLLBACK on the connection it holds. */
+static void
+end_txn(im_job *j)
+{
+	dbconn	   *c = &g_conns[j->txn_conn];
+
+	if (c->st != C_HELD || c->hold_id != j->txn_hold)
+	{
+		/* connection lost meanwhile: the server rolled the transaction back */
+		if (j->txn_commit)
+			finish_job(j, IM_JOB_UNAVAILABLE, NULL);
+		else
+			im_job_free(j);
+		return;
+	}
+	c->job = j;
+	c->st = C_BUSY;
+	c->txn = TXN_END;
+	c->t_sent = im_now();
+	if (!PQsendQuery(c->pg, j->txn_commit ? "COMMIT" : "ROLLBACK"))
+	{
+		conn_down(c, PQerrorMessage(c->pg));
+		return;
+	}
+	c->want_write = PQflush(c->pg) == 1;
+}
+
+void
+im_db_end_txn(im_job *job, int commit)
+{
+	job->txn_ended = 1;
+	job->txn_commit = commit;
+	im_db_submit(job);
 }
 
 static void
@@ -611,6 +762,11 @@ conn_io(dbconn *c, short revents)
 					c->want_write = PQflush(c->pg) == 1;
 					continue;
 				}
+				else if (c->txn != TXN_NONE)
+				{
+					if (txn_step(c))
+						continue;
+				}
 				else
 					job_result_done(c);	/* a failed prepare answers the job */
 				break;
@@ -652,7 +808,9 @@ take_incoming(void)
 	{
 		im_job	   *n = l->next;
 
-		if (im_db_stats_g.pool_ready == 0 || q_len >= MAX_QUEUE)
+		if (l->txn_ended)
+			end_txn(l);			/* goes to the connection it holds, not the queue */
+		else if (im_db_stats_g.pool_ready == 0 || q_len >= MAX_QUEUE)
 			finish_job(l, IM_JOB_UNAVAILABLE, NULL);
 		else
 		{
@@ -663,6 +821,39 @@ take_incoming(void)
 		}
 		l = n;
 	}
+}
+
+/*
+ * The oldest queued job that may run now.  Hellos (IM_JOB_AUTH) use at most
+ * npool - 1 connections: one stays for the requests of authenticated
+ * sessions, so hellos stalled in the database (a reconnect storm, a locked
+ * device row) never stop sessions that are already in.
+ */
+static im_job *
+take_job(void)
+{
+	int			i,
+				auth_running = 0;
+	im_job	   *j,
+			   *prev = NULL;
+
+	for (i = 0; i < g_npool; i++)
+		if (g_conns[i].st == C_HELD ||
+			(g_conns[i].job && g_conns[i].job->kind == IM_JOB_AUTH))
+			auth_running++;
+	for (j = q_head; j; prev = j, j = j->next)
+		if (j->kind != IM_JOB_AUTH || g_npool == 1 || auth_running < g_npool - 1)
+			break;
+	if (!j)
+		return NULL;
+	if (prev)
+		prev->next = j->next;
+	else
+		q_head = j->next;
+	if (q_tail == j)
+		q_tail = prev;
+	q_len--;
+	return j;
 }
 
 static void *
@@ -693,12 +884,10 @@ db_main(void *arg)
 		{
 			if (g_conns[i].st == C_IDLE)
 			{
-				im_job	   *j = q_head;
+				im_job	   *j = take_job();
 
-				q_head = j->next;
-				if (!q_head)
-					q_tail = NULL;
-				q_len--;
+				if (!j)
+					break;		/* only hellos queued, and they have their share */
 				dispatch(&g_conns[i], j);
 			}
 		}

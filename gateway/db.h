@@ -44,6 +44,19 @@ typedef struct im_job
 	char	   *params[8];
 	int			attempts;
 	double		t_submit;
+	/*
+	 * Explicit transaction (IM_JOB_AUTH): txn = 1 runs BEGIN, the statement,
+	 * and then holds the connection with the transaction open; the job comes
+	 * back with txn_held = 1 and the lws thread must answer it once with
+	 * im_db_end_txn (COMMIT or ROLLBACK).  txn_conn/txn_hold name the held
+	 * connection (db thread's business).
+	 */
+	int			txn;
+	int			txn_held;
+	int			txn_ended;		/* im_db_end_txn was called */
+	int			txn_commit;		/* its decision: 1 COMMIT, 0 ROLLBACK */
+	int			txn_conn;
+	uint64_t	txn_hold;
 	/* results */
 	im_job_status status;
 	char		sqlstate[6];
@@ -76,6 +89,13 @@ extern void im_db_stop(void);
 extern void im_db_submit(im_job *job);
 /* Takes every finished job (a list, oldest first) for the lws thread. */
 extern im_job *im_db_take_done(void);
+/*
+ * Ends the transaction a txn job holds open (job->txn_held).  COMMIT: the job
+ * comes back once more, status OK when the commit succeeded (res still the
+ * statement's result), else UNAVAILABLE/SQL error.  ROLLBACK: the job never
+ * comes back (the db thread frees it).
+ */
+extern void im_db_end_txn(im_job *job, int commit);
 extern void im_job_free(im_job *job);
 extern double im_now(void);
 

@@ -13,6 +13,7 @@
  * kind (per conversation for CONVERSATION_ADVANCED) is pending per session;
  * a bad frame only ever touches its own session.
  */
+#include "admission.h"
 #include "db.h"
 #include "frame.h"
 #include "log.h"
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 /* ---- configuration ---- */
 
@@ -45,15 +47,30 @@ static struct
 	int			max_pending_hello;	/* hellos in flight, gateway wide */
 	int			hello_timeout;	/* seconds */
 	int			members_ttl;	/* seconds a member list is cached */
+	/* admission before any database work (contract §10) */
+	int			max_connections;	/* WebSocket sessions, gateway wide */
+	int			max_unauth_per_ip;	/* sessions without welcome, per peer address */
+	/* transport */
+	const char *tls_cert;
+	const char *tls_key;
+	int			insecure;		/* allow a non-loopback --listen without TLS */
+	const char *allowed_origins[16];
+	int			n_allowed_origins;
+	int			ping_interval;	/* seconds of silence before a ping */
+	int			idle_timeout;	/* seconds of silence before close 1001 */
 } cfg = {
 	"127.0.0.1", 8080, "", 1024 * 1024, 4,
-	50, 100, 16, 1, 5, 5, 20, 512, 10, 5
+	50, 100, 16, 1, 5, 5, 20, 512, 10, 5,
+	50000, 256, NULL, NULL, 0, {NULL}, 0, 30, 60
 };
 
 #define RETRY_UNAVAILABLE_MS 1000
 #define MAX_INQUEUE 32
 #define MAX_CONV_HINTS 8
 #define MAX_OUT_BYTES (16 * 1024 * 1024)
+/* Before welcome only a hello of at most this size is read (contract §10):
+ * an unauthenticated socket never holds more than this much frame data. */
+#define MAX_HELLO_BYTES 8192
 
 /* ---- sessions ---- */
 
@@ -82,12 +99,15 @@ typedef struct session
 	uint64_t	sid;
 	struct lws *wsi;
 	unsigned	is_http:1, registered:1, authed:1, hello_pending:1, busy:1,
-				flow_off:1, in_msg:1, bad_binary:1;
+				flow_off:1, in_msg:1, bad_binary:1, ping_due:1;
 	int			close_code;
 	int64_t		user_id;
 	int64_t		epoch;
 	char		device_id[65];
 	double		t_open;
+	double		t_heard;		/* last frame or pong from the peer */
+	double		t_ping;			/* last ping sent */
+	struct ip_count *unauth_ip;	/* counted as unauthenticated there */
 	/* inbound */
 	char	   *rx;
 	size_t		rxlen,
@@ -167,6 +187,8 @@ static struct
 				hints_dropped;
 	long		notifications;
 	long		refusals;
+	long		upgrades_refused_cap,	/* HTTP 503: a connection cap */
+				upgrades_refused_origin;	/* HTTP 403: Origin not allowed */
 } m;
 
 static void
@@ -225,6 +247,7 @@ register_session(struct lws *wsi, int is_http)
 	s->registered = 1;
 	s->hint_hw = -1;
 	s->t_open = im_now();
+	s->t_heard = s->t_open;
 	s->tokens = cfg.burst;
 	s->t_tokens = s->t_open;
 	h = hash64(s->sid);
@@ -296,6 +319,7 @@ unregister_session(session *s)
 	}
 	if (s->hello_pending)
 		g_pending_hellos--;
+	im_unauth_release(s->unauth_ip);
 	free(s->rx);
 	free(s->chints);
 	free(s->http_body);
@@ -419,7 +443,19 @@ on_writeable(session *s)
 	unsigned char buf[LWS_PRE + 160];
 	int			n;
 
-	if (s->out_head)
+	if (s->ping_due && !s->close_code)
+	{
+		/*
+		 * keepalive: the pong (or any frame) proves life.  The ping carries
+		 * a byte because lws 4.1 reports no LWS_CALLBACK_RECEIVE_PONG for an
+		 * empty pong.
+		 */
+		s->ping_due = 0;
+		buf[LWS_PRE] = 'k';
+		if (lws_write(s->wsi, buf + LWS_PRE, 1, LWS_WRITE_PING) < 1)
+			return -1;
+	}
+	else if (s->out_head)
 	{
 		outmsg	   *o = s->out_head;
 
@@ -571,28 +607,55 @@ hello_retry_ms(void)
 	return (long) ceil((g_hello_slot - now) * 1000);
 }
 
-static void
+/*
+ * A hello's authenticate runs in an explicit transaction that the database
+ * thread holds open (im_job.txn): on_auth first sees its result with the
+ * transaction still open, checks the limits that need the identity, and
+ * COMMITs only a hello it will welcome.  A refused hello is rolled back, so
+ * its connection-epoch bump and NOTIFY SUPERSEDED never happen and the live
+ * session of the device stays current (issue 8 item 12).  The job comes back
+ * once more after the COMMIT, and only then is the session welcomed.
+ * Returns 1 when the job went back to the database thread (not to be freed).
+ */
+static int
 on_auth(session *s, im_job *j)
 {
 	long		wait;
 	int			nuser = 0;
 	session    *o;
 
+	if (j->txn_ended)
+	{
+		/* the COMMIT's answer */
+		if (j->status != IM_JOB_OK)
+		{
+			hello_done(s);
+			send_error(s, j->id, "UNAVAILABLE", "database unavailable", RETRY_UNAVAILABLE_MS);
+			begin_close(s, 1013, "db_unavailable");
+			return 0;
+		}
+		welcome(s, j, 3);
+		return 0;
+	}
 	if (j->status == IM_JOB_UNAVAILABLE)
 	{
 		hello_done(s);
 		send_error(s, j->id, "UNAVAILABLE", "database unavailable", RETRY_UNAVAILABLE_MS);
 		begin_close(s, 1013, "db_unavailable");
-		return;
+		return 0;
 	}
 	if (j->status != IM_JOB_OK || PQntuples(j->res) != 1)
 	{
+		int			held = j->txn_held;
+
 		hello_done(s);
 		im_log("info", "event=auth_failed sid=%" PRIu64 " sqlstate=%s", s->sid,
 			   j->status == IM_JOB_SQL_ERROR ? j->sqlstate : "-");
 		send_error(s, j->id, "NOT_AUTHENTICATED", "authentication failed", -1);
 		begin_close(s, 4001, "auth_failed");
-		return;
+		if (held)
+			im_db_end_txn(j, 0);
+		return held;
 	}
 	s->user_id = strtoll(PQgetvalue(j->res, 0, 0), NULL, 10);
 	snprintf(s->device_id, sizeof(s->device_id), "%s", PQgetvalue(j->res, 0, 1));
@@ -607,7 +670,8 @@ on_auth(session *s, im_job *j)
 	{
 		hello_done(s);
 		refuse(s, j->id, 5000, "too many connections for this account");
-		return;
+		im_db_end_txn(j, 0);
+		return 1;
 	}
 	wait = take_rate(dev_rates, fnv(s->device_id, (uint64_t) s->user_id * 1469598103934665603ULL),
 					 cfg.hello_rate_device, cfg.hello_burst_device);
@@ -617,9 +681,11 @@ on_auth(session *s, im_job *j)
 	{
 		hello_done(s);
 		refuse(s, j->id, wait, "reconnecting too fast");
-		return;
+		im_db_end_txn(j, 0);
+		return 1;
 	}
-	welcome(s, j, 3);
+	im_db_end_txn(j, 1);		/* welcome when the COMMIT answers */
+	return 1;
 }
 
 /* The device_session columns of the hello result start at column off. */
@@ -641,6 +707,8 @@ welcome(session *s, im_job *j, int off)
 		return;
 	}
 	s->authed = 1;
+	im_unauth_release(s->unauth_ip);
+	s->unauth_ip = NULL;
 	user_link(s);
 	w = json_object();
 	json_object_set_new(w, "type", json_string("welcome"));
@@ -915,6 +983,7 @@ handle_done(void)
 	{
 		im_job	   *next = j->next;
 		session    *s = j->sid ? find_session(j->sid) : NULL;
+		int			handed_back = 0;
 
 		switch (j->kind)
 		{
@@ -928,6 +997,16 @@ handle_done(void)
 				on_members(j);
 				break;
 			default:
+				if ((!s || s->close_code) && j->txn_held && !j->txn_ended)
+				{
+					/* an open hello transaction of a gone session is rolled
+					 * back; the job is the database thread's from here on */
+					if (s)
+						hello_done(s);
+					im_db_end_txn(j, 0);
+					handed_back = 1;
+					break;
+				}
 				if (!s)
 					break;		/* session gone: drop */
 				if (j->kind == IM_JOB_HEALTH || j->kind == IM_JOB_METRICS)
@@ -940,12 +1019,13 @@ handle_done(void)
 				else if (j->kind == IM_JOB_API)
 					on_api(s, j);
 				else if (j->kind == IM_JOB_AUTH)
-					on_auth(s, j);
+					handed_back = on_auth(s, j);
 				else if (j->kind == IM_JOB_RECHECK)
 					on_recheck(s, j);
 				break;
 		}
-		im_job_free(j);
+		if (!handed_back)
+			im_job_free(j);
 		j = next;
 	}
 }
@@ -981,6 +1061,7 @@ process_frame(session *s, const char *buf, size_t len)
 		s->hello_pending = 1;
 		g_pending_hellos++;
 		j = new_job(IM_JOB_AUTH, s);
+		j->txn = 1;				/* limits are checked before COMMIT: see on_auth */
 	}
 	else if (st == IM_DECODE_BAD_FRAME)
 	{
@@ -1053,6 +1134,19 @@ pump(session *s)
 	}
 }
 
+/* Pre-welcome violation: NOT_AUTHENTICATED, then close 4001; its receive
+ * buffer goes at once and nothing more is read into it. */
+static void
+not_authenticated(session *s, const char *why)
+{
+	send_error(s, NULL, "NOT_AUTHENTICATED", why, -1);
+	begin_close(s, 4001, "not_authenticated");
+	free(s->rx);
+	s->rx = NULL;
+	s->rxcap = 0;
+	s->rxlen = 0;
+}
+
 static void
 frame_arrived(session *s, const char *buf, size_t len)
 {
@@ -1061,6 +1155,16 @@ frame_arrived(session *s, const char *buf, size_t len)
 
 	if (s->close_code || g_draining)
 		return;
+	if (!s->authed && (s->hello_pending || s->in_head))
+	{
+		/*
+		 * Before welcome the hello is the only frame (contract §10): nothing
+		 * is queued behind a pending hello, so an unauthenticated socket
+		 * holds at most one frame of at most MAX_HELLO_BYTES.
+		 */
+		not_authenticated(s, "no frame may follow hello before welcome");
+		return;
+	}
 	/* per-connection token bucket */
 	s->tokens += (now - s->t_tokens) * cfg.rate;
 	if (s->tokens > cfg.burst)
@@ -1179,6 +1283,9 @@ metrics_text(PGresult *extra)
 	sb_printf(&sb, "# HELP im_gateway_hints_dropped_total Conversation hints dropped (too many pending).\n# TYPE im_gateway_hints_dropped_total counter\nim_gateway_hints_dropped_total %ld\n", m.hints_dropped);
 	sb_printf(&sb, "# HELP im_gateway_notifications_total Notifications received.\n# TYPE im_gateway_notifications_total counter\nim_gateway_notifications_total %ld\n", m.notifications);
 	sb_printf(&sb, "# HELP im_gateway_refusals_total Connections refused by admission limits.\n# TYPE im_gateway_refusals_total counter\nim_gateway_refusals_total %ld\n", m.refusals);
+	sb_printf(&sb, "# HELP im_gateway_upgrades_refused_total WebSocket upgrades refused before a session existed.\n# TYPE im_gateway_upgrades_refused_total counter\n"
+			  "im_gateway_upgrades_refused_total{reason=\"cap\"} %ld\nim_gateway_upgrades_refused_total{reason=\"origin\"} %ld\n",
+			  m.upgrades_refused_cap, m.upgrades_refused_origin);
 	sb_printf(&sb, "# HELP im_gateway_pool_waits_total Job-polls that found every pool connection busy.\n# TYPE im_gateway_pool_waits_total counter\nim_gateway_pool_waits_total %ld\n", im_db_stats_g.pool_waits);
 	sb_printf(&sb, "# HELP im_gateway_db_connects_total Database connection attempts.\n# TYPE im_gateway_db_connects_total counter\nim_gateway_db_connects_total %ld\n", im_db_stats_g.reconnects);
 	sb_printf(&sb, "# HELP im_gateway_pool_ready Pool connections up.\n# TYPE im_gateway_pool_ready gauge\nim_gateway_pool_ready %d\n", im_db_stats_g.pool_ready);
@@ -1217,6 +1324,100 @@ metrics_text(PGresult *extra)
 	return sb.b;
 }
 
+/* ---- admission of an upgrade (no database) ---- */
+
+/*
+ * Refuses with an HTTP status; returning 1 tells lws the response is sent.
+ * The status line is written here: lws_return_http_status would say
+ * HTTP/1.0 at this stage (the request version is parsed later), which
+ * WebSocket clients reject as a response to their HTTP/1.1 upgrade.
+ */
+static int
+refuse_upgrade(struct lws *wsi, unsigned status, const char *why, const char *ip)
+{
+	unsigned char buf[LWS_PRE + 768];
+	unsigned char *start = buf + LWS_PRE,
+			   *p = start,
+			   *end = buf + sizeof(buf) - 1;
+	char		line[64],
+				body[160],
+				clen[16];
+	int			nline,
+				nbody,
+				nclen;
+
+	im_log("info", "event=upgrade_refused status=%u reason=\"%s\" peer=%s", status, why, ip);
+	nline = snprintf(line, sizeof(line), "HTTP/1.1 %u %s", status,
+					 status == HTTP_STATUS_FORBIDDEN ? "Forbidden" : "Service Unavailable");
+	nbody = snprintf(body, sizeof(body), "%s\n", why);
+	nclen = snprintf(clen, sizeof(clen), "%d", nbody);
+	if (lws_add_http_header_by_name(wsi, NULL, (unsigned char *) line, nline, &p, end) ||
+		lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
+									 (unsigned char *) "text/plain", 10, &p, end) ||
+		lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH,
+									 (unsigned char *) clen, nclen, &p, end) ||
+		lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION,
+									 (unsigned char *) "close", 5, &p, end) ||
+		lws_finalize_http_header(wsi, &p, end) ||
+		end - p < nbody)
+		return -1;
+	memcpy(p, body, (size_t) nbody);
+	p += nbody;
+	if (lws_write(wsi, start, (size_t) (p - start), LWS_WRITE_HTTP) != (int) (p - start))
+		return -1;
+	return 1;
+}
+
+/* Header value (copied into buf) or NULL when absent. */
+static const char *
+header(struct lws *wsi, enum lws_token_indexes t, char *buf, int len)
+{
+	if (lws_hdr_total_length(wsi, t) <= 0 || lws_hdr_total_length(wsi, t) >= len)
+		return NULL;
+	return lws_hdr_copy(wsi, buf, len, t) < 0 ? NULL : buf;
+}
+
+/*
+ * LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: the caps and the Origin rule are
+ * decided here, before a session exists (contract §10): over the global
+ * connection cap or the address's unauthenticated cap, HTTP 503; an Origin
+ * that is neither listed (--allowed-origin) nor, without a list, the same
+ * host as the Host header, HTTP 403.
+ */
+static int
+admit_upgrade(struct lws *wsi)
+{
+	char		ip[48],
+				origin[256],
+				host[256];
+	const char *o,
+			   *h;
+
+	lws_get_peer_simple(wsi, ip, sizeof(ip));
+	if (g_draining || m.conns_current >= cfg.max_connections)
+	{
+		m.upgrades_refused_cap++;
+		return refuse_upgrade(wsi, HTTP_STATUS_SERVICE_UNAVAILABLE,
+							  "too many connections", ip);
+	}
+	if (im_unauth_count(ip) >= cfg.max_unauth_per_ip)
+	{
+		m.upgrades_refused_cap++;
+		return refuse_upgrade(wsi, HTTP_STATUS_SERVICE_UNAVAILABLE,
+							  "too many unauthenticated connections from this address", ip);
+	}
+	o = header(wsi, WSI_TOKEN_ORIGIN, origin, sizeof(origin));
+	if (!o && lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) > 0)
+		o = "";					/* present but unreadable: not allowed */
+	h = header(wsi, WSI_TOKEN_HOST, host, sizeof(host));
+	if (!im_origin_allowed(o, h, cfg.allowed_origins, cfg.n_allowed_origins))
+	{
+		m.upgrades_refused_origin++;
+		return refuse_upgrade(wsi, HTTP_STATUS_FORBIDDEN, "origin not allowed", ip);
+	}
+	return 0;
+}
+
 /* ---- lws callback ---- */
 
 static int
@@ -1232,12 +1433,26 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 			handle_done();
 			break;
 
+		case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+			return admit_upgrade(wsi);
+
 		case LWS_CALLBACK_ESTABLISHED:
 			if (g_draining)
 				return -1;
 			s = p->s = register_session(wsi, 0);
 			m.conns_current++;
 			m.conns_total++;
+			{
+				char		ip[48];
+
+				lws_get_peer_simple(wsi, ip, sizeof(ip));
+				s->unauth_ip = im_unauth_take(ip);
+			}
+			break;
+
+		case LWS_CALLBACK_RECEIVE_PONG:
+			if (s)
+				s->t_heard = im_now();
 			break;
 
 		case LWS_CALLBACK_RECEIVE:
@@ -1248,6 +1463,13 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 				s->rxlen = 0;
 				s->in_msg = 1;
 				s->bad_binary = lws_frame_is_binary(wsi) ? 1 : 0;
+			}
+			s->t_heard = im_now();
+			if (!s->authed && s->rxlen + len > MAX_HELLO_BYTES)
+			{
+				/* stop accumulating: the hello may not be larger */
+				not_authenticated(s, "hello larger than 8 KiB");
+				break;
 			}
 			if (s->rxlen + len > cfg.max_frame)
 			{
@@ -1398,9 +1620,22 @@ tick(lws_sorted_usec_list_t *sul)
 		g_hello_rate = 0.5 * g_hello_rate + 0.5 * (double) g_hellos_done;
 	g_hellos_done = 0;
 	for (s = all_sessions; s; s = s->all_next)
-		if (!s->is_http && !s->authed && !s->close_code && !s->hello_pending &&
-			now - s->t_open > cfg.hello_timeout)
+	{
+		if (s->is_http || s->close_code)
+			continue;
+		if (!s->authed && !s->hello_pending && now - s->t_open > cfg.hello_timeout)
 			begin_close(s, 4001, "hello_timeout");
+		/* keepalive (contract §10): ping after ping_interval of silence,
+		 * again every ping_interval; close 1001 after idle_timeout */
+		else if (now - s->t_heard >= cfg.idle_timeout)
+			begin_close(s, 1001, "idle_timeout");
+		else if (now - s->t_heard >= cfg.ping_interval && now - s->t_ping >= cfg.ping_interval)
+		{
+			s->t_ping = now;
+			s->ping_due = 1;
+			lws_callback_on_writable(s->wsi);
+		}
+	}
 	lws_sul_schedule(g_ctx, 0, &g_tick, tick, LWS_US_PER_SEC);
 }
 
@@ -1433,7 +1668,14 @@ usage(void)
 			"  --hello-rate-device R     reconnects/s per device, burst 5 (1)\n"
 			"  --hello-rate-user R       reconnects/s per account, burst 20 (5)\n"
 			"  --max-pending-hello N     hellos in flight gateway-wide (512)\n"
-			"  --hello-timeout S         seconds to send hello (10)\n");
+			"  --hello-timeout S         seconds to send hello (10)\n"
+			"  --max-connections N       WebSocket sessions gateway-wide, over it HTTP 503 (50000)\n"
+			"  --max-unauth-per-ip N     sessions without welcome per peer address, over it HTTP 503 (256)\n"
+			"  --tls-cert FILE --tls-key FILE  serve wss:// and https:// (PEM files)\n"
+			"  --insecure                allow a non-loopback --listen without TLS\n"
+			"  --allowed-origin ORIGIN   accepted Origin (repeatable; default: same host only)\n"
+			"  --ping-interval S         ping a session silent this long (30)\n"
+			"  --idle-timeout S          close 1001 a session silent this long (60)\n");
 }
 
 static int
@@ -1474,6 +1716,11 @@ main(int argc, char **argv)
 			usage();
 			return 0;
 		}
+		if (!strcmp(a, "--insecure"))
+		{
+			cfg.insecure = 1;
+			continue;
+		}
 		if (!v)
 		{
 			usage();
@@ -1508,15 +1755,55 @@ main(int argc, char **argv)
 			cfg.max_pending_hello = atoi(v);
 		else if (!strcmp(a, "--hello-timeout"))
 			cfg.hello_timeout = atoi(v);
+		else if (!strcmp(a, "--max-connections"))
+			cfg.max_connections = atoi(v);
+		else if (!strcmp(a, "--max-unauth-per-ip"))
+			cfg.max_unauth_per_ip = atoi(v);
+		else if (!strcmp(a, "--tls-cert"))
+			cfg.tls_cert = v;
+		else if (!strcmp(a, "--tls-key"))
+			cfg.tls_key = v;
+		else if (!strcmp(a, "--allowed-origin"))
+		{
+			if (cfg.n_allowed_origins == (int) (sizeof(cfg.allowed_origins) / sizeof(cfg.allowed_origins[0])))
+			{
+				fprintf(stderr, "im_gateway: at most 16 --allowed-origin\n");
+				return 2;
+			}
+			cfg.allowed_origins[cfg.n_allowed_origins++] = v;
+		}
+		else if (!strcmp(a, "--ping-interval"))
+			cfg.ping_interval = atoi(v);
+		else if (!strcmp(a, "--idle-timeout"))
+			cfg.idle_timeout = atoi(v);
 		else
 		{
 			usage();
 			return 2;
 		}
 	}
-	if (cfg.max_frame < 64 || cfg.rate <= 0 || cfg.burst < 1 || cfg.pool < 1)
+	if (cfg.max_frame < 64 || cfg.rate <= 0 || cfg.burst < 1 || cfg.pool < 1 ||
+		cfg.max_connections < 1 || cfg.max_unauth_per_ip < 1 ||
+		cfg.ping_interval < 1 || cfg.idle_timeout <= cfg.ping_interval)
 	{
-		fprintf(stderr, "bad limits\n");
+		fprintf(stderr, "im_gateway: bad limits (--idle-timeout must exceed --ping-interval)\n");
+		return 2;
+	}
+	if (!cfg.tls_cert != !cfg.tls_key)
+	{
+		fprintf(stderr, "im_gateway: --tls-cert and --tls-key go together\n");
+		return 2;
+	}
+	if (cfg.tls_cert && (access(cfg.tls_cert, R_OK) != 0 || access(cfg.tls_key, R_OK) != 0))
+	{
+		fprintf(stderr, "im_gateway: cannot read --tls-cert %s or --tls-key %s\n", cfg.tls_cert, cfg.tls_key);
+		return 2;
+	}
+	/* plain ws:// carries tokens in clear text: loopback only, unless asked */
+	if (!cfg.tls_cert && !cfg.insecure && !im_host_is_loopback(cfg.host))
+	{
+		fprintf(stderr, "im_gateway: refusing to listen on %s without TLS: give --tls-cert/--tls-key, "
+				"or --insecure to serve plain ws:// on a non-loopback address\n", cfg.host);
 		return 2;
 	}
 	dev_rates = calloc(NRATE, sizeof(rate_slot));
@@ -1537,6 +1824,13 @@ main(int argc, char **argv)
 	info.protocols = protocols;
 	info.options = LWS_SERVER_OPTION_DISABLE_IPV6;
 	info.timeout_secs = 20;
+	if (cfg.tls_cert)
+	{
+		/* OpenSSL through lws: wss:// and https:// on the one port */
+		info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+		info.ssl_cert_filepath = cfg.tls_cert;
+		info.ssl_private_key_filepath = cfg.tls_key;
+	}
 	g_ctx = lws_create_context(&info);
 	if (!g_ctx)
 	{
@@ -1552,7 +1846,8 @@ main(int argc, char **argv)
 		return 1;
 	}
 	lws_sul_schedule(g_ctx, 0, &g_tick, tick, LWS_US_PER_SEC);
-	im_log("info", "event=started listen=%s:%d pool=%d max_frame=%zu", cfg.host, cfg.port, cfg.pool, cfg.max_frame);
+	im_log("info", "event=started listen=%s:%d tls=%s pool=%d max_frame=%zu", cfg.host, cfg.port,
+		   cfg.tls_cert ? "on" : "off", cfg.pool, cfg.max_frame);
 
 	while (lws_service(g_ctx, 0) >= 0)
 	{

@@ -73,7 +73,7 @@ head -n "$IDLE" "$IM_TMP/all.txt" >"$IM_TMP/idle.txt"
 head -n "$STORM" "$IM_TMP/all.txt" >"$IM_TMP/storm.txt"
 
 port=$(im_free_port)
-./gateway/im_gateway --listen 127.0.0.1:"$port" --pool "$POOL" --max-pending-hello 256 \
+./gateway/im_gateway --listen 127.0.0.1:"$port" --pool "$POOL" --max-pending-hello 256 --max-unauth-per-ip 100000 \
    --db "host=$PGHOST port=$PGPORT user=$PGUSER dbname=$DB" 2>"$IM_TMP/gateway.log" &
 gw=$!
 export IM_GW_URL="ws://127.0.0.1:$port/"

@@ -2,13 +2,17 @@
 python3-websockets (a client the project did not write) and psycopg2 setup.
 
 Environment: PGHOST/PGPORT/PGUSER (the harness cluster), IM_E2E_DB (database
-with im_sync), IM_GW_URL (ws://host:port/ of the gateway under test).
+with im_sync), IM_GW_URL (ws://host:port/ or wss://host:port/ of the gateway
+under test), IM_GW_CA (PEM certificate a wss:// gateway is trusted by; https://
+through urllib trusts it too).
 """
 import asyncio
 import itertools
 import json
 import os
 import random
+import ssl
+import urllib.request
 
 import psycopg2
 import websockets
@@ -16,6 +20,16 @@ import websockets
 DB = os.environ.get("IM_E2E_DB", "im_test")
 URL = os.environ.get("IM_GW_URL", "ws://127.0.0.1:8080/")
 HINT_TIMEOUT = float(os.environ.get("IM_E2E_HINT_TIMEOUT", "15"))
+CA = os.environ.get("IM_GW_CA")
+SSL_CTX = ssl.create_default_context(cafile=CA) if CA else None
+if SSL_CTX:
+    # urllib.request.urlopen("https://…") in the tests trusts the test CA too
+    urllib.request.install_opener(urllib.request.build_opener(urllib.request.HTTPSHandler(context=SSL_CTX)))
+
+
+def http_url(url=None):
+    """http(s)://host:port of a ws(s):// gateway URL, without trailing '/'."""
+    return (url or URL).replace("ws", "http", 1).rstrip("/")
 
 _ids = itertools.count(1)
 
@@ -71,16 +85,20 @@ class Client:
         self.hint_event = asyncio.Event()
 
     @classmethod
-    async def open(cls, name="", subprotocol=True):
-        kw = {"max_size": None, "ping_interval": None}
+    async def open(cls, name="", subprotocol=True, url=None, **extra):
+        """extra goes to websockets.connect (origin=…, extra_headers=…)."""
+        url = url or URL
+        kw = dict({"max_size": None, "ping_interval": None}, **extra)
         if subprotocol:
             kw["subprotocols"] = ["im-sync.v1"]
-        ws = await websockets.connect(URL, **kw)
+        if url.startswith("wss:"):
+            kw["ssl"] = SSL_CTX
+        ws = await websockets.connect(url, **kw)
         return cls(ws, name)
 
     @classmethod
-    async def login(cls, user, device, name=""):
-        c = await cls.open(name or "%s/%s" % (user, device))
+    async def login(cls, user, device, name="", url=None):
+        c = await cls.open(name or "%s/%s" % (user, device), url=url)
         w = await c.req({"type": "hello", "token": token(user, device)})
         assert w["type"] == "welcome", w
         assert w["user_id"] == user and w["device_id"] == device, w

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from imgw import (Client, Closed, URL, converge, new_user_ids, register, sql,  # noqa: E402
                   token)
 
-HTTP = URL.replace("ws://", "http://").rstrip("/")
+HTTP = URL.replace("ws", "http", 1).rstrip("/")    # wss:// -> https://
 MAX_FRAME = int(os.environ.get("IM_E2E_MAX_FRAME", "65536"))
 
 

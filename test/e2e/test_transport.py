@@ -1,0 +1,443 @@
+#!/usr/bin/env python3
+"""Transport hardening of im_gateway (contract §10, issue 8 items 3, 11, 12):
+what happens before welcome, the connection caps (HTTP 503), the Origin rule
+(HTTP 403), keepalive (ping, close 1001), the plain-listen refusal, and
+refused hellos that must not supersede the live session.
+
+Run by test/suites/62-e2e-transport.sh against a gateway (IM_GW_URL) started
+with --ping-interval 1 --idle-timeout 3 --max-unauth-per-ip 3
+--max-connections 10 --max-conn-per-user 2 --hello-rate-device 0.01
+--hello-timeout 30, and a second one (IM_GW_ORIGIN_URL) started with
+--allowed-origin https://app.example --allowed-origin http://other.example:8443.
+IM_GW_BIN, IM_GW_DB and IM_GW_CERT/IM_GW_KEY are for the start-up checks.
+Usage: test_transport.py [test-name-substring ...]
+"""
+import asyncio
+import base64
+import json
+import os
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import time
+import traceback
+import urllib.request
+
+import psycopg2
+import websockets
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from imgw import DB, URL, Client, http_url, new_user_ids, register, sql, token  # noqa: E402
+
+ORIGIN_URL = os.environ.get("IM_GW_ORIGIN_URL")
+PORT = int(URL.rsplit(":", 1)[1].strip("/"))
+MAX_UNAUTH_PER_IP = 3
+MAX_CONNECTIONS = 10
+
+
+def connections(url=None):
+    body = urllib.request.urlopen(http_url(url) + "/metrics", timeout=5).read().decode()
+    for line in body.splitlines():
+        if line.startswith("im_gateway_connections "):
+            return int(line.split()[1])
+    raise AssertionError("no im_gateway_connections in /metrics")
+
+
+async def wait_no_connections(url=None):
+    """Sessions closed by earlier tests are gone (bounded polling)."""
+    for _ in range(100):
+        if connections(url) == 0:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("gateway still has %d sessions" % connections(url))
+
+
+async def upgrade_status(url=None, **kw):
+    """101 when the upgrade is accepted (the socket is closed again), else the HTTP status."""
+    try:
+        c = await Client.open(url=url, **kw)
+    except websockets.InvalidStatusCode as e:
+        return e.status_code
+    await c.close()
+    return 101
+
+
+def epoch(user, device):
+    return sql("SELECT connection_epoch FROM im.device WHERE user_id = %s AND device_id = %s",
+               user, device)[0][0]
+
+
+def current(user, device, ep):
+    return sql("SELECT current FROM im.device_session(%s, %s, %s)", user, device, ep)[0][0]
+
+
+class DeviceRowLock:
+    """Holds im.device's row of a device FOR UPDATE, the row authenticate
+    bumps the connection epoch of: a hello for that device stays pending."""
+
+    def __init__(self, user, device):
+        self.conn = psycopg2.connect(dbname=DB)
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM im.device WHERE user_id = %s AND device_id = %s FOR UPDATE",
+                        (user, device))
+            assert cur.fetchall() == [(1,)]
+
+    def waiting(self):
+        """Backends of the gateway waiting for this lock."""
+        return sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'im_gateway' "
+                   "AND wait_event_type = 'Lock'")[0][0]
+
+    def release(self):
+        self.conn.rollback()
+        self.conn.close()
+
+
+# ------------------------------------------------------------- before welcome
+
+async def test_hello_over_8k_not_authenticated():
+    """A hello over 8 KiB is NOT_AUTHENTICATED + 4001, even with a valid
+    token (it is not read to its end); one just under 8 KiB is welcomed."""
+    await wait_no_connections()
+    u, = new_user_ids(1)
+    register(u, "big")
+    c = await Client.open()
+    await c.send_raw(json.dumps({"type": "hello", "token": token(u, "big"), "pad": "x" * 9000}))
+    r = await c.next_frame()
+    assert r["type"] == "error" and r["code"] == "NOT_AUTHENTICATED", r
+    assert (await c.wait_closed())[0] == 4001
+    c = await Client.open()
+    r = await c.req({"type": "hello", "token": token(u, "big"), "pad": "x" * 7000})
+    assert r["type"] == "welcome", r
+    await c.close()
+    # a large garbage first frame, in fragments: the same
+    c = await Client.open()
+    await c.send_raw(iter(["x" * 4096] * 3))
+    r = await c.next_frame()
+    assert r["code"] == "NOT_AUTHENTICATED", r
+    assert (await c.wait_closed())[0] == 4001
+
+
+async def test_frame_while_hello_pending():
+    """A second frame while the hello is pending is NOT_AUTHENTICATED + 4001
+    (nothing is queued behind a hello), and the hello that was pending is
+    rolled back: it never bumps the device's connection epoch."""
+    await wait_no_connections()
+    u, = new_user_ids(1)
+    register(u, "pend")
+    e0 = epoch(u, "pend")
+    tok = token(u, "pend")            # before the lock: issuing reads the row too
+    lock = DeviceRowLock(u, "pend")
+    try:
+        c = await Client.open()
+        await c.send_raw(json.dumps({"type": "hello", "id": 1, "token": tok}))
+        for _ in range(100):          # the hello reached the lock
+            if lock.waiting() > 0:
+                break
+            await asyncio.sleep(0.05)
+        assert lock.waiting() > 0, "hello did not wait for the device row"
+        await c.send_raw(json.dumps({"type": "ping", "id": 2}))
+        r = await c.next_frame()
+        assert r["type"] == "error" and r["code"] == "NOT_AUTHENTICATED", r
+        assert (await c.wait_closed())[0] == 4001
+    finally:
+        lock.release()
+    # the pending authenticate ran after the lock and rolled back: a new
+    # login (queued behind it on the row lock) is exactly one epoch later
+    live = await Client.login(u, "pend")
+    assert live.welcome["connection_epoch"] == e0 + 1, (e0, live.welcome)
+    assert epoch(u, "pend") == e0 + 1
+    await live.close()
+
+
+# -------------------------------------------------------------------- caps
+
+async def test_unauth_per_ip_cap_503():
+    """More than --max-unauth-per-ip sockets without welcome from one
+    address: the upgrade gets HTTP 503; a welcome frees the slot."""
+    await wait_no_connections()
+    u, = new_user_ids(1)
+    register(u, "cap")
+    held = [await Client.open() for _ in range(MAX_UNAUTH_PER_IP)]
+    try:
+        assert await upgrade_status() == 503
+        w = await held[0].req({"type": "hello", "token": token(u, "cap")})
+        assert w["type"] == "welcome", w
+        assert await upgrade_status() == 101
+        assert (await held[0].req({"type": "ping"}))["type"] == "pong"
+    finally:
+        for c in held:
+            await c.close()
+
+
+async def test_global_connection_cap_503():
+    """More than --max-connections sessions: the upgrade gets HTTP 503, the
+    sessions in keep working, and a closed one frees its place."""
+    await wait_no_connections()
+    users = new_user_ids(MAX_CONNECTIONS)
+    for u in users:
+        register(u, "g")
+    live = [await Client.login(u, "g") for u in users]
+    try:
+        assert await upgrade_status() == 503
+        for c in live:
+            assert (await c.req({"type": "ping"}))["type"] == "pong"
+        await live.pop().close()
+        for _ in range(100):
+            if connections() < MAX_CONNECTIONS:
+                break
+            await asyncio.sleep(0.1)
+        assert await upgrade_status() == 101
+    finally:
+        for c in live:
+            await c.close()
+
+
+# ------------------------------------------------------------------ origin
+
+async def test_origin_same_host_default():
+    """Without --allowed-origin: no Origin (not a browser) and a same-host
+    Origin are accepted, a foreign one gets HTTP 403."""
+    await wait_no_connections()
+    assert await upgrade_status() == 101
+    assert await upgrade_status(origin="http://127.0.0.1:%d" % PORT) == 101
+    assert await upgrade_status(origin="HTTP://127.0.0.1:%d/" % PORT) == 101
+    assert await upgrade_status(origin="http://127.0.0.1") == 403        # port 80 implied
+    assert await upgrade_status(origin="http://evil.example") == 403
+    assert await upgrade_status(origin="http://127.0.0.1:%d" % (PORT + 1)) == 403
+    assert await upgrade_status(origin="null") == 403
+
+
+async def test_origin_allow_list():
+    """With --allowed-origin: only listed origins; same-host is then foreign."""
+    assert ORIGIN_URL, "IM_GW_ORIGIN_URL not set"
+    port = int(ORIGIN_URL.rsplit(":", 1)[1].strip("/"))
+    assert await upgrade_status(ORIGIN_URL, origin="https://app.example") == 101
+    assert await upgrade_status(ORIGIN_URL, origin="http://other.example:8443") == 101
+    assert await upgrade_status(ORIGIN_URL, origin="https://evil.example") == 403
+    assert await upgrade_status(ORIGIN_URL, origin="http://127.0.0.1:%d" % port) == 403
+    assert await upgrade_status(ORIGIN_URL) == 101
+    u, = new_user_ids(1)
+    register(u, "o")
+    c = await Client.open(url=ORIGIN_URL, origin="https://app.example")
+    w = await c.req({"type": "hello", "token": token(u, "o")})
+    assert w["type"] == "welcome", w
+    await c.close()
+
+
+# --------------------------------------------------------------- keepalive
+
+def raw_ws_connect(port, path="/"):
+    """A WebSocket client that never answers pings: a plain socket after the
+    handshake (RFC 6455), reading nothing until asked."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n"
+               "Sec-WebSocket-Protocol: im-sync.v1\r\n\r\n" % (path, port, key)).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(1)
+        assert chunk, "closed during handshake"
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return s
+
+
+def raw_send_text(s, text):
+    data = text.encode()
+    mask = os.urandom(4)
+    hdr = bytes([0x81])
+    if len(data) < 126:
+        hdr += bytes([0x80 | len(data)])
+    else:
+        hdr += bytes([0x80 | 126]) + struct.pack("!H", len(data))
+    s.sendall(hdr + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+
+
+def raw_frames(s, timeout):
+    """(opcode, payload) of every frame until the peer closes the socket."""
+    s.settimeout(timeout)
+    buf = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            break
+        if not chunk:
+            break
+        buf += chunk
+    frames = []
+    while len(buf) >= 2:
+        op, n = buf[0] & 0x0F, buf[1] & 0x7F
+        off = 2
+        if n == 126:
+            n, off = struct.unpack("!H", buf[2:4])[0], 4
+        elif n == 127:
+            n, off = struct.unpack("!Q", buf[2:10])[0], 10
+        frames.append((op, buf[off:off + n]))
+        buf = buf[off + n:]
+    return frames
+
+
+async def test_idle_client_closed_1001():
+    """An authenticated client that does not answer pings gets pings
+    (--ping-interval 1) and then close 1001 (--idle-timeout 3)."""
+    await wait_no_connections()
+    u, = new_user_ids(1)
+    register(u, "deaf")
+    s = raw_ws_connect(PORT)
+    raw_send_text(s, json.dumps({"type": "hello", "token": token(u, "deaf")}))
+    frames = await asyncio.get_event_loop().run_in_executor(None, raw_frames, s, 20)
+    s.close()
+    ops = [op for op, _ in frames]
+    assert ops and ops[0] == 0x1 and json.loads(frames[0][1])["type"] == "welcome", frames[:1]
+    assert 0x9 in ops, "no ping before the close: %r" % ops
+    assert ops[-1] == 0x8, "last frame is not a close: %r" % ops
+    code = struct.unpack("!H", frames[-1][1][:2])[0]
+    assert code == 1001, code
+
+
+async def test_answering_client_stays():
+    """A client whose library answers pings stays open past the idle timeout."""
+    await wait_no_connections()
+    u, = new_user_ids(1)
+    register(u, "alive")
+    c = await Client.login(u, "alive")      # websockets answers pings by itself
+    await asyncio.sleep(5)                  # > --idle-timeout 3, silent on our side
+    assert (await c.req({"type": "ping"}))["type"] == "pong"
+    await c.close()
+
+
+# ------------------------------------------------- refused hellos (item 12)
+
+async def test_rate_refused_hello_keeps_live_session():
+    """The device's hello bucket (burst 5, --hello-rate-device 0.01) is
+    spent by five logins, each superseding the last; the sixth hello is
+    refused (RATE_LIMITED, 4029) and must not supersede the fifth: its
+    authenticate is rolled back, so the live session never gets 4008, still
+    answers ping and sync, and device_session says its epoch is current."""
+    await wait_no_connections()
+    u, = new_user_ids(1)
+    register(u, "flap")
+    live = None
+    for _ in range(5):
+        c = await Client.login(u, "flap")
+        if live is not None:
+            assert (await live.wait_closed())[0] == 4008
+        live = c
+    ep = live.welcome["connection_epoch"]
+    extra = await Client.open()
+    r = await extra.req({"type": "hello", "token": token(u, "flap")})
+    assert r["type"] == "error" and r["code"] == "RATE_LIMITED", r
+    assert (await extra.wait_closed())[0] == 4029
+    assert epoch(u, "flap") == ep, (epoch(u, "flap"), ep)
+    assert current(u, "flap", ep) is True
+    assert (await live.req({"type": "ping"}))["type"] == "pong"
+    s = await live.req({"type": "sync", "sync_generation": live.welcome["sync_generation"],
+                        "local_applied_sync_seq": 0})
+    assert s["type"] == "sync_result", s
+    assert (await live.req({"type": "ping"}))["type"] == "pong"   # no 4008 came meanwhile
+    await live.close()
+
+
+async def test_conn_cap_refused_hello_keeps_epoch():
+    """--max-conn-per-user 2: with two other devices in, the third device's
+    hello is refused and its connection epoch stays what it was."""
+    await wait_no_connections()
+    u, = new_user_ids(1)
+    for d in ("a", "b", "c"):
+        register(u, d)
+    c = await Client.login(u, "c")
+    ep_c = c.welcome["connection_epoch"]
+    await c.close()
+    a = await Client.login(u, "a")
+    b = await Client.login(u, "b")
+    third = await Client.open()
+    r = await third.req({"type": "hello", "token": token(u, "c")})
+    assert r["type"] == "error" and r["code"] == "RATE_LIMITED", r
+    assert (await third.wait_closed())[0] == 4029
+    assert epoch(u, "c") == ep_c, (epoch(u, "c"), ep_c)
+    assert current(u, "c", ep_c) is True
+    for x in (a, b):
+        assert (await x.req({"type": "ping"}))["type"] == "pong"
+        await x.close()
+
+
+# ------------------------------------------------------------------ start-up
+
+def start_gateway(*args):
+    return subprocess.Popen([os.environ["IM_GW_BIN"], "--db", os.environ["IM_GW_DB"]] + list(args),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def healthz(url):
+    ctx = ssl.create_default_context(cafile=os.environ["IM_GW_CERT"])
+    for _ in range(100):
+        try:
+            return urllib.request.urlopen(url + "/healthz", timeout=2, context=ctx).status
+        except OSError:
+            time.sleep(0.1)
+    return None
+
+
+async def test_non_loopback_listen_needs_tls():
+    """--listen 0.0.0.0 without TLS exits non-zero with a clear message;
+    with --insecure, or with --tls-cert/--tls-key, it serves."""
+    port = free_port()
+    p = start_gateway("--listen", "0.0.0.0:%d" % port)
+    _, err = p.communicate(timeout=10)
+    assert p.returncode != 0, p.returncode
+    assert "without TLS" in err and "--insecure" in err, err
+    for extra, scheme in ((["--insecure"], "http"),
+                          (["--tls-cert", os.environ["IM_GW_CERT"], "--tls-key", os.environ["IM_GW_KEY"]], "https")):
+        port = free_port()
+        p = start_gateway("--listen", "0.0.0.0:%d" % port, *extra)
+        try:
+            assert healthz("%s://127.0.0.1:%d" % (scheme, port)) == 200, (extra, p.poll())
+        finally:
+            p.terminate()
+            p.wait(timeout=10)
+    # half a TLS configuration is refused too
+    p = start_gateway("--listen", "127.0.0.1:%d" % free_port(), "--tls-cert", os.environ["IM_GW_CERT"])
+    _, err = p.communicate(timeout=10)
+    assert p.returncode != 0 and "--tls-key" in err, (p.returncode, err)
+
+
+TESTS = [test_hello_over_8k_not_authenticated, test_frame_while_hello_pending,
+         test_unauth_per_ip_cap_503, test_global_connection_cap_503,
+         test_origin_same_host_default, test_origin_allow_list,
+         test_idle_client_closed_1001, test_answering_client_stays,
+         test_rate_refused_hello_keeps_live_session, test_conn_cap_refused_hello_keeps_epoch,
+         test_non_loopback_listen_needs_tls]
+
+
+def main():
+    want = sys.argv[1:]
+    failed = 0
+    for t in TESTS:
+        if want and not any(w in t.__name__ for w in want):
+            continue
+        t0 = time.monotonic()
+        try:
+            asyncio.run(asyncio.wait_for(t(), 120))
+            print("ok   %s (%.1fs)" % (t.__name__, time.monotonic() - t0), flush=True)
+        except Exception:
+            failed += 1
+            print("FAIL %s (%.1fs)" % (t.__name__, time.monotonic() - t0), flush=True)
+            traceback.print_exc()
+    print("transport: %d failed" % failed)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
