@@ -239,8 +239,8 @@ static const ReconcileCheck checks[] = {
 	 "  pg_catalog.jsonb_build_object('recovery_session_id', r.recovery_session_id, "
 	 "    'device_id', r.device_id, 'sync_generation', r.sync_generation) "
 	 "FROM im.recovery_session r WHERE r.state OPERATOR(pg_catalog.=) 'ACTIVE' "
-	 "  AND r.expires_at OPERATOR(pg_catalog.<) pg_catalog.now() OPERATOR(pg_catalog.-) "
-	 "      pg_catalog.make_interval(secs => $2) "
+	 "  AND r.expires_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "
+	 "      pg_catalog.make_interval(secs => $2)) "
 	 "ORDER BY r.user_id, r.recovery_session_id"},
 	/*
 	 * A snapshot past its expiry that was never installed: maintenance

@@ -498,8 +498,8 @@ im_token_keys_maintain(bool *rotated)
 
 	im_spi_connect();
 	im_prepare(&old_newest,
-			   "SELECT created_at OPERATOR(pg_catalog.<) pg_catalog.now() OPERATOR(pg_catalog.-) "
-			   "  pg_catalog.make_interval(secs => $1) "
+			   "SELECT created_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "
+			   "  pg_catalog.make_interval(secs => $1)) "
 			   "FROM im.token_key ORDER BY key_id DESC LIMIT 1", 1, FLOAT8OID);
 	args[0] = Float8GetDatum((double) im_token_key_max_age_s);
 	rotate = im_exec(old_newest, args, NULL, 1) == 1 && im_get_bool(0, 1, NULL);
