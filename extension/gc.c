@@ -36,10 +36,11 @@
  * Candidates of one chunk, in user_id order (the head lock order): users
  * whose log holds anything, after the cursor; wraps to the start when none
  * is left after it.  max_users <= 0: every user, cursor untouched.  Returns
- * the count; *ids is palloc'd in the caller's SPI context.
+ * the count; *ids is palloc'd in the caller's SPI context.  *round_done:
+ * this chunk ended a round (fewer than max_users left) or had to wrap.
  */
 static uint64
-chunk_users(int max_users, int64 **ids)
+chunk_users(int max_users, int64 **ids, bool *round_done)
 {
 	static SPIPlanPtr all_users;
 	static SPIPlanPtr cursor_plan;
@@ -78,6 +79,7 @@ chunk_users(int max_users, int64 **ids)
 			/* end of a round: start the next one from the lowest user */
 			args[0] = Int64GetDatum(PG_INT64_MIN);
 			n = im_exec(after_plan, args, NULL, 0);
+			*round_done = true;
 		}
 	}
 	*ids = palloc(sizeof(int64) * (n + 1));
@@ -93,16 +95,18 @@ chunk_users(int max_users, int64 **ids)
 		args[0] = Int64GetDatum(n < (uint64) max_users ? 0 : (*ids)[n - 1]);
 		im_exec(move_plan, args, NULL, 0);
 	}
+	if (max_users <= 0 || n < (uint64) max_users)
+		*round_done = true;
 	return n;
 }
 
 /*
  * Collect one chunk (see the file comment) in the caller's transaction.
  * Emits a (user_id, retained_from, deleted) row per collected user when
- * fcinfo is not NULL.  Returns the number of users the chunk visited; a
- * chunk that visits fewer than max_users ended a round.
+ * fcinfo is not NULL.  Returns true when the chunk ended a round of all
+ * users (or wrapped around to start the next one).
  */
-uint64
+bool
 im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo)
 {
 	static SPIPlanPtr lock;
@@ -111,9 +115,10 @@ im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo)
 	int64	   *ids;
 	uint64		nusers;
 	int64		total = 0;
+	bool		round_done = false;
 
 	im_spi_connect();
-	nusers = chunk_users(max_users, &ids);
+	nusers = chunk_users(max_users, &ids, &round_done);
 
 	im_prepare(&lock,
 			   "SELECT gc_floor, high_watermark FROM im.user_head "
@@ -188,7 +193,7 @@ im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo)
 	SPI_finish();
 	if (total > 0)
 		im_counter_add(IM_COUNTER_GC_DELETED, total);
-	return nusers;
+	return round_done;
 }
 
 PG_FUNCTION_INFO_V1(im_gc_inbox);

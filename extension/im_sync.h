@@ -328,10 +328,10 @@ extern int	im_token_keys_maintain(bool *rotated);
 /*
  * One chunk of inbox GC in the caller's transaction: at most max_users
  * users (<= 0: all) after the stored cursor, wrapping around.  Emits rows
- * into fcinfo's tuplestore when fcinfo is not NULL.  Returns the users
- * visited; fewer than max_users means the round ended.
+ * into fcinfo's tuplestore when fcinfo is not NULL.  Returns true when the
+ * chunk ended a round of all users (or wrapped to start the next).
  */
-extern uint64 im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo);
+extern bool im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo);
 /* Key ring and retention (everything but inbox GC), caller's transaction. */
 extern void im_maintain(void);
 /*

@@ -361,8 +361,7 @@ worker_maintenance_xact(bool gc, MemoryContext loop_cxt)
 	if (OidIsValid(get_extension_oid("im_sync", true)))
 	{
 		if (gc)
-			round_done = im_gc_inbox_chunk(IM_WORKER_GC_CHUNK_USERS, NULL) <
-				IM_WORKER_GC_CHUNK_USERS;
+			round_done = im_gc_inbox_chunk(IM_WORKER_GC_CHUNK_USERS, NULL);
 		else
 			im_maintain();
 	}

@@ -3,10 +3,11 @@
 
 Run by test/suites/45-maintenance.sh against database im_test (the workers'
 database; they start paused).  With the workers unpaused,
-im_sync.maintenance_interval = 1 s and inbox_retention = 0: 150 users (more
-than one GC chunk of 100) get a message; the worker collects every one of
-their logs down to the fence in committed chunks (an idle device's ACK holds
-one user's fence), and the rest of maintenance runs too (an expired READY
+im_sync.maintenance_interval = 1 s and inbox_retention = 0: 200 users (two
+GC chunks of 100, exactly: the round must still end) get a message; the
+worker collects every one of their logs down to the fence in committed
+chunks (an idle device's ACK holds one user's fence), and the rest of
+maintenance, which runs once a round ends, runs too (an expired READY
 snapshot becomes ABANDONED).  Bounded polling, no timed assertion.  The test's
 rows are removed at the end; settings are reset.
 """
@@ -16,7 +17,7 @@ import time
 import psycopg2
 
 BASE = 7_200_000
-USERS = [BASE + i for i in range(1, 151)]
+USERS = [BASE + i for i in range(1, 201)]
 failures = []
 
 
@@ -77,7 +78,7 @@ try:
         "AND gc_floor = LEAST(2, COALESCE((SELECT min(d.acked_sync_seq) FROM im.device d "
         "    WHERE d.user_id = h.user_id AND d.state = 'ACTIVE'), 2))",
         (USERS,)) == len(USERS), 90)
-    check(collected, "the worker collected all 150 logs (two chunks) down to the fence",
+    check(collected, "the worker collected all 200 logs (two chunks) down to the fence",
           str(q("SELECT gc_floor, count(*) FROM im.user_head WHERE user_id = ANY(%s) GROUP BY 1", (USERS,))))
     ack = q1("SELECT acked_sync_seq FROM im.device WHERE user_id = %s AND device_id = 'a'", (USERS[1],))
     check(q1("SELECT count(*) FROM im.inbox WHERE user_id = %s", (USERS[1],)) == 2 - ack,
