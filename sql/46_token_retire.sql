@@ -25,6 +25,13 @@ SELECT im.issue_device_token(4601, 'phone') AS t1 \gset
 SELECT key_id, secret IS NOT NULL AS has_secret, superseded_at IS NULL AS signing,
        device_tokens_expire BETWEEN now() + interval '23 h' AND now() + interval '25 h' AS device_expiry_kept
   FROM im.token_key ORDER BY key_id;
+-- a shorter-lived token leaves it; a longer-lived one raises it (stored
+-- rounded up to the minute: never earlier than the token's expiry)
+SELECT im.issue_device_token(4601, 'phone', '1 hour') IS NOT NULL AS issued;
+SELECT device_tokens_expire BETWEEN now() + interval '23 h' AND now() + interval '25 h' AS unchanged
+  FROM im.token_key;
+SELECT im.issue_device_token(4601, 'phone', '2 days') IS NOT NULL AS issued;
+SELECT device_tokens_expire >= now() + interval '2 days' AS raised FROM im.token_key;
 
 -- the newest key cannot be retired (22023); unknown key P0002; NULL 22023
 SELECT * FROM pg_temp.fails('SELECT im.retire_token_key(1)');
