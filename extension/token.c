@@ -163,8 +163,8 @@ load_key(int32 key_id, uint8 *key)
  * key, whose device_tokens_expire is raised to cover this token in the same
  * statement (the row lock orders it with a concurrent retirement, which
  * re-reads the raised value).  The stored value is rounded up to the next
- * minute, so issuers with the same ttl write (and queue on) the key row at
- * most once a minute; when it already covers the token nothing is written,
+ * second, so issuers with the same ttl write (and queue on) the key row at
+ * most once a second; when it already covers the token nothing is written,
  * and no retirement can pass a stored expiry that is still in the future.
  * Returns 0 when no key exists yet.
  */
@@ -179,7 +179,7 @@ load_device_signing_key(TimestampTz expires, uint8 *key)
 	im_prepare(&plan,
 			   "WITH k AS (SELECT key_id, secret FROM im.token_key ORDER BY key_id DESC LIMIT 1), "
 			   "u AS (UPDATE im.token_key t SET device_tokens_expire = "
-			   "        pg_catalog.date_trunc('minute', $1) OPERATOR(pg_catalog.+) '1 minute'::pg_catalog.interval "
+			   "        pg_catalog.date_trunc('second', $1) OPERATOR(pg_catalog.+) '1 second'::pg_catalog.interval "
 			   "      FROM k WHERE t.key_id OPERATOR(pg_catalog.=) k.key_id AND t.secret IS NOT NULL "
 			   "      AND (t.device_tokens_expire IS NULL OR t.device_tokens_expire OPERATOR(pg_catalog.<) $1) "
 			   "      RETURNING 1) "

@@ -90,9 +90,13 @@ static bool xact_callback_registered = false;
 /* This worker's slot, for the exit callback. */
 static int	my_slot = -1;
 
-/* Maintenance round state of the first worker (see above). */
+/*
+ * Maintenance round state of the first worker (see above).  The next round
+ * is due im_sync.maintenance_interval after the last one ended, read at
+ * each turn, so a reloaded interval applies at once.
+ */
 static bool maintenance_round_open = false;
-static TimestampTz next_maintenance_at = 0;	/* 0: at start */
+static TimestampTz maintenance_round_ended = 0;	/* 0: none yet */
 
 PGDLLEXPORT void im_fanout_worker_main(Datum main_arg);
 
@@ -384,7 +388,8 @@ worker_maintenance_turn(MemoryContext loop_cxt)
 
 	if (!maintenance_round_open)
 	{
-		if (now < next_maintenance_at)
+		if (maintenance_round_ended != 0 &&
+			now < maintenance_round_ended + (TimestampTz) im_maintenance_interval_s * USECS_PER_SEC)
 			return false;
 		maintenance_round_open = true;
 	}
@@ -394,8 +399,7 @@ worker_maintenance_turn(MemoryContext loop_cxt)
 		{
 			(void) worker_maintenance_xact(false, loop_cxt);
 			maintenance_round_open = false;
-			next_maintenance_at = GetCurrentTimestamp() +
-				(TimestampTz) im_maintenance_interval_s * USECS_PER_SEC;
+			maintenance_round_ended = GetCurrentTimestamp();
 			return false;
 		}
 	}
@@ -474,8 +478,7 @@ im_fanout_worker_main(Datum main_arg)
 				/* logged; the next round starts after the usual pause */
 				worker_recover(loop_cxt);
 				maintenance_round_open = false;
-				next_maintenance_at = GetCurrentTimestamp() +
-					(TimestampTz) im_maintenance_interval_s * USECS_PER_SEC;
+				maintenance_round_ended = GetCurrentTimestamp();
 			}
 			PG_END_TRY();
 		}

@@ -26,7 +26,7 @@ SELECT key_id, secret IS NOT NULL AS has_secret, superseded_at IS NULL AS signin
        device_tokens_expire BETWEEN now() + interval '23 h' AND now() + interval '25 h' AS device_expiry_kept
   FROM im.token_key ORDER BY key_id;
 -- a shorter-lived token leaves it; a longer-lived one raises it (stored
--- rounded up to the minute: never earlier than the token's expiry)
+-- rounded up to the second: never earlier than the token's expiry)
 SELECT im.issue_device_token(4601, 'phone', '1 hour') IS NOT NULL AS issued;
 SELECT device_tokens_expire BETWEEN now() + interval '23 h' AND now() + interval '25 h' AS unchanged
   FROM im.token_key;
