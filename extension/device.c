@@ -11,7 +11,8 @@
  *     connection_epoch and NOTIFYs im_sync_device so older connections close;
  *   - audit rows for registration, token issue and revocation, never a token;
  *   - a failed authentication leaves no row (the error rolls back) but is
- *     logged without the token and counted in shared memory.
+ *     counted in shared memory and summarized in the log (at most one line
+ *     per minute, without the token).
  * Lock order: device row, then the user's head (contract §4).
  */
 #include "im_sync.h"
@@ -286,29 +287,66 @@ im_issue_device_token(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(token));
 }
 
+/* errmsg of a failed authentication; the log hook below recognizes it. */
+#define IM_AUTH_FAILED_MSG "device token authentication failed"
+
+static emit_log_hook_type prev_emit_log_hook = NULL;
+
 /*
- * A failed authentication: log (without the token), count in shared memory
- * (survives the rollback the error causes), raise 28000.
+ * Failed authentications come before any authentication, so anyone who can
+ * reach the gateway can make them: the caller gets every one as an error,
+ * but the server log gets only auth_fail's summaries (at most one line per
+ * IM_AUTH_LOG_INTERVAL_S), never one line per failure.
+ */
+static void
+auth_emit_log_hook(ErrorData *edata)
+{
+	if (edata->elevel == ERROR &&
+		edata->sqlerrcode == ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION &&
+		edata->message_id != NULL && strcmp(edata->message_id, IM_AUTH_FAILED_MSG) == 0)
+		edata->output_to_server = false;
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
+}
+
+void
+im_auth_log_hook_install(void)
+{
+	prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = auth_emit_log_hook;
+}
+
+/*
+ * A failed authentication: count in shared memory (survives the rollback
+ * the error causes), log a summary line when one is due (without the
+ * token), raise 28000.
  */
 static void
 auth_fail(const ImTokenClaims *c, const char *why)
 {
+	int64		failures;
+	int64		since_s;
+
+	im_counter_add(IM_COUNTER_AUTH_FAILURES, 1);
 	/*
 	 * The statement and context may carry the token as a literal (a caller
 	 * that does not pass it as a parameter): keep them out of the log.
 	 */
-	if (c != NULL)
+	if (im_auth_failure_summary_due(&failures, &since_s))
 		ereport(LOG,
-				(errmsg("im_sync: authentication failed for device \"%s\" of user " INT64_FORMAT ": %s",
-						c->device_id, c->user_id, why),
+				(since_s < 0 ?
+				 errmsg("im_sync: " INT64_FORMAT " failed device authentications since server start",
+						failures) :
+				 errmsg("im_sync: " INT64_FORMAT " failed device authentications in the last " INT64_FORMAT " s",
+						failures, since_s),
+				 c != NULL ?
+				 errdetail("The latest: device \"%s\" of user " INT64_FORMAT ": the %s.",
+						   c->device_id, c->user_id, why) :
+				 errdetail("The latest: the %s.", why),
 				 errhidestmt(true), errhidecontext(true)));
-	else
-		ereport(LOG, (errmsg("im_sync: authentication failed: %s", why),
-					  errhidestmt(true), errhidecontext(true)));
-	im_counter_add(IM_COUNTER_AUTH_FAILURES, 1);
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
-			 errmsg("device token authentication failed"),
+			 errmsg(IM_AUTH_FAILED_MSG),
 			 errdetail("The %s.", why),
 			 errhidestmt(true), errhidecontext(true)));
 }

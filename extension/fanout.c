@@ -473,10 +473,12 @@ general_run_plan(void)
 					  "         e.target_message_id, e.mode, t.sender_id AS t_sender, t.msg_seq AS t_seq,"
 					  /*
 					   * the recalled target counted until now iff its fanout is done
-					   * (or in this run); in either mode, so a shared_log upper bound
-					   * stays an upper bound and a fanout count stays exact
+					   * (or in this run; a collected item was done); in either mode,
+					   * so a shared_log upper bound stays an upper bound and a fanout
+					   * count stays exact
 					   */
-					  "         (tob.state" EQ "'done' OR tob.outbox_id" EQ "ANY ($1::pg_catalog.int8[])) AS t_done,"
+					  "         (tob.outbox_id IS NULL OR tob.state" EQ "'done'"
+					  "          OR tob.outbox_id" EQ "ANY ($1::pg_catalog.int8[])) AS t_done,"
 					  /* redelivery: only an item already in some log needs the per-user check */
 					  "         e.message_id" EQ "ANY ($3::pg_catalog.int8[]) AS seen"
 					  "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"

@@ -16,6 +16,15 @@
  * UPDATE, in a statement with a fresh snapshot.  sync_changes holds the same
  * row FOR SHARE while it tests gc_floor and creates a recovery lease, so a
  * lease is either seen here or the recovery sees the new gc_floor.
+ *
+ * Chunks (contract §8): a head lock is held until the transaction ends, so
+ * gc_inbox(max_users) collects at most max_users users per call, resuming
+ * after the last user the previous chunk reached (im.maintenance_state
+ * 'gc_cursor', wrapping around to the start), and a caller (or the worker,
+ * one committed transaction per chunk) loops.  A chunk locks only its own
+ * users: fanout to anyone else never waits for it.  The cursor row is
+ * locked first, so two chunked callers take turns instead of collecting the
+ * same users.
  */
 #include "im_sync.h"
 
@@ -23,30 +32,93 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
-PG_FUNCTION_INFO_V1(im_gc_inbox);
-Datum
-im_gc_inbox(PG_FUNCTION_ARGS)
+/*
+ * Candidates of one chunk, in user_id order (the head lock order): users
+ * whose log holds anything, after the cursor; wraps to the start when none
+ * is left after it.  max_users <= 0: every user, cursor untouched.  Returns
+ * the count; *ids is palloc'd in the caller's SPI context.  *round_done:
+ * this chunk ended a round (fewer than max_users left) or had to wrap.
+ */
+static uint64
+chunk_users(int max_users, int64 **ids, bool *round_done)
 {
-	static SPIPlanPtr users;
+	static SPIPlanPtr all_users;
+	static SPIPlanPtr cursor_plan;
+	static SPIPlanPtr after_plan;
+	static SPIPlanPtr move_plan;
+	Datum		args[2];
+	uint64		n;
+	int64		cursor = 0;
+
+	if (max_users <= 0)
+	{
+		im_prepare(&all_users,
+				   "SELECT user_id FROM im.user_head "
+				   "WHERE high_watermark OPERATOR(pg_catalog.>) gc_floor ORDER BY user_id", 0);
+		n = im_exec(all_users, NULL, NULL, 0);
+	}
+	else
+	{
+		/* insert-or-lock: the row is created on first use */
+		im_prepare(&cursor_plan,
+				   "INSERT INTO im.maintenance_state AS m (name, value) VALUES ('gc_cursor', 0) "
+				   "ON CONFLICT (name) DO UPDATE SET value = m.value RETURNING m.value", 0);
+		im_exec(cursor_plan, NULL, NULL, 1);
+		cursor = im_get_int64(0, 1, NULL);
+
+		im_prepare(&after_plan,
+				   "SELECT user_id FROM im.user_head "
+				   "WHERE high_watermark OPERATOR(pg_catalog.>) gc_floor "
+				   "AND user_id OPERATOR(pg_catalog.>) $1 ORDER BY user_id LIMIT $2",
+				   2, INT8OID, INT4OID);
+		args[0] = Int64GetDatum(cursor);
+		args[1] = Int32GetDatum(max_users);
+		n = im_exec(after_plan, args, NULL, 0);
+		if (n == 0 && cursor != 0)
+		{
+			/* end of a round: start the next one from the lowest user */
+			args[0] = Int64GetDatum(PG_INT64_MIN);
+			n = im_exec(after_plan, args, NULL, 0);
+			*round_done = true;
+		}
+	}
+	*ids = palloc(sizeof(int64) * (n + 1));
+	for (uint64 i = 0; i < n; i++)
+		(*ids)[i] = im_get_int64(i, 1, NULL);
+
+	if (max_users > 0)
+	{
+		/* a round ends with the cursor at 0, so the next chunk starts over */
+		im_prepare(&move_plan,
+				   "UPDATE im.maintenance_state SET value = $1, at = pg_catalog.now() "
+				   "WHERE name OPERATOR(pg_catalog.=) 'gc_cursor'", 1, INT8OID);
+		args[0] = Int64GetDatum(n < (uint64) max_users ? 0 : (*ids)[n - 1]);
+		im_exec(move_plan, args, NULL, 0);
+	}
+	if (max_users <= 0 || n < (uint64) max_users)
+		*round_done = true;
+	return n;
+}
+
+/*
+ * Collect one chunk (see the file comment) in the caller's transaction.
+ * Emits a (user_id, retained_from, deleted) row per collected user when
+ * fcinfo is not NULL.  Returns true when the chunk ended a round of all
+ * users (or wrapped around to start the next one).
+ */
+bool
+im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo)
+{
 	static SPIPlanPtr lock;
 	static SPIPlanPtr fence_plan;
 	static SPIPlanPtr collect;
 	int64	   *ids;
 	uint64		nusers;
 	int64		total = 0;
+	bool		round_done = false;
 
-	im_srf_begin(fcinfo);
 	im_spi_connect();
-
-	/* Candidates: users whose log holds anything; ordered like every head lock. */
-	im_prepare(&users,
-			   "SELECT user_id FROM im.user_head "
-			   "WHERE high_watermark OPERATOR(pg_catalog.>) gc_floor ORDER BY user_id",
-			   0);
-	nusers = im_exec(users, NULL, NULL, 0);
-	ids = SPI_palloc(sizeof(int64) * (nusers + 1));
-	for (uint64 i = 0; i < nusers; i++)
-		ids[i] = im_get_int64(i, 1, NULL);
+	nusers = chunk_users(max_users, &ids, &round_done);
 
 	im_prepare(&lock,
 			   "SELECT gc_floor, high_watermark FROM im.user_head "
@@ -110,13 +182,43 @@ im_gc_inbox(PG_FUNCTION_ARGS)
 		deleted = im_get_int64(0, 1, NULL);
 		total += deleted;
 
-		v[0] = Int64GetDatum(ids[i]);
-		v[1] = Int64GetDatum(fence + 1);
-		v[2] = Int64GetDatum(deleted);
-		im_srf_row(fcinfo, v, n);
+		if (fcinfo != NULL)
+		{
+			v[0] = Int64GetDatum(ids[i]);
+			v[1] = Int64GetDatum(fence + 1);
+			v[2] = Int64GetDatum(deleted);
+			im_srf_row(fcinfo, v, n);
+		}
 	}
 	SPI_finish();
 	if (total > 0)
 		im_counter_add(IM_COUNTER_GC_DELETED, total);
+	return round_done;
+}
+
+PG_FUNCTION_INFO_V1(im_gc_inbox);
+/*
+ * gc_inbox(max_users): one chunk of inbox GC (NULL: every user), then the
+ * rest of maintenance (maintenance.c: key ring, retention), all in the
+ * caller's transaction.  max_users must be positive (22023).
+ */
+Datum
+im_gc_inbox(PG_FUNCTION_ARGS)
+{
+	int			max_users = 0;
+
+	if (!PG_ARGISNULL(0))
+	{
+		max_users = PG_GETARG_INT32(0);
+		if (max_users < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_users must be positive"),
+					 errdetail("max_users is %d; pass NULL to collect every user in one call.",
+							   max_users)));
+	}
+	im_srf_begin(fcinfo);
+	(void) im_gc_inbox_chunk(max_users, fcinfo);
+	im_maintain();
 	return (Datum) 0;
 }

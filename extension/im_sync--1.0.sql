@@ -94,6 +94,8 @@ CREATE TABLE im.private_event (
     message_id       bigint REFERENCES im.event,
     created_at       timestamptz NOT NULL DEFAULT now()
 );
+-- Retention (maintenance.c) collects private events oldest first.
+CREATE INDEX private_event_created_idx ON im.private_event (created_at);
 
 -- Transactional outbox: one row per conversation position or private event,
 -- written in the same transaction.  Rows are kept after processing (state
@@ -117,6 +119,8 @@ CREATE TABLE im.outbox (
 CREATE INDEX outbox_pending_idx ON im.outbox (conversation_id, msg_seq) WHERE state = 'pending';
 -- Dead letters are rare: a partial index keeps metrics and reconcile cheap.
 CREATE INDEX outbox_dead_idx ON im.outbox (outbox_id) WHERE state = 'dead';
+-- Retention (maintenance.c) collects done items oldest-processed first.
+CREATE INDEX outbox_done_idx ON im.outbox (processed_at) WHERE state = 'done';
 
 -- Items covered by two periods of one user: kept, reported, not delivered.
 CREATE TABLE im.fanout_quarantine (
@@ -237,10 +241,21 @@ CREATE TABLE im.snapshot_page (
 
 -- Signing keys for device, batch and snapshot tokens.  Only the extension
 -- owner can read this table (no grants; the API is SECURITY DEFINER).
+-- The newest key signs; every key with a secret verifies (contract §8).
+--   superseded_at          when a newer key took over signing (NULL: newest);
+--   device_tokens_expire   latest expiry of any device token it signed;
+--   retired_at             retired: the secret is wiped (NULL), so neither
+--                          the live table nor a later pg_dump holds it; the
+--                          row stays so key ids are never reused and
+--                          retiring it again answers false, not "unknown".
 CREATE TABLE im.token_key (
-    key_id      int PRIMARY KEY,
-    secret      bytea NOT NULL CHECK (octet_length(secret) = 32),
-    created_at  timestamptz NOT NULL DEFAULT now()
+    key_id               int PRIMARY KEY,
+    secret               bytea CHECK (octet_length(secret) = 32),
+    created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+    superseded_at        timestamptz,
+    device_tokens_expire timestamptz,
+    retired_at           timestamptz,
+    CHECK ((secret IS NULL) = (retired_at IS NOT NULL))
 );
 
 -- Audit trail: registration, token issue, revocation (never a token).
@@ -252,6 +267,18 @@ CREATE TABLE im.audit (
     user_id     bigint NOT NULL,
     device_id   text,
     detail      jsonb
+);
+-- Retention (maintenance.c, im_sync.audit_retention) collects oldest first.
+CREATE INDEX audit_at_idx ON im.audit (at);
+
+-- Resumable maintenance positions (maintenance.c):
+--   gc_cursor                value: last user_id a gc_inbox chunk collected;
+--   outbox_collected_before  at: done outbox items processed before this were
+--                            collected (reconcile does not miss them).
+CREATE TABLE im.maintenance_state (
+    name   text PRIMARY KEY,
+    value  bigint NOT NULL DEFAULT 0,
+    at     timestamptz
 );
 
 -- Counters that must be durable (GC deletions, resets, refused stale ACKs…);
@@ -282,6 +309,7 @@ SELECT pg_catalog.pg_extension_config_dump('im.snapshot_page', '');
 SELECT pg_catalog.pg_extension_config_dump('im.token_key', '');
 SELECT pg_catalog.pg_extension_config_dump('im.audit', '');
 SELECT pg_catalog.pg_extension_config_dump('im.counter', '');
+SELECT pg_catalog.pg_extension_config_dump('im.maintenance_state', '');
 SELECT pg_catalog.pg_extension_config_dump('im.event_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('im.conversation_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('im.membership_period_id_seq', '');
@@ -397,7 +425,7 @@ RETURNS TABLE(user_id bigint, device_id text, accepted boolean,
 AS 'MODULE_PATHNAME', 'im_message_status' LANGUAGE C;
 
 -- §8 operations
-CREATE FUNCTION im.gc_inbox()
+CREATE FUNCTION im.gc_inbox(max_users int DEFAULT NULL)
 RETURNS TABLE(user_id bigint, retained_from bigint, deleted bigint)
 AS 'MODULE_PATHNAME', 'im_gc_inbox' LANGUAGE C;
 CREATE FUNCTION im.reconcile()
@@ -417,6 +445,8 @@ RETURNS TABLE(user_id bigint, device_id text, connection_epoch bigint)
 AS 'MODULE_PATHNAME', 'im_authenticate' LANGUAGE C;
 CREATE FUNCTION im.rotate_token_key()
 RETURNS int AS 'MODULE_PATHNAME', 'im_rotate_token_key' LANGUAGE C;
+CREATE FUNCTION im.retire_token_key(key_id int)
+RETURNS boolean AS 'MODULE_PATHNAME', 'im_retire_token_key' LANGUAGE C;
 
 -- Pin search_path and make every API function SECURITY DEFINER, then revoke
 -- EXECUTE from PUBLIC (contract §12).  Done in one loop so a function added

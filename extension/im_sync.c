@@ -28,6 +28,9 @@ int			im_max_body_bytes = 65536;
 int			im_shared_log_min_members = 0;
 int			im_reconcile_outbox_age_s = 60;
 int			im_max_page_bytes = 1024 * 1024;
+int			im_token_key_max_age_s = 30 * 86400;
+int			im_audit_retention_s = 90 * 86400;
+int			im_maintenance_interval_s = 300;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -134,6 +137,18 @@ define_settings(void)
 							"over this size; every page still holds at least one event.",
 							&im_max_page_bytes, 1024 * 1024, 1, INT_MAX,
 							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.token_key_max_age",
+							"Signing key age at which maintenance rotates to a new key.",
+							NULL, &im_token_key_max_age_s, 30 * 86400, 1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.audit_retention",
+							"Audit rows older than this are collected by maintenance.",
+							NULL, &im_audit_retention_s, 90 * 86400, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.maintenance_interval",
+							"Pause between the first fanout worker's maintenance rounds (0: none).",
+							NULL, &im_maintenance_interval_s, 300, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("im_sync");
 }
 
@@ -141,6 +156,7 @@ void
 _PG_init(void)
 {
 	define_settings();
+	im_auth_log_hook_install();
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;

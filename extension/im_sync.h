@@ -14,7 +14,8 @@
  *   snapshot.c     begin/fetch/ack_snapshot
  *   history.c      fetch_messages (contract §1 visibility)
  *   read_state.c   report_read, delete_for_me, message_status, unread recount
- *   gc.c           gc_inbox and its fence
+ *   gc.c           gc_inbox and its fence, in chunks
+ *   maintenance.c  retention of done/expired rows; what maintenance runs
  *   shared_log.c   large-group dirty markers, clear_dirty
  *   reconcile.c    im.reconcile
  *   metrics.c      im.metrics
@@ -49,6 +50,9 @@ extern int	im_max_body_bytes;
 extern int	im_shared_log_min_members;
 extern int	im_reconcile_outbox_age_s;
 extern int	im_max_page_bytes;
+extern int	im_token_key_max_age_s;
+extern int	im_audit_retention_s;
+extern int	im_maintenance_interval_s;
 
 /* Maximum number of fanout workers (shared memory is sized for this). */
 #define IM_MAX_FANOUT_WORKERS 32
@@ -292,7 +296,9 @@ extern int64 im_enqueue_private_event(int64 user_id, int64 conversation_id,
 /*
  * Unread recount of contract §3 for fanout conversations: $1 user_id,
  * $2 conversation_id, $3 read_msg_seq.  Counts `message` positions from
- * other senders whose outbox item is processed, visible to the user by a
+ * other senders whose outbox item is processed (an item is written with its
+ * event and collected only after processing, so a missing item counts as
+ * processed), visible to the user by a
  * membership period, not recalled by a processed recall, not deleted for
  * the user, above the read cursor.  Fanout keeps unread_count equal to this
  * by increments; report_read/delete_for_me/reconcile use it directly.
@@ -302,14 +308,15 @@ extern int64 im_enqueue_private_event(int64 user_id, int64 conversation_id,
 	"WHERE e.conversation_id OPERATOR(pg_catalog.=) $2 AND e.kind OPERATOR(pg_catalog.=) 'message' " \
 	"  AND e.msg_seq OPERATOR(pg_catalog.>) $3 " \
 	"  AND e.sender_id OPERATOR(pg_catalog.<>) $1 " \
-	"  AND EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id OPERATOR(pg_catalog.=) e.message_id " \
-	"              AND o.state OPERATOR(pg_catalog.=) 'done') " \
+	"  AND NOT EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id OPERATOR(pg_catalog.=) e.message_id " \
+	"              AND o.state OPERATOR(pg_catalog.<>) 'done') " \
 	"  AND EXISTS (SELECT 1 FROM im.membership_period p WHERE p.conversation_id OPERATOR(pg_catalog.=) e.conversation_id " \
 	"              AND p.user_id OPERATOR(pg_catalog.=) $1 AND p.join_seq OPERATOR(pg_catalog.<=) e.msg_seq " \
 	"              AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) e.msg_seq)) " \
-	"  AND NOT EXISTS (SELECT 1 FROM im.event r JOIN im.outbox ro ON ro.source_event_id OPERATOR(pg_catalog.=) r.message_id " \
-	"              WHERE r.target_message_id OPERATOR(pg_catalog.=) e.message_id AND r.kind OPERATOR(pg_catalog.=) 'recall' " \
-	"              AND ro.state OPERATOR(pg_catalog.=) 'done') " \
+	"  AND NOT EXISTS (SELECT 1 FROM im.event r WHERE r.target_message_id OPERATOR(pg_catalog.=) e.message_id " \
+	"              AND r.kind OPERATOR(pg_catalog.=) 'recall' " \
+	"              AND NOT EXISTS (SELECT 1 FROM im.outbox ro WHERE ro.source_event_id OPERATOR(pg_catalog.=) r.message_id " \
+	"                              AND ro.state OPERATOR(pg_catalog.<>) 'done')) " \
 	"  AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id OPERATOR(pg_catalog.=) $1 " \
 	"              AND d.message_id OPERATOR(pg_catalog.=) e.message_id)"
 
@@ -368,5 +375,31 @@ extern char *im_token_sign(const ImTokenClaims *claims);
  * contract's order (user/device, revoked, generation, expiry).
  */
 extern bool im_token_verify(const char *token, char purpose, ImTokenClaims *out);
+/*
+ * Key ring maintenance (contract §8) in the caller's transaction: rotate an
+ * over-age newest key, retire superseded keys no live token needs.
+ * Returns the number retired; *rotated: a new key was made.
+ */
+extern int	im_token_keys_maintain(bool *rotated);
+
+/* ---- maintenance (gc.c, maintenance.c) -------------------------------- */
+/*
+ * One chunk of inbox GC in the caller's transaction: at most max_users
+ * users (<= 0: all) after the stored cursor, wrapping around.  Emits rows
+ * into fcinfo's tuplestore when fcinfo is not NULL.  Returns true when the
+ * chunk ended a round of all users (or wrapped to start the next).
+ */
+extern bool im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo);
+/* Key ring and retention (everything but inbox GC), caller's transaction. */
+extern void im_maintain(void);
+/*
+ * Failed authentications: count always; true at most once per
+ * IM_AUTH_LOG_INTERVAL_S cluster-wide (per backend without shared memory),
+ * with the failures counted since the previous summary and its age.
+ */
+#define IM_AUTH_LOG_INTERVAL_S 60
+extern bool im_auth_failure_summary_due(int64 *failures, int64 *since_s);
+/* emit_log_hook (device.c): keeps per-failure auth errors out of the server log. */
+extern void im_auth_log_hook_install(void);
 
 #endif							/* IM_SYNC_H */

@@ -113,7 +113,8 @@
 
 /*
  * The checks of §18.3 that are one set-based query each.  Every query takes
- * $1 = im_sync.reconcile_outbox_age in seconds (most ignore it) and returns
+ * $1 = im_sync.reconcile_outbox_age and $2 = im_sync.token_ttl in seconds
+ * (most ignore them) and returns
  * (check_name, severity, conversation_id, user_id, detail) in a stable order.
  */
 typedef struct ReconcileCheck
@@ -123,12 +124,19 @@ typedef struct ReconcileCheck
 } ReconcileCheck;
 
 static const ReconcileCheck checks[] = {
-	/* Every accepted position has its reliable event (§3.2, §6.1). */
+	/*
+	 * Every accepted position has its reliable event (§3.2, §6.1).  Done
+	 * items processed before the retention cutoff were collected
+	 * (maintenance.c); their events were written in the same statement, so
+	 * an event created after the cutoff must still have its item.
+	 */
 	{"message_without_outbox",
 	 "SELECT 'message_without_outbox', 'error', e.conversation_id, e.sender_id, "
 	 "  pg_catalog.jsonb_build_object('message_id', e.message_id, 'msg_seq', e.msg_seq, 'kind', e.kind) "
 	 "FROM im.event e WHERE NOT EXISTS (SELECT 1 FROM im.outbox o "
 	 "  WHERE o.source_event_id OPERATOR(pg_catalog.=) e.message_id) "
+	 "  AND e.created_at OPERATOR(pg_catalog.>=) COALESCE((SELECT m.at FROM im.maintenance_state m "
+	 "      WHERE m.name OPERATOR(pg_catalog.=) 'outbox_collected_before'), '-infinity') "
 	 "ORDER BY e.conversation_id, e.msg_seq"},
 	/* Stored but not propagating: the outbox is stuck or the workers are down. */
 	{"outbox_pending_too_old",
@@ -225,15 +233,23 @@ static const ReconcileCheck checks[] = {
 	 "WHERE s.n OPERATOR(pg_catalog.<>) (h.high_watermark OPERATOR(pg_catalog.-) h.gc_floor) "
 	 "   OR s.max_seq OPERATOR(pg_catalog.>) h.high_watermark "
 	 "ORDER BY h.user_id"},
-	/* A recovery lease that outlived its session still pins the GC fence. */
+	/*
+	 * A session still ACTIVE after its lease and the last batch token it
+	 * could have issued ran out: maintenance ends those (maintenance.c), so
+	 * one left means maintenance is not running.
+	 */
 	{"recovery_session_stuck",
 	 "SELECT 'recovery_session_stuck', 'warning', NULL::bigint, r.user_id, "
 	 "  pg_catalog.jsonb_build_object('recovery_session_id', r.recovery_session_id, "
 	 "    'device_id', r.device_id, 'sync_generation', r.sync_generation) "
 	 "FROM im.recovery_session r WHERE r.state OPERATOR(pg_catalog.=) 'ACTIVE' "
-	 "  AND r.expires_at OPERATOR(pg_catalog.<) pg_catalog.now() "
+	 "  AND r.expires_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "
+	 "      pg_catalog.make_interval(secs => $2)) "
 	 "ORDER BY r.user_id, r.recovery_session_id"},
-	/* A snapshot past its expiry that was never installed. */
+	/*
+	 * A snapshot past its expiry that was never installed: maintenance
+	 * abandons those, so one left means maintenance is not running.
+	 */
 	{"snapshot_stuck",
 	 "SELECT 'snapshot_stuck', 'warning', NULL::bigint, s.user_id, "
 	 "  pg_catalog.jsonb_build_object('snapshot_id', s.snapshot_id, 'device_id', s.device_id, "
@@ -322,15 +338,16 @@ Datum
 im_reconcile(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plans[NUM_CHECKS];
-	Datum		args[1];
+	Datum		args[2];
 
 	im_srf_begin(fcinfo);
 	args[0] = Int32GetDatum(im_reconcile_outbox_age_s);
+	args[1] = Int32GetDatum(im_token_ttl_s);
 
 	im_spi_connect();
 	for (int i = 0; i < (int) NUM_CHECKS; i++)
 	{
-		im_prepare(&plans[i], checks[i].sql, 1, INT4OID);
+		im_prepare(&plans[i], checks[i].sql, 2, INT4OID, INT4OID);
 		im_exec(plans[i], args, NULL, 0);
 		im_srf_rows_from_spi(fcinfo, 5);
 		/* The unread recount goes after the delivery checks it depends on. */

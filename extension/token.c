@@ -10,9 +10,18 @@
  * except the constant-time comparison of the MAC.
  *
  * Invariant protected: a token is accepted only if it was produced by this
- * server with a stored key and not a single bit of it was changed.  The
- * base64url text must be the canonical encoding of its bytes, so no two
- * strings are the same token (flipping any character always fails).
+ * server with a stored, unretired key and not a single bit of it was
+ * changed.  The base64url text must be the canonical encoding of its bytes,
+ * so no two strings are the same token (flipping any character always fails).
+ *
+ * Key life (contract §8): the newest key signs; rotation marks the previous
+ * one superseded (it still verifies); retirement wipes a key's secret, so
+ * every token it signed fails from that commit on and a later pg_dump
+ * carries nothing usable.  Maintenance retires a superseded key only once
+ * no token it signed can still be live: device tokens record their latest
+ * expiry on the key that signed them; batch, cursor and snapshot tokens
+ * live at most the largest of token_ttl, recovery_ttl and snapshot_ttl
+ * after the key stopped signing.
  */
 #include "im_sync.h"
 
@@ -97,6 +106,22 @@ compute_mac(const uint8 *key, const uint8 *data, size_t len, uint8 *mac)
 	pg_hmac_free(ctx);
 }
 
+/* Row 0 of the last SPI result is (key_id, secret): copy the secret out. */
+static int32
+copy_key_from_spi(uint8 *key)
+{
+	bool		isnull;
+	bytea	   *secret;
+	int32		key_id = im_get_int32(0, 1, NULL);
+
+	secret = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0],
+										   SPI_tuptable->tupdesc, 2, &isnull));
+	if (isnull || VARSIZE_ANY_EXHDR(secret) != IM_KEY_LEN)
+		elog(ERROR, "im_sync: token key %d is damaged", key_id);
+	memcpy(key, VARDATA_ANY(secret), IM_KEY_LEN);
+	return key_id;
+}
+
 /*
  * Read key `key_id` (0: the newest) into key[]; returns its id, or 0 when no
  * such key exists.  Runs in its own SPI level so callers may or may not be
@@ -120,24 +145,49 @@ load_key(int32 key_id, uint8 *key)
 	}
 	else
 	{
+		/* a retired key has no secret: its tokens fail like unknown ones */
 		im_prepare(&byid,
 				   "SELECT key_id, secret FROM im.token_key "
-				   "WHERE key_id OPERATOR(pg_catalog.=) $1", 1, INT4OID);
+				   "WHERE key_id OPERATOR(pg_catalog.=) $1 AND secret IS NOT NULL", 1, INT4OID);
 		args[0] = Int32GetDatum(key_id);
 		im_exec(byid, args, NULL, 1);
 	}
 	if (SPI_processed == 1)
-	{
-		bool		isnull;
-		bytea	   *secret;
+		found = copy_key_from_spi(key);
+	SPI_finish();
+	return found;
+}
 
-		found = im_get_int32(0, 1, NULL);
-		secret = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0],
-											   SPI_tuptable->tupdesc, 2, &isnull));
-		if (isnull || VARSIZE_ANY_EXHDR(secret) != IM_KEY_LEN)
-			elog(ERROR, "im_sync: token key %d is damaged", found);
-		memcpy(key, VARDATA_ANY(secret), IM_KEY_LEN);
-	}
+/*
+ * The signing key for a device token that expires at `expires`: the newest
+ * key, whose device_tokens_expire is raised to cover this token in the same
+ * statement (the row lock orders it with a concurrent retirement, which
+ * re-reads the raised value).  The stored value is rounded up to the next
+ * second, so issuers with the same ttl write (and queue on) the key row at
+ * most once a second; when it already covers the token nothing is written,
+ * and no retirement can pass a stored expiry that is still in the future.
+ * Returns 0 when no key exists yet.
+ */
+static int32
+load_device_signing_key(TimestampTz expires, uint8 *key)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+	int32		found = 0;
+
+	im_spi_connect();
+	im_prepare(&plan,
+			   "WITH k AS (SELECT key_id, secret FROM im.token_key ORDER BY key_id DESC LIMIT 1), "
+			   "u AS (UPDATE im.token_key t SET device_tokens_expire = "
+			   "        pg_catalog.date_trunc('second', $1) OPERATOR(pg_catalog.+) '1 second'::pg_catalog.interval "
+			   "      FROM k WHERE t.key_id OPERATOR(pg_catalog.=) k.key_id AND t.secret IS NOT NULL "
+			   "      AND (t.device_tokens_expire IS NULL OR t.device_tokens_expire OPERATOR(pg_catalog.<) $1) "
+			   "      RETURNING 1) "
+			   "SELECT key_id, secret FROM k", 1, TIMESTAMPTZOID);
+	args[0] = TimestampTzGetDatum(expires);
+	im_exec(plan, args, NULL, 0);
+	if (SPI_processed == 1)
+		found = copy_key_from_spi(key);
 	SPI_finish();
 	return found;
 }
@@ -174,22 +224,41 @@ insert_key(int32 key_id)
 	pfree(b);
 }
 
-/* rotate_token_key support: add key max+1 and return its id. */
+/*
+ * Serialize rotations and retirements (so two never pick the same id and
+ * "newest" means the same key to both).  Caller is connected to SPI.
+ */
+static void
+lock_key_ring(void)
+{
+	static SPIPlanPtr lock;
+
+	im_prepare(&lock, "LOCK TABLE im.token_key IN SHARE ROW EXCLUSIVE MODE", 0);
+	im_exec(lock, NULL, NULL, 0);
+}
+
+/*
+ * rotate_token_key support: add key max+1, mark the previous newest
+ * superseded now (clock time, late in the transaction: it keeps signing
+ * until this commits) and return the new id.
+ */
 static int32
 rotate_key(void)
 {
-	static SPIPlanPtr lock;
 	static SPIPlanPtr maxid;
+	static SPIPlanPtr supersede;
 	int32		next;
 
 	im_spi_connect();
-	/* Serialize rotations so two of them never pick the same id. */
-	im_prepare(&lock, "LOCK TABLE im.token_key IN SHARE ROW EXCLUSIVE MODE", 0);
-	im_exec(lock, NULL, NULL, 0);
+	lock_key_ring();
 	im_prepare(&maxid,
 			   "SELECT COALESCE(pg_catalog.max(key_id), 0) FROM im.token_key", 0);
 	im_exec(maxid, NULL, NULL, 1);
 	next = im_get_int32(0, 1, NULL) + 1;
+	im_prepare(&supersede,
+			   "UPDATE im.token_key SET superseded_at = pg_catalog.clock_timestamp() "
+			   "WHERE superseded_at IS NULL", 0);
+	im_exec(supersede, NULL, NULL, 0);
 	SPI_finish();
 	insert_key(next);
 	return next;
@@ -206,12 +275,14 @@ im_token_sign(const ImTokenClaims *claims)
 	int			enclen;
 	char	   *out;
 
-	key_id = load_key(0, key);
+	key_id = claims->purpose == IM_TOKEN_DEVICE ?
+		load_device_signing_key(claims->expires_at, key) : load_key(0, key);
 	if (key_id == 0)
 	{
 		/* First use: create key 1 (concurrency-safe), then read it back. */
 		insert_key(1);
-		key_id = load_key(0, key);
+		key_id = claims->purpose == IM_TOKEN_DEVICE ?
+			load_device_signing_key(claims->expires_at, key) : load_key(0, key);
 		if (key_id == 0)
 			elog(ERROR, "im_sync: no token key after creating one");
 	}
@@ -354,4 +425,107 @@ Datum
 im_rotate_token_key(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_INT32(rotate_key());
+}
+
+PG_FUNCTION_INFO_V1(im_retire_token_key);
+/*
+ * retire_token_key(key_id): wipes the key's secret, so every token it signed
+ * fails (28000 / INVALID_TOKEN) from this commit on.  True if retired now,
+ * false if it was already retired; the newest key cannot be retired (22023:
+ * it signs every new token); an unknown key is P0002.  An operator's
+ * decision (a leaked key): live tokens of that key die with it.
+ */
+Datum
+im_retire_token_key(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr sel;
+	static SPIPlanPtr retire;
+	int32		key_id;
+	Datum		args[1];
+	bool		retired_before;
+	bool		newest;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("key_id must not be NULL")));
+	key_id = PG_GETARG_INT32(0);
+
+	im_spi_connect();
+	lock_key_ring();
+	im_prepare(&sel,
+			   "SELECT retired_at IS NOT NULL, "
+			   "  key_id OPERATOR(pg_catalog.=) (SELECT pg_catalog.max(key_id) FROM im.token_key) "
+			   "FROM im.token_key WHERE key_id OPERATOR(pg_catalog.=) $1", 1, INT4OID);
+	args[0] = Int32GetDatum(key_id);
+	if (im_exec(sel, args, NULL, 1) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("token key %d does not exist", key_id)));
+	retired_before = im_get_bool(0, 1, NULL);
+	newest = im_get_bool(0, 2, NULL);
+	if (retired_before)
+	{
+		SPI_finish();
+		PG_RETURN_BOOL(false);
+	}
+	if (newest)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("token key %d is the newest key and cannot be retired", key_id),
+				 errdetail("The newest key signs every new token."),
+				 errhint("Call im.rotate_token_key() first, then retire this key.")));
+	im_prepare(&retire,
+			   "UPDATE im.token_key SET secret = NULL, retired_at = pg_catalog.now() "
+			   "WHERE key_id OPERATOR(pg_catalog.=) $1", 1, INT4OID);
+	im_exec(retire, args, NULL, 0);
+	SPI_finish();
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * Maintenance of the key ring (contract §8), in the caller's transaction:
+ * rotate when the newest key is older than im_sync.token_key_max_age, and
+ * retire every superseded key once now is past the latest expiry of any
+ * token it signed (see the file comment).  Never creates the first key.
+ * The condition is re-checked on the locked row, so a device token issued
+ * concurrently with the old key (it raises device_tokens_expire under the
+ * row lock) keeps its key alive.  Returns the number of keys retired;
+ * *rotated tells whether a new key was made.
+ */
+int
+im_token_keys_maintain(bool *rotated)
+{
+	static SPIPlanPtr old_newest;
+	static SPIPlanPtr retire;
+	Datum		args[1];
+	int			nretired;
+	bool		rotate;
+	int64		live_s = Max(Max(im_token_ttl_s, im_recovery_ttl_s), im_snapshot_ttl_s);
+
+	im_spi_connect();
+	im_prepare(&old_newest,
+			   "SELECT created_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "
+			   "  pg_catalog.make_interval(secs => $1)) "
+			   "FROM im.token_key ORDER BY key_id DESC LIMIT 1", 1, FLOAT8OID);
+	args[0] = Float8GetDatum((double) im_token_key_max_age_s);
+	rotate = im_exec(old_newest, args, NULL, 1) == 1 && im_get_bool(0, 1, NULL);
+	SPI_finish();
+	if (rotate)
+		(void) rotate_key();
+	*rotated = rotate;
+
+	im_spi_connect();
+	im_prepare(&retire,
+			   "UPDATE im.token_key k SET secret = NULL, retired_at = pg_catalog.now() "
+			   "WHERE k.retired_at IS NULL AND k.superseded_at IS NOT NULL "
+			   "  AND k.key_id OPERATOR(pg_catalog.<) (SELECT pg_catalog.max(key_id) FROM im.token_key) "
+			   "  AND pg_catalog.now() OPERATOR(pg_catalog.>) GREATEST("
+			   "      k.superseded_at OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => $1), "
+			   "      k.device_tokens_expire) "
+			   "RETURNING k.key_id", 1, FLOAT8OID);
+	args[0] = Float8GetDatum((double) live_s);
+	nretired = (int) im_exec(retire, args, NULL, 0);
+	SPI_finish();
+	return nretired;
 }

@@ -63,12 +63,25 @@
 #define IM_WORKER_COALESCE_MS 10
 /* Seconds before the postmaster restarts a worker that exited. */
 #define IM_WORKER_RESTART_S 5
+/*
+ * Maintenance (first worker only, contract §8): a round is inbox GC in
+ * committed chunks of IM_WORKER_GC_CHUNK_USERS users (a chunk holds its
+ * users' head locks until it commits, so it stays small), at most
+ * IM_WORKER_GC_CHUNKS_PER_TURN per loop iteration so fanout batches run in
+ * between, then one transaction of im_maintain (key ring, retention).  The
+ * next round starts im_sync.maintenance_interval after one ends.
+ */
+#define IM_WORKER_GC_CHUNK_USERS 100
+#define IM_WORKER_GC_CHUNKS_PER_TURN 10
 
 typedef struct ImShared
 {
 	/* pgprocno + 1 of the worker running in each slot; 0 when none. */
 	pg_atomic_uint32 worker_procno[IM_MAX_FANOUT_WORKERS];
 	pg_atomic_uint64 counters[IM_COUNTER__COUNT];
+	/* Last failed-authentication summary: its time (0: none yet) and count. */
+	pg_atomic_uint64 auth_summary_at;
+	pg_atomic_uint64 auth_summary_failures;
 } ImShared;
 
 /* NULL when the library was not preloaded: counters read 0, no wake-ups. */
@@ -83,6 +96,14 @@ static int	my_slot = -1;
 
 /* What the current batch claimed, in the loop context: survives its abort. */
 static ImFanoutClaim batch_claim;
+
+/*
+ * Maintenance round state of the first worker (see above).  The next round
+ * is due im_sync.maintenance_interval after the last one ended, read at
+ * each turn, so a reloaded interval applies at once.
+ */
+static bool maintenance_round_open = false;
+static TimestampTz maintenance_round_ended = 0;	/* 0: none yet */
 
 PGDLLEXPORT void im_fanout_worker_main(Datum main_arg);
 
@@ -105,6 +126,8 @@ im_shmem_init(void)
 			pg_atomic_init_u32(&im_shared->worker_procno[i], 0);
 		for (int i = 0; i < IM_COUNTER__COUNT; i++)
 			pg_atomic_init_u64(&im_shared->counters[i], 0);
+		pg_atomic_init_u64(&im_shared->auth_summary_at, 0);
+		pg_atomic_init_u64(&im_shared->auth_summary_failures, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -219,6 +242,45 @@ im_counter_get(ImCounter which)
 	return (int64) pg_atomic_read_u64(&im_shared->counters[which]);
 }
 
+/*
+ * True when a failed-authentication summary is due: the first failure, then
+ * at most once per IM_AUTH_LOG_INTERVAL_S cluster-wide (the backend that
+ * wins the compare-and-swap logs).  *failures: failures counted since the
+ * previous summary; *since_s: its age in seconds, -1 for the first.
+ * Without shared memory (not preloaded) the same holds per backend.
+ */
+bool
+im_auth_failure_summary_due(int64 *failures, int64 *since_s)
+{
+	static uint64 local_at = 0;
+	static int64 local_failures = 0;
+	uint64		now = (uint64) GetCurrentTimestamp();
+	uint64		last;
+	uint64		total;
+
+	if (im_shared == NULL)
+	{
+		/* the shared counter reads 0 without shared memory: count here */
+		local_failures++;
+		if (local_at != 0 && now - local_at < (uint64) IM_AUTH_LOG_INTERVAL_S * USECS_PER_SEC)
+			return false;
+		*failures = local_failures;
+		*since_s = local_at == 0 ? -1 : (int64) ((now - local_at) / USECS_PER_SEC);
+		local_at = now;
+		local_failures = 0;
+		return true;
+	}
+	total = (uint64) im_counter_get(IM_COUNTER_AUTH_FAILURES);
+	last = pg_atomic_read_u64(&im_shared->auth_summary_at);
+	if (last != 0 && now - last < (uint64) IM_AUTH_LOG_INTERVAL_S * USECS_PER_SEC)
+		return false;
+	if (!pg_atomic_compare_exchange_u64(&im_shared->auth_summary_at, &last, now))
+		return false;			/* another backend logs this interval */
+	*failures = (int64) (total - pg_atomic_exchange_u64(&im_shared->auth_summary_failures, total));
+	*since_s = last == 0 ? -1 : (int64) ((now - last) / USECS_PER_SEC);
+	return true;
+}
+
 /* Clears this worker's slot so senders stop waking a dead process. */
 static void
 worker_on_exit(int code, Datum arg)
@@ -290,6 +352,65 @@ worker_run_batch(MemoryContext loop_cxt)
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return n;
+}
+
+/*
+ * One maintenance transaction: a GC chunk (returns true when it ended the
+ * round) or, with gc false, im_maintain (returns true).  Does nothing when
+ * the extension is not installed here (returns true: the round is over).
+ */
+static bool
+worker_maintenance_xact(bool gc, MemoryContext loop_cxt)
+{
+	bool		round_done = true;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, gc ? "im_sync maintenance: inbox gc chunk"
+						   : "im_sync maintenance: key ring and retention");
+	if (OidIsValid(get_extension_oid("im_sync", true)))
+	{
+		if (gc)
+			round_done = im_gc_inbox_chunk(IM_WORKER_GC_CHUNK_USERS, NULL);
+		else
+			im_maintain();
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(loop_cxt);
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return round_done;
+}
+
+/*
+ * One maintenance turn of the first worker; true while its round is still
+ * open (the loop then goes on without sleeping).  Errors propagate.
+ */
+static bool
+worker_maintenance_turn(MemoryContext loop_cxt)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!maintenance_round_open)
+	{
+		if (maintenance_round_ended != 0 &&
+			now < maintenance_round_ended + (TimestampTz) im_maintenance_interval_s * USECS_PER_SEC)
+			return false;
+		maintenance_round_open = true;
+	}
+	for (int i = 0; i < IM_WORKER_GC_CHUNKS_PER_TURN; i++)
+	{
+		if (worker_maintenance_xact(true, loop_cxt))
+		{
+			(void) worker_maintenance_xact(false, loop_cxt);
+			maintenance_round_open = false;
+			maintenance_round_ended = GetCurrentTimestamp();
+			return false;
+		}
+	}
+	return true;
 }
 
 /*
@@ -387,6 +508,7 @@ im_fanout_worker_main(Datum main_arg)
 	{
 		volatile int64 n = 0;
 		ErrorData  *volatile failure = NULL;
+		volatile bool maintenance_open = false;
 
 		MemoryContextReset(loop_cxt);
 		im_fanout_claim_init(&batch_claim, loop_cxt);
@@ -397,6 +519,22 @@ im_fanout_worker_main(Datum main_arg)
 		{
 			(void) worker_wait(IM_WORKER_NAPTIME_MS);
 			continue;
+		}
+
+		if (slot == 0 && im_maintenance_interval_s > 0)
+		{
+			PG_TRY();
+			{
+				maintenance_open = worker_maintenance_turn(loop_cxt);
+			}
+			PG_CATCH();
+			{
+				/* logged; the next round starts after the usual pause */
+				(void) worker_recover(loop_cxt);
+				maintenance_round_open = false;
+				maintenance_round_ended = GetCurrentTimestamp();
+			}
+			PG_END_TRY();
 		}
 
 		PG_TRY();
@@ -418,7 +556,7 @@ im_fanout_worker_main(Datum main_arg)
 		else if (n < 0)
 			/* Extension not installed here yet: wait for CREATE EXTENSION. */
 			(void) worker_wait(5 * IM_WORKER_NAPTIME_MS);
-		else if (batch_claim.n == 0 && worker_wait(IM_WORKER_NAPTIME_MS))
+		else if (batch_claim.n == 0 && !maintenance_open && worker_wait(IM_WORKER_NAPTIME_MS))
 		{
 			/* Woken by a commit (or a signal): let the burst gather. */
 			(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -426,8 +564,9 @@ im_fanout_worker_main(Datum main_arg)
 			CHECK_FOR_INTERRUPTS();
 		}
 		/*
-		 * Something was claimed: more may be due, go again at once (what
-		 * failed backs off, so this cannot spin on it).
+		 * Something was claimed or a maintenance round is open: more may be
+		 * due, go again at once (what failed backs off, so this cannot spin
+		 * on it).
 		 */
 	}
 }

@@ -205,10 +205,13 @@ UPDATE im.user_head SET high_watermark = 6 WHERE user_id = 10;
 SELECT * FROM im.reconcile();
 ROLLBACK;
 
--- recovery_session_stuck and snapshot_stuck: expired but never ended
+-- recovery_session_stuck and snapshot_stuck: expired but never ended (a
+-- session counts once its last batch token, token_ttl after the lease, ran
+-- out: maintenance ends those)
 BEGIN;
 INSERT INTO im.recovery_session (recovery_session_id, user_id, device_id, sync_generation, resume_from, batch_high_watermark, expires_at)
-  VALUES (1, 10, 'phone', 2, 1, 4, now() - interval '1 s');
+  VALUES (1, 10, 'phone', 2, 1, 4, now() - interval '1 h'),
+         (2, 10, 'phone', 3, 1, 4, now() - interval '1 s');
 INSERT INTO im.snapshot (snapshot_id, user_id, device_id, sync_generation, base_sync_seq, page_count, manifest_digest, state, expires_at)
   VALUES (1, 10, 'phone', 3, 4, 1, 'x', 'READY', now() - interval '1 s'),
          (2, 10, 'phone', 4, 4, 1, 'x', 'READY', now() + interval '1 h');

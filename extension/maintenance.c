@@ -1,0 +1,160 @@
+/*
+ * maintenance.c — what maintenance does besides inbox GC (contract §8):
+ * the token key ring (token.c) and the retention of rows that would
+ * otherwise be kept for ever.  im.gc_inbox() runs it after its chunk; the
+ * first fanout worker runs it after each round of committed GC chunks
+ * (worker.c).
+ *
+ * Retention (each step deletes at most IM_RETENTION_BATCH rows per call,
+ * oldest first, so one call stays short and repeated calls catch up):
+ *   - done outbox items processed more than im_sync.inbox_retention ago,
+ *     unless quarantined (reconcile reports those).  Readers already treat
+ *     a missing item as processed; reconcile's message_without_outbox skips
+ *     events older than the recorded cutoff;
+ *   - private events older than inbox_retention once their outbox item is
+ *     gone and no user log holds them;
+ *   - snapshots: READY/BUILDING ones past expires_at become ABANDONED (their
+ *     token has expired; they no longer hold the fence); any snapshot whose
+ *     expiry is one more snapshot_ttl past is deleted with its pages;
+ *   - recovery sessions: ACTIVE ones whose lease ran out more than
+ *     token_ttl ago (no batch token of theirs is live) become EXPIRED, as
+ *     sync_changes would make them; ended ones are deleted once the largest
+ *     of token_ttl and recovery_ttl has passed since they ended;
+ *   - audit rows older than im_sync.audit_retention.
+ * Invariant protected: nothing a fence, a live snapshot or recovery
+ * session, a live token, a dead letter or reconcile still needs is deleted:
+ * pending and dead items, quarantined items, unexpired snapshots, ACTIVE
+ * sessions and private events a log still holds are never touched.
+ */
+#include "im_sync.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+
+/* Upper bound of rows one retention step deletes per call. */
+#define IM_RETENTION_BATCH 10000
+/* Snapshots hold many pages each: fewer per call. */
+#define IM_RETENTION_SNAPSHOT_BATCH 200
+
+typedef struct RetentionStep
+{
+	const char *name;			/* for the debug line */
+	const char *sql;			/* $1 limit; $2 inbox_retention, $3 token_ttl,
+								 * $4 recovery_ttl, $5 snapshot_ttl,
+								 * $6 audit_retention (seconds) */
+	int			limit;
+} RetentionStep;
+
+#define AGO(param) \
+	"(pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.make_interval(secs => " param "))"
+
+static const RetentionStep steps[] = {
+	{"outbox",
+	 "WITH c AS (SELECT o.outbox_id FROM im.outbox o "
+	 "  WHERE o.state OPERATOR(pg_catalog.=) 'done' AND o.processed_at OPERATOR(pg_catalog.<) " AGO("$2")
+	 "    AND NOT EXISTS (SELECT 1 FROM im.fanout_quarantine q WHERE q.outbox_id OPERATOR(pg_catalog.=) o.outbox_id) "
+	 "  ORDER BY o.processed_at LIMIT $1), "
+	 "d AS (DELETE FROM im.outbox o USING c WHERE o.outbox_id OPERATOR(pg_catalog.=) c.outbox_id RETURNING 1), "
+	 /* the cutoff reconcile trusts: only moves forward, only when used */
+	 "m AS (INSERT INTO im.maintenance_state AS m (name, at) "
+	 "  SELECT 'outbox_collected_before', " AGO("$2") " WHERE EXISTS (SELECT 1 FROM d) "
+	 "  ON CONFLICT (name) DO UPDATE SET at = GREATEST(m.at, EXCLUDED.at) RETURNING 1) "
+	 /* (a data-modifying CTE runs whether or not the query reads it) */
+	 "SELECT pg_catalog.count(*) FROM d",
+	 IM_RETENTION_BATCH},
+	{"private_event",
+	 "WITH c AS (SELECT pe.private_event_id FROM im.private_event pe "
+	 "  WHERE pe.created_at OPERATOR(pg_catalog.<) " AGO("$2")
+	 "    AND NOT EXISTS (SELECT 1 FROM im.outbox o "
+	 "                    WHERE o.source_event_id OPERATOR(pg_catalog.=) pe.private_event_id) "
+	 "    AND NOT EXISTS (SELECT 1 FROM im.inbox i WHERE i.user_id OPERATOR(pg_catalog.=) pe.user_id "
+	 "                    AND i.source_event_id OPERATOR(pg_catalog.=) pe.private_event_id) "
+	 "  ORDER BY pe.created_at LIMIT $1), "
+	 "d AS (DELETE FROM im.private_event pe USING c "
+	 "  WHERE pe.private_event_id OPERATOR(pg_catalog.=) c.private_event_id RETURNING 1) "
+	 "SELECT pg_catalog.count(*) FROM d",
+	 IM_RETENTION_BATCH},
+	{"snapshot_abandon",
+	 "WITH d AS (UPDATE im.snapshot SET state = 'ABANDONED' "
+	 "  WHERE state OPERATOR(pg_catalog.=) ANY ('{READY,BUILDING}'::pg_catalog.text[]) "
+	 "    AND expires_at OPERATOR(pg_catalog.<) pg_catalog.now() RETURNING 1) "
+	 "SELECT pg_catalog.count(*) FROM d",
+	 0},
+	{"snapshot",
+	 "WITH c AS (SELECT s.snapshot_id FROM im.snapshot s "
+	 "  WHERE s.state OPERATOR(pg_catalog.=) ANY ('{INSTALLED,ABANDONED}'::pg_catalog.text[]) "
+	 "    AND s.expires_at OPERATOR(pg_catalog.<) " AGO("$5")
+	 "  ORDER BY s.expires_at LIMIT $1), "
+	 "d AS (DELETE FROM im.snapshot s USING c "
+	 "  WHERE s.snapshot_id OPERATOR(pg_catalog.=) c.snapshot_id RETURNING 1) "
+	 "SELECT pg_catalog.count(*) FROM d",
+	 IM_RETENTION_SNAPSHOT_BATCH},
+	{"recovery_session_expire",
+	 "WITH d AS (UPDATE im.recovery_session SET state = 'EXPIRED', ended_at = pg_catalog.now() "
+	 "  WHERE state OPERATOR(pg_catalog.=) 'ACTIVE' AND expires_at OPERATOR(pg_catalog.<) " AGO("$3")
+	 "  RETURNING 1) "
+	 "SELECT pg_catalog.count(*) FROM d",
+	 0},
+	{"recovery_session",
+	 "WITH c AS (SELECT r.recovery_session_id FROM im.recovery_session r "
+	 "  WHERE r.state OPERATOR(pg_catalog.<>) 'ACTIVE' "
+	 "    AND COALESCE(r.ended_at, r.expires_at) OPERATOR(pg_catalog.<) " AGO("GREATEST($3, $4)")
+	 "  ORDER BY r.recovery_session_id LIMIT $1), "
+	 "d AS (DELETE FROM im.recovery_session r USING c "
+	 "  WHERE r.recovery_session_id OPERATOR(pg_catalog.=) c.recovery_session_id RETURNING 1) "
+	 "SELECT pg_catalog.count(*) FROM d",
+	 IM_RETENTION_BATCH},
+	{"audit",
+	 "WITH c AS (SELECT a.audit_id FROM im.audit a WHERE a.at OPERATOR(pg_catalog.<) " AGO("$6")
+	 "  ORDER BY a.at LIMIT $1), "
+	 "d AS (DELETE FROM im.audit a USING c WHERE a.audit_id OPERATOR(pg_catalog.=) c.audit_id RETURNING 1) "
+	 "SELECT pg_catalog.count(*) FROM d",
+	 IM_RETENTION_BATCH},
+};
+
+#define NUM_STEPS lengthof(steps)
+
+/* Every retention step once, in the caller's transaction. */
+static void
+retention_collect(void)
+{
+	static SPIPlanPtr plans[NUM_STEPS];
+	Datum		args[6];
+
+	args[1] = Float8GetDatum((double) im_inbox_retention_s);
+	args[2] = Float8GetDatum((double) im_token_ttl_s);
+	args[3] = Float8GetDatum((double) im_recovery_ttl_s);
+	args[4] = Float8GetDatum((double) im_snapshot_ttl_s);
+	args[5] = Float8GetDatum((double) im_audit_retention_s);
+
+	im_spi_connect();
+	for (int i = 0; i < (int) NUM_STEPS; i++)
+	{
+		int64		n;
+
+		CHECK_FOR_INTERRUPTS();
+		/* a step without a limit changes few rows (expired leases only) */
+		args[0] = Int64GetDatum(steps[i].limit > 0 ? steps[i].limit : PG_INT64_MAX);
+		im_prepare(&plans[i], steps[i].sql, 6,
+				   INT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID);
+		im_exec(plans[i], args, NULL, 1);
+		n = im_get_int64(0, 1, NULL);
+		if (n > 0)
+			elog(DEBUG1, "im_sync: retention step %s: " INT64_FORMAT " rows", steps[i].name, n);
+	}
+	SPI_finish();
+}
+
+void
+im_maintain(void)
+{
+	bool		rotated;
+	int			retired;
+
+	retired = im_token_keys_maintain(&rotated);
+	if (rotated || retired > 0)
+		ereport(LOG,
+				(errmsg("im_sync: token key maintenance: %s, %d superseded key(s) retired",
+						rotated ? "rotated to a new signing key" : "no rotation", retired)));
+	retention_collect();
+}
