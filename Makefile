@@ -11,7 +11,10 @@ PG_CPPFLAGS = -Iextension -Wall -Wextra -Wno-unused-parameter -Wno-missing-field
 SHLIB_LINK  = $(filter -lcrypto -lssl,$(LIBS))
 PG_CONFIG  ?= pg_config
 # No LLVM bitcode: faster builds, no clang needed to install the extension.
-with_llvm   = no
+override with_llvm = no
+# Rebuild a .c whenever a header it includes changes (gcc -MMD; PGXS reads
+# the .deps files): a stale object holding an old SQL macro is a wrong build.
+override autodepend = yes
 
 DRIVER_GOALS = check run demo bench deps drills fuzz
 
