@@ -222,6 +222,30 @@ bad(im_request *req, im_decode_status st, const char *fmt, const char *name)
 	return st;
 }
 
+/*
+ * A number jansson cannot hold (an integer past int64, a real past double)
+ * is valid JSON with a value out of range: INVALID_ARGUMENT, like 22003
+ * (contract §10).  The frame is read once more with integers as reals only
+ * to echo its id, when that id is a string or an exactly held integer.
+ */
+static im_decode_status
+number_out_of_range(const char *buf, size_t len, im_request *req)
+{
+	json_error_t jerr;
+	json_t	   *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL |
+								  JSON_DECODE_INT_AS_REAL, &jerr);
+	json_t	   *id = root && json_is_object(root) ? json_object_get(root, "id") : NULL;
+
+	if (id && json_is_string(id))
+		req->id = json_incref(id);
+	else if (id && json_is_real(id) &&
+			 json_real_value(id) >= -9007199254740991.0 && json_real_value(id) <= 9007199254740991.0 &&
+			 json_real_value(id) == (double) (int64_t) json_real_value(id))
+		req->id = json_integer((json_int_t) json_real_value(id));
+	json_decref(root);
+	return bad(req, IM_DECODE_INVALID, "a number is out of range%s", NULL);
+}
+
 im_decode_status
 im_decode_frame(const char *buf, size_t len, int64_t user_id,
 				const char *device_id, im_request *req)
@@ -248,6 +272,8 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 	if (memchr(buf, '\0', len) != NULL)
 		return bad(req, IM_DECODE_BAD_FRAME, "not JSON%s", NULL);
 	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+	if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
+		return number_out_of_range(buf, len, req);
 	if (!root)
 		return bad(req, IM_DECODE_BAD_FRAME, "not JSON%s", NULL);
 	if (!json_is_object(root))
