@@ -158,7 +158,7 @@ async def fetch_all(c, conv):
     for _ in range(1000):
         r = await raw_req(c, {"type": "fetch_messages", "conversation_id": conv, "after_seq": after, "limit": 50})
         assert r["type"] == "fetch_messages_result", r
-        assert isinstance(r["messages"], list), "messages is not an array: %r" % (r,)
+        assert isinstance(r["messages"], list), "messages is not an array: %.300r" % (r,)
         for e in r["messages"]:
             got[int(e["message_id"])] = e
         if not r["has_more"]:
@@ -179,7 +179,7 @@ async def sync_until(c, conv, want_ids, timeout=90):
         assert r["type"] == "sync_result" and r["status"] in ("OK", "RECOVERY"), r
         page = r
         while True:
-            assert isinstance(page["events"], list), "events is not an array: %r" % (page,)
+            assert isinstance(page["events"], list), "events is not an array: %.300r" % (page,)
             for e in page["events"]:
                 if e.get("conversation_id") != conv:
                     continue

@@ -74,8 +74,9 @@ async def main():
                     "%d:phone:%d:REVOKED" % (u, epoch + 1000)):
         before = metric("im_gateway_device_rechecks_total")
         notify(conn, [payload])
-        await wait_metric("im_gateway_device_rechecks_total", before + 1)
         await still_open(c, "spoofed %s" % payload.rsplit(":", 1)[1])
+        await wait_metric("im_gateway_device_rechecks_total", before + 1)
+        await still_open(c, "spoofed %s after its re-check" % payload.rsplit(":", 1)[1])
     # hint payloads naming the user: only hints, never a close
     notify(conn, ["%d:999999" % u, "c1:5", "garbage"], channel="im_sync_hint")
     await still_open(c, "a spoofed hint")
