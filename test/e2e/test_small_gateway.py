@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run against a gateway started with --statement-timeout 300 and
+"""Run against a gateway started with --statement-timeout 1000 and
 --max-queue 100000 (test/suites/60-e2e.sh).
 
 Issue 8 item 4: a call that waits past the statement timeout (a lock that

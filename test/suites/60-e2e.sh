@@ -36,14 +36,20 @@ for t in ${IM_E2E_SCRIPTS:-body_roundtrip notify_spoof metrics_cache int_range l
   "$py" test/e2e/test_$t.py || rc=1
 done
 
-# a gateway with a tiny statement timeout and reply queue (items 4 and 7),
-# without --log-key (a random key per process)
+# a gateway with a short statement timeout and a small reply queue (items 4
+# and 7), without --log-key (a random key per process), connected as a role
+# with only the gateway's grants (item 6: no conversation_members)
+im_psql -d im_test -f test/e2e/gateway_grants.sql >/dev/null || rc=1
 port3=$(im_free_port)
-./gateway/im_gateway --listen 127.0.0.1:"$port3" --pool 2 --statement-timeout 300 --max-queue 100000 \
-    --db "host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_test" >"$IM_TMP/gateway-small.log" 2>&1 &
+./gateway/im_gateway --listen 127.0.0.1:"$port3" --pool 2 --statement-timeout 1000 --max-queue 100000 \
+    --db "host=$PGHOST port=$PGPORT user=im_gateway_e2e dbname=im_test" >"$IM_TMP/gateway-small.log" 2>&1 &
 gw3=$!
 for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port3/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
 IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_small_gateway.py || rc=1
+IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_gateway.py scenario shared_log supersede revoke http || rc=1
+if grep -q 'permission denied\|members_lookup_failed' "$IM_TMP/gateway-small.log"; then
+  echo "the gateway role lacks a grant:"; grep 'permission denied\|members_lookup_failed' "$IM_TMP/gateway-small.log" | head -3; rc=1
+fi
 kill -TERM "$gw3"; wait "$gw3"
 "$py" test/e2e/check_log_hashes.py "$IM_TMP/gateway-small.log" || rc=1
 
