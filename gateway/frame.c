@@ -243,6 +243,7 @@ number_out_of_range(const char *buf, size_t len, im_request *req)
 			 json_real_value(id) == (double) (int64_t) json_real_value(id))
 		req->id = json_integer((json_int_t) json_real_value(id));
 	json_decref(root);
+	req->op = IM_OP_COUNT;		/* type unknown: counted as an invalid frame */
 	return bad(req, IM_DECODE_INVALID, "a number is out of range%s", NULL);
 }
 

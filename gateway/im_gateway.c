@@ -1166,7 +1166,7 @@ process_frame(session *s, const char *buf, size_t len)
 	int			i;
 
 	st = im_decode_frame(buf, len, s->user_id, s->authed ? s->device_id : NULL, &req);
-	m.frames_in[st == IM_DECODE_BAD_FRAME ? IM_OP_COUNT : (int) req.op]++;
+	m.frames_in[st == IM_DECODE_BAD_FRAME ? IM_OP_COUNT : (int) req.op]++;	/* op COUNT: unreadable */
 	if (!s->authed)
 	{
 		/* the first frame must be a valid hello */
