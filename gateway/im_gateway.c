@@ -109,7 +109,7 @@ typedef struct session
 	size_t		out_bytes;
 	int64_t		hint_hw;		/* -1: none pending */
 	/* device_session re-checks: at most one in flight and one pending */
-	unsigned	recheck_inflight:1, recheck_pending:1, recheck_hint:1;
+	unsigned	recheck_inflight:1, recheck_pending:1, recheck_hint:1, recheck_retry:1;
 	conv_hint  *chints;			/* allocated on first use */
 	int			nchints;
 	/* rate limit */
@@ -773,7 +773,16 @@ on_recheck(session *s, im_job *j)
 		if (j->key && !PQgetisnull(r, 0, 3))
 			push_hint(s, strtoll(PQgetvalue(r, 0, 3), NULL, 10));
 	}
-	/* a failed re-check is decided by the next notification or re-LISTEN */
+	else if (s->authed)
+	{
+		/*
+		 * Not answered (pool not up yet after a restart, timeout): the
+		 * question stays open and is asked again on the next tick, hint
+		 * included, never in a loop.
+		 */
+		s->recheck_retry = 1;
+		s->recheck_hint |= j->key ? 1 : 0;
+	}
 	if (s->recheck_pending)
 	{
 		s->recheck_pending = 0;
@@ -1612,9 +1621,16 @@ tick(lws_sorted_usec_list_t *sul)
 		g_hello_rate = 0.5 * g_hello_rate + 0.5 * (double) g_hellos_done;
 	g_hellos_done = 0;
 	for (s = all_sessions; s; s = s->all_next)
+	{
 		if (!s->is_http && !s->authed && !s->close_code && !s->hello_pending &&
 			now - s->t_open > cfg.hello_timeout)
 			begin_close(s, 4001, "hello_timeout");
+		if (s->recheck_retry && !s->recheck_inflight)
+		{
+			s->recheck_retry = 0;
+			request_recheck(s, 0);
+		}
+	}
 	lws_sul_schedule(g_ctx, 0, &g_tick, tick, LWS_US_PER_SEC);
 }
 
