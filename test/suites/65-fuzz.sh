@@ -17,7 +17,7 @@ for t in fuzz_frame fuzz_roundtrip; do
   [ "$t" = fuzz_roundtrip ] && cp gateway/fuzz/seed_json/* "$work/$t/"
   # -error_exitcode makes a finding fail the suite; the corpus copy keeps
   # the seed directories clean.
-  ./gateway/$t -max_total_time="$secs" -max_len=65536 -error_exitcode=77 -print_final_stats=1 \
+  ./gateway/$t -max_total_time="$secs" -dict=gateway/fuzz/json.dict -max_len=65536 -error_exitcode=77 -print_final_stats=1 \
       -artifact_prefix="$work/$t-" "$work/$t" >"$work/$t.log" 2>&1 || {
     echo "$t failed:"; tail -n 40 "$work/$t.log"; ls "$work"/$t-crash-* 2>/dev/null; exit 1; }
   echo "$t: $(grep -h 'stat::number_of_executed_units' "$work/$t.log" | awk '{print $2}') executions"
