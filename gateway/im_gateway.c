@@ -773,12 +773,12 @@ on_recheck(session *s, im_job *j)
 		if (j->key && !PQgetisnull(r, 0, 3))
 			push_hint(s, strtoll(PQgetvalue(r, 0, 3), NULL, 10));
 	}
-	else if (s->authed)
+	else if (s->authed && j->status == IM_JOB_UNAVAILABLE)
 	{
 		/*
 		 * Not answered (pool not up yet after a restart, timeout): the
 		 * question stays open and is asked again on the next tick, hint
-		 * included, never in a loop.
+		 * included, never in a loop.  An SQL error is not retried.
 		 */
 		s->recheck_retry = 1;
 		s->recheck_hint |= j->key ? 1 : 0;
