@@ -342,6 +342,18 @@ RETURNS TABLE(user_id bigint, membership_period_id bigint, join_seq bigint)
 AS 'MODULE_PATHNAME', 'im_conversation_members' LANGUAGE C;
 CREATE FUNCTION im.set_conversation_mode(conversation_id bigint, mode text)
 RETURNS text AS 'MODULE_PATHNAME', 'im_set_conversation_mode' LANGUAGE C;
+-- For the gateway's shared_log hints: which of the given users (its
+-- connected users) are active members.  Unlike conversation_members it names
+-- nobody the caller did not name, so the gateway role needs no function that
+-- lists a conversation's members (issue 8 item 6).
+CREATE FUNCTION im.members_among(conversation_id bigint, candidate_user_ids bigint[])
+RETURNS SETOF bigint LANGUAGE sql STABLE AS $$
+  SELECT p.user_id FROM im.membership_period p
+  WHERE p.conversation_id OPERATOR(pg_catalog.=) $1
+    AND p.leave_seq IS NULL
+    AND p.user_id OPERATOR(pg_catalog.=) ANY ($2)
+  ORDER BY p.user_id
+$$;
 
 -- §3 sending
 CREATE FUNCTION im.send_message(sender_id bigint, conversation_id bigint, client_msg_id text,

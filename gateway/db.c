@@ -18,6 +18,7 @@
  * to three times; connections come back by themselves with backoff.
  */
 #include "db.h"
+#include "json_splice.h"
 #include "log.h"
 
 #include <errno.h>
@@ -33,6 +34,7 @@
 #define MAX_ATTEMPTS 3
 #define MAX_QUEUE 20000
 #define MAX_PREPARED 64			/* distinct statements per connection */
+#define IM_MAX_RAW 16			/* json/jsonb columns in one result row */
 
 const double im_db_hist_bounds[11] = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
 0.1, 0.2, 0.5, 1.0, 2.0};
@@ -77,6 +79,7 @@ typedef struct dbconn
 
 static char *g_conninfo;
 static int	g_npool;
+static int	g_statement_timeout_ms = IM_DB_DEFAULT_STATEMENT_TIMEOUT_MS;
 static dbconn g_conns[MAX_CONNS + 1];	/* [0..npool) pool, [npool] listen */
 static pthread_t g_thread;
 static int	g_wake_pipe[2] = {-1, -1};
@@ -176,17 +179,23 @@ post_done(im_job *job)
 
 /* ---- reply building (API jobs) ---- */
 
+static int
+is_json_type(Oid t)
+{
+	return t == 114 || t == 3802;	/* json, jsonb */
+}
+
+/* A scalar column as a jansson value (json/jsonb columns are spliced). */
 static json_t *
 cell_json(const PGresult *res, int row, int col)
 {
 	const char *v;
-	Oid			t;
+	json_t	   *j;
 
 	if (PQgetisnull(res, row, col))
 		return json_null();
 	v = PQgetvalue(res, row, col);
-	t = PQftype(res, col);
-	switch (t)
+	switch (PQftype(res, col))
 	{
 		case 16:				/* bool */
 			return json_boolean(v[0] == 't');
@@ -197,28 +206,47 @@ cell_json(const PGresult *res, int row, int col)
 			return json_integer(strtoll(v, NULL, 10));
 		case 700:				/* float4 */
 		case 701:				/* float8 */
-			return json_real(strtod(v, NULL));
-		case 114:				/* json */
-		case 3802:				/* jsonb: embedded, not a string */
-			{
-				json_error_t e;
-				json_t	   *j = json_loadb(v, (size_t) PQgetlength(res, row, col),
-										   JSON_DECODE_ANY, &e);
-
-				return j ? j : json_string(v);
-			}
+			j = json_real(strtod(v, NULL));
+			return j ? j : json_null();	/* NaN and infinities are not JSON */
 		default:
 			return json_string(v);
 	}
 }
 
-static void
-row_into(json_t *o, const PGresult *res, int row)
+/*
+ * One row as an object text: scalars through jansson, json/jsonb columns
+ * spliced in as PostgreSQL printed them (issue 8 item 1: never re-parsed,
+ * never turned into a string).  base, when given, holds keys that come
+ * first (type, id) and is consumed.
+ */
+static char *
+row_text(json_t *base, const PGresult *res, int row, const im_raw_member *extra, int nextra)
 {
+	json_t	   *o = base ? base : json_object();
+	im_raw_member raw[IM_MAX_RAW];
+	int			nraw = 0;
 	int			c;
+	char	   *text;
 
-	for (c = 0; c < PQnfields(res); c++)
-		json_object_set_new(o, PQfname(res, c), cell_json(res, row, c));
+	for (c = 0; c < nextra && nraw < IM_MAX_RAW; c++)
+		raw[nraw++] = extra[c];
+	for (c = 0; res && c < PQnfields(res); c++)
+	{
+		if (is_json_type(PQftype(res, c)) && !PQgetisnull(res, row, c) && nraw < IM_MAX_RAW)
+		{
+			raw[nraw].name = PQfname(res, c);
+			raw[nraw].text = PQgetvalue(res, row, c);
+			raw[nraw].len = (size_t) PQgetlength(res, row, c);
+			nraw++;
+		}
+		else
+			json_object_set_new(o, PQfname(res, c), cell_json(res, row, c));
+	}
+	text = im_json_splice(o, raw, nraw);
+	json_decref(o);
+	if (!text)
+		abort();
+	return text;
 }
 
 #include "frame.h"
@@ -234,22 +262,28 @@ build_reply(im_job *job)
 		json_object_set(o, "id", job->id);
 	if (im_ops[job->op].shape == IM_REPLY_ROWS)
 	{
-		json_t	   *rows = json_array();
+		int			n = PQntuples(res);
+		char	  **rows = calloc((size_t) n + 1, sizeof(char *));
+		im_raw_member arr;
 		int			r;
 
-		for (r = 0; r < PQntuples(res); r++)
-		{
-			json_t	   *ro = json_object();
-
-			row_into(ro, res, r);
-			json_array_append_new(rows, ro);
-		}
-		json_object_set_new(o, "rows", rows);
+		if (!rows)
+			abort();
+		for (r = 0; r < n; r++)
+			rows[r] = row_text(NULL, res, r, NULL, 0);
+		arr.name = "rows";
+		arr.text = im_json_array_of_texts(rows, n);
+		if (!arr.text)
+			abort();
+		arr.len = strlen(arr.text);
+		job->reply = row_text(o, NULL, 0, &arr, 1);
+		for (r = 0; r < n; r++)
+			free(rows[r]);
+		free(rows);
+		free((char *) arr.text);
 	}
-	else if (PQntuples(res) > 0)
-		row_into(o, res, 0);
-	job->reply = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
+	else
+		job->reply = row_text(o, PQntuples(res) > 0 ? res : NULL, 0, NULL, 0);
 	PQclear(job->res);
 	job->res = NULL;
 }
@@ -416,10 +450,31 @@ conn_ready(dbconn *c)
 	}
 	else
 	{
-		c->st = C_IDLE;
-		update_ready();
-		im_log("info", "event=db_conn_ready conn=pool");
+		/*
+		 * No call may hold a pool connection (and the locks it took)
+		 * unboundedly (contract §12): every pool connection gets the
+		 * statement timeout before its first job; 57014 answers UNAVAILABLE.
+		 * Replies are JSON text, so results come as UTF-8.
+		 */
+		char		setup[128];
+
+		snprintf(setup, sizeof(setup),
+				 "SET statement_timeout = %d; SET client_encoding = 'UTF8'",
+				 g_statement_timeout_ms);
+		if (!PQsendQuery(c->pg, setup))
+		{
+			conn_down(c, PQerrorMessage(c->pg));
+			return;
+		}
+		c->st = C_SETUP;
+		c->want_write = PQflush(c->pg) == 1;
 	}
+}
+
+void
+im_db_set_statement_timeout(int ms)
+{
+	g_statement_timeout_ms = ms < 0 ? 0 : ms;
 }
 
 static int
@@ -521,9 +576,13 @@ job_result_done(dbconn *c)
 			finish_job(j, IM_JOB_UNAVAILABLE, NULL);
 			return;
 		}
-		/* admin shutdown, crash recovery, connection failure: unavailable */
-		if (ss && (strncmp(ss, "08", 2) == 0 || strncmp(ss, "57P", 3) == 0))
+		/* admin shutdown, crash recovery, connection failure, statement
+		 * timeout or cancel (57014): unavailable, the client retries */
+		if (ss && (strncmp(ss, "08", 2) == 0 || strncmp(ss, "57P", 3) == 0 ||
+				   strcmp(ss, "57014") == 0))
 		{
+			/* kept so the reply can say why */
+			snprintf(j->sqlstate, sizeof(j->sqlstate), "%s", ss);
 			PQclear(res);
 			finish_job(j, IM_JOB_UNAVAILABLE, NULL);
 			return;
@@ -731,10 +790,16 @@ conn_io(dbconn *c, short revents)
 					c->res = NULL;
 					if (!ok)
 					{
-						conn_down(c, "LISTEN failed");
+						conn_down(c, c->listen ? "LISTEN failed" : "session setup failed");
 						return;
 					}
 					c->st = C_IDLE;
+					if (!c->listen)
+					{
+						update_ready();
+						im_log("info", "event=db_conn_ready conn=pool");
+						break;
+					}
 					im_db_stats_g.listen_ready = 1;
 					im_log("info", "event=listen_ready");
 					{

@@ -84,6 +84,9 @@ typedef struct im_db_stats
 extern const double im_db_hist_bounds[11];
 extern im_db_stats im_db_stats_g;
 
+/* statement_timeout of every pool connection (0: none); set before im_db_start */
+#define IM_DB_DEFAULT_STATEMENT_TIMEOUT_MS 10000
+extern void im_db_set_statement_timeout(int ms);
 extern int	im_db_start(const char *conninfo, int pool, void (*wake) (void *), void *wake_arg);
 extern void im_db_stop(void);
 extern void im_db_submit(im_job *job);

@@ -41,7 +41,8 @@ typedef enum
 	F_DEVICE,					/* session device */
 	F_INT,						/* JSON integer -> bigint/int text */
 	F_TEXT,						/* JSON string */
-	F_OBJECT					/* JSON object -> jsonb text */
+	F_OBJECT					/* JSON object: the frame's own text, the
+								 * statement extracts the field from it */
 } field_kind;
 
 typedef struct
@@ -81,8 +82,8 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 	[IM_OP_SEND] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_TEXT, "client_msg_id", 1, 0},
 		{F_OBJECT, "body", 1, 0}, {F_TEXT, "content_type", 0, 1}},
-		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, $4::jsonb, $5::text)",
-		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, $4::jsonb)"
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', $5::text)",
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body')"
 	},
 	[IM_OP_RECALL] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_TEXT, "client_msg_id", 1, 0},
@@ -92,7 +93,7 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 	[IM_OP_EDIT] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_TEXT, "client_msg_id", 1, 0},
 		{F_INT, "target_message_id", 1, 0}, {F_OBJECT, "body", 1, 0}},
-		"SELECT * FROM im.edit_message($1::bigint, $2::bigint, $3::text, $4::bigint, $5::jsonb)", NULL
+		"SELECT * FROM im.edit_message($1::bigint, $2::bigint, $3::text, $4::bigint, ($5::jsonb) OPERATOR(pg_catalog.->) 'body')", NULL
 	},
 	[IM_OP_READ] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "read_to_seq", 1, 0}},
@@ -184,6 +185,14 @@ xstrdup(const char *s)
 	return r;
 }
 
+/* A JSON string is usable as a libpq text parameter or compared with strcmp
+ * only if it holds no NUL (frames are decoded with JSON_ALLOW_NUL). */
+static int
+string_has_nul(const json_t *t)
+{
+	return strlen(json_string_value(t)) != json_string_length(t);
+}
+
 static char *
 int_text(int64_t v)
 {
@@ -213,6 +222,31 @@ bad(im_request *req, im_decode_status st, const char *fmt, const char *name)
 	return st;
 }
 
+/*
+ * A number jansson cannot hold (an integer past int64, a real past double)
+ * is valid JSON with a value out of range: INVALID_ARGUMENT, like 22003
+ * (contract §10).  The frame is read once more with integers as reals only
+ * to echo its id, when that id is a string or an exactly held integer.
+ */
+static im_decode_status
+number_out_of_range(const char *buf, size_t len, im_request *req)
+{
+	json_error_t jerr;
+	json_t	   *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL |
+								  JSON_DECODE_INT_AS_REAL, &jerr);
+	json_t	   *id = root && json_is_object(root) ? json_object_get(root, "id") : NULL;
+
+	if (id && json_is_string(id))
+		req->id = json_incref(id);
+	else if (id && json_is_real(id) &&
+			 json_real_value(id) >= -9007199254740991.0 && json_real_value(id) <= 9007199254740991.0 &&
+			 json_real_value(id) == (double) (int64_t) json_real_value(id))
+		req->id = json_integer((json_int_t) json_real_value(id));
+	json_decref(root);
+	req->op = IM_OP_COUNT;		/* type unknown: counted as an invalid frame */
+	return bad(req, IM_DECODE_INVALID, "a number is out of range%s", NULL);
+}
+
 im_decode_status
 im_decode_frame(const char *buf, size_t len, int64_t user_id,
 				const char *device_id, im_request *req)
@@ -228,9 +262,19 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 	im_decode_status rc = IM_DECODE_OK;
 
 	memset(req, 0, sizeof(*req));
-	/* jansson rejects invalid UTF-8 and \u0000; duplicate keys are refused so
-	 * a frame cannot mean two things. */
-	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	/*
+	 * jansson rejects invalid UTF-8; duplicate keys are refused so a frame
+	 * cannot mean two things (PostgreSQL, which re-reads the frame text for
+	 * bodies, would keep the last one).  \u0000 is let through: in a body it
+	 * reaches PostgreSQL, which refuses it (22P05, INVALID_ARGUMENT); string
+	 * fields that become text parameters refuse it here.  A raw NUL byte is
+	 * not JSON and never reaches json_loadb's caller as a frame.
+	 */
+	if (memchr(buf, '\0', len) != NULL)
+		return bad(req, IM_DECODE_BAD_FRAME, "not JSON%s", NULL);
+	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+	if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
+		return number_out_of_range(buf, len, req);
 	if (!root)
 		return bad(req, IM_DECODE_BAD_FRAME, "not JSON%s", NULL);
 	if (!json_is_object(root))
@@ -255,7 +299,7 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 		return bad(req, IM_DECODE_BAD_FRAME, "nesting deeper than 32%s", NULL);
 	}
 	t = json_object_get(root, "type");
-	if (!t || !json_is_string(t))
+	if (!t || !json_is_string(t) || string_has_nul(t))
 	{
 		json_decref(root);
 		return bad(req, IM_DECODE_BAD_FRAME, "missing or non-string type%s", NULL);
@@ -286,7 +330,8 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 		}
 		t = json_object_get(root, "device_id");
 		if (t && !json_is_null(t) &&
-			(!json_is_string(t) || !device_id || strcmp(json_string_value(t), device_id) != 0))
+			(!json_is_string(t) || string_has_nul(t) || !device_id ||
+			 strcmp(json_string_value(t), device_id) != 0))
 			rc = bad(req, IM_DECODE_FORBIDDEN, "frame names another device%s", NULL);
 		if (rc != IM_DECODE_OK)
 		{
@@ -298,7 +343,7 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 	if (op == IM_OP_HELLO)
 	{
 		t = json_object_get(root, "token");
-		if (!t || !json_is_string(t) || json_string_length(t) == 0)
+		if (!t || !json_is_string(t) || json_string_length(t) == 0 || string_has_nul(t))
 			rc = bad(req, IM_DECODE_BAD_FRAME, "hello needs a string token%s", NULL);
 		else
 		{
@@ -359,6 +404,8 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 				{
 					if (!json_is_string(t))
 						rc = bad(req, IM_DECODE_BAD_FRAME, "field %s must be a string", f->name);
+					else if (string_has_nul(t))
+						rc = bad(req, IM_DECODE_INVALID, "field %s must not contain \\u0000", f->name);
 					else
 						val = xstrdup(json_string_value(t));
 				}
@@ -368,9 +415,18 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 						rc = bad(req, IM_DECODE_BAD_FRAME, "field %s must be an object", f->name);
 					else
 					{
-						val = json_dumps(t, JSON_COMPACT | JSON_ENCODE_ANY);
+						/*
+						 * Never re-serialized: jansson would print 0.1 as
+						 * 0.10000000000000001 and cannot hold integers past
+						 * int64.  PostgreSQL reads the frame text itself and
+						 * the statement takes the field (checked above to be
+						 * the one object of that name).
+						 */
+						val = malloc(len + 1);
 						if (!val)
-							rc = bad(req, IM_DECODE_BAD_FRAME, "field %s cannot be encoded", f->name);
+							abort();
+						memcpy(val, buf, len);
+						val[len] = '\0';
 					}
 				}
 				break;

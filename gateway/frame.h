@@ -59,6 +59,8 @@ typedef enum im_decode_status
 {
 	IM_DECODE_OK = 0,
 	IM_DECODE_BAD_FRAME,		/* contract: BAD_FRAME */
+	IM_DECODE_INVALID,			/* contract: INVALID_ARGUMENT (\u0000 in a
+								 * text field) */
 	IM_DECODE_FORBIDDEN			/* frame names another user or device */
 } im_decode_status;
 

@@ -3,7 +3,8 @@
  * extraction (frame.c), plus the hint and device-event payload parsers.
  * Checks what must hold for any input: decoding never crashes or leaks,
  * an OK decode always has a statement and at most IM_MAX_PARAMS
- * parameters, and $1 is always the session user, never frame data.
+ * parameters, $1 is always the session user, never frame data, and a
+ * send or edit passes the frame text itself as the body parameter.
  */
 #include "frame.h"
 
@@ -33,6 +34,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			if (req.op != IM_OP_HELLO && strcmp(req.params[0], authed ? "42" : "0") != 0)
 				abort();
+			/* bodies are never re-serialized: the parameter is the frame */
+			if ((req.op == IM_OP_SEND || req.op == IM_OP_EDIT) &&
+				(req.nparams < 4 || strlen(req.params[req.op == IM_OP_SEND ? 3 : 4]) != size ||
+				 memcmp(req.params[req.op == IM_OP_SEND ? 3 : 4], data, size) != 0))
+				abort();
+			/* text parameters are C strings: no NUL was cut off */
+			for (int k = 0; k < req.nparams; k++)
+				if (req.params[k] && strlen(req.params[k]) > size + 32)
+					abort();
 		}
 		s = im_error_frame(req.id, "BAD_FRAME", req.err, -1);
 		free(s);

@@ -17,6 +17,7 @@
 #include "db.h"
 #include "frame.h"
 #include "log.h"
+#include "log_hash.h"
 
 #include <libwebsockets.h>
 #include <errno.h>
@@ -58,19 +59,26 @@ static struct
 	int			n_allowed_origins;
 	int			ping_interval;	/* seconds of silence before a ping */
 	int			idle_timeout;	/* seconds of silence before close 1001 */
+	int			statement_timeout_ms;	/* on every pool connection, 0: none */
+	size_t		max_queue;		/* bytes of replies queued per session */
+	const char *log_key;		/* file with the key of logged id hashes */
 } cfg = {
 	"127.0.0.1", 8080, "", 1024 * 1024, 4,
 	50, 100, 16, 1, 5, 5, 20, 512, 10, 5,
-	50000, 256, NULL, NULL, 0, {NULL}, 0, 30, 60
+	50000, 256, NULL, NULL, 0, {NULL}, 0, 30, 60,
+	IM_DB_DEFAULT_STATEMENT_TIMEOUT_MS, 16 * 1024 * 1024, NULL
 };
 
 #define RETRY_UNAVAILABLE_MS 1000
 #define MAX_INQUEUE 32
 #define MAX_CONV_HINTS 8
-#define MAX_OUT_BYTES (16 * 1024 * 1024)
 /* Before welcome only a hello of at most this size is read (contract §10):
  * an unauthenticated socket never holds more than this much frame data. */
 #define MAX_HELLO_BYTES 8192
+/* error frames may use this much beyond --max-queue, so a reply that did
+ * not fit can still be answered with its id (issue 8 item 7) */
+#define ERROR_HEADROOM (1024 * 1024)
+#define METRICS_MAX_AGE 5.0		/* seconds (contract §10) */
 
 /* ---- sessions ---- */
 
@@ -120,6 +128,8 @@ typedef struct session
 			   *out_tail;
 	size_t		out_bytes;
 	int64_t		hint_hw;		/* -1: none pending */
+	/* device_session re-checks: at most one in flight and one pending */
+	unsigned	recheck_inflight:1, recheck_pending:1, recheck_hint:1, recheck_retry:1;
 	conv_hint  *chints;			/* allocated on first use */
 	int			nchints;
 	/* rate limit */
@@ -189,6 +199,9 @@ static struct
 	long		refusals;
 	long		upgrades_refused_cap,	/* HTTP 503: a connection cap */
 				upgrades_refused_origin;	/* HTTP 403: Origin not allowed */
+	long		rechecks;		/* device_session re-checks sent */
+	long		metrics_refreshes;	/* im.metrics() calls */
+	long		replies_too_large;	/* replies answered UNAVAILABLE instead */
 } m;
 
 static void
@@ -329,19 +342,25 @@ unregister_session(session *s)
 
 /* ---- outgoing ---- */
 
-static void
+/*
+ * Queues text (consumed) for the session.  Returns -1 when the session's
+ * queue has no room for it: replies stop at --max-queue, error frames may
+ * use ERROR_HEADROOM more.
+ */
+static int
 enqueue_text(session *s, char *text, int out_type)
 {
 	size_t		len;
+	size_t		cap = cfg.max_queue + (out_type == OUT_ERROR ? ERROR_HEADROOM : 0);
 	outmsg	   *o;
 
 	if (!text)
-		return;
+		return -1;
 	len = strlen(text);
-	if (s->close_code || s->out_bytes + len > MAX_OUT_BYTES)
+	if (s->close_code || s->out_bytes + len > cap)
 	{
 		free(text);
-		return;
+		return -1;
 	}
 	o = malloc(sizeof(outmsg) + LWS_PRE + len);
 	if (!o)
@@ -358,13 +377,35 @@ enqueue_text(session *s, char *text, int out_type)
 	s->out_bytes += len;
 	m.frames_out[out_type]++;
 	lws_callback_on_writable(s->wsi);
+	return 0;
 }
+
+static void begin_close(session *s, int code, const char *why);
 
 static void
 send_error(session *s, json_t *id, const char *code, const char *msg, long retry_ms)
 {
 	count_error(code);
-	enqueue_text(s, im_error_frame(id, code, msg, retry_ms), OUT_ERROR);
+	/* a client that reads none of its replies is closed, never left with a
+	 * request that silently got no answer */
+	if (enqueue_text(s, im_error_frame(id, code, msg, retry_ms), OUT_ERROR) != 0 &&
+		!s->close_code)
+		begin_close(s, 1013, "send_queue_full");
+}
+
+/*
+ * Every request gets a reply (issue 8 item 7): one that does not fit the
+ * session's queue is answered UNAVAILABLE with its id instead.
+ */
+static void
+send_reply(session *s, json_t *id, char *text, int out_type)
+{
+	if (enqueue_text(s, text, out_type) == 0 || s->close_code)
+		return;
+	m.replies_too_large++;
+	send_error(s, id, "UNAVAILABLE",
+			   "reply does not fit the session's send queue: read pending replies, "
+			   "or ask for a smaller page", RETRY_UNAVAILABLE_MS);
 }
 
 static void
@@ -378,8 +419,14 @@ begin_close(session *s, int code, const char *why)
 	for (i = 0; i < N_CLOSE_CODES; i++)
 		if (close_codes[i] == code)
 			m.closes[i]++;
-	im_log("info", "event=close sid=%" PRIu64 " user=%" PRId64 " device=%s code=%d reason=%s",
-		   s->sid, s->user_id, s->device_id[0] ? s->device_id : "-", code, why);
+	{
+		char		hu[IM_LOG_HASH_BUF],
+					hd[IM_LOG_HASH_BUF];
+
+		im_log("info", "event=close sid=%" PRIu64 " user=%s device=%s code=%d reason=%s",
+			   s->sid, s->user_id ? im_hash_user(s->user_id, hu) : "-",
+			   s->device_id[0] ? im_hash_device(s->user_id, s->device_id, hd) : "-", code, why);
+	}
 	lws_callback_on_writable(s->wsi);
 }
 
@@ -724,11 +771,53 @@ welcome(session *s, im_job *j, int off)
 	json_object_set_new(w, "high_watermark",
 						PQgetisnull(r, 0, off + 3) ? json_null() : json_integer(strtoll(PQgetvalue(r, 0, off + 3), NULL, 10)));
 	json_object_set_new(w, "state", json_string(PQgetvalue(r, 0, off + 0)));
-	enqueue_text(s, json_dumps(w, JSON_COMPACT), IM_OP_HELLO);
+	send_reply(s, j->id, json_dumps(w, JSON_COMPACT), IM_OP_HELLO);
 	json_decref(w);
-	im_log("info", "event=welcome sid=%" PRIu64 " user=%" PRId64 " device=%s epoch=%" PRId64,
-		   s->sid, s->user_id, s->device_id, s->epoch);
+	{
+		char		hu[IM_LOG_HASH_BUF],
+					hd[IM_LOG_HASH_BUF];
+
+		im_log("info", "event=welcome sid=%" PRIu64 " user=%s device=%s epoch=%" PRId64,
+			   s->sid, im_hash_user(s->user_id, hu), im_hash_device(s->user_id, s->device_id, hd),
+			   s->epoch);
+	}
 	pump(s);
+}
+
+/*
+ * Asks im.device_session whether the session's device is still current.
+ * A notification never closes a session by itself (any role can NOTIFY,
+ * issue 8 item 2): it only triggers this.  Per session at most one re-check
+ * is in flight and one pending, so a flood of notifications costs at most
+ * two calls per round trip.  hint: also hint afterwards (after a re-LISTEN,
+ * hints may have been lost).
+ */
+static void
+request_recheck(session *s, int hint)
+{
+	im_job	   *j;
+
+	if (!s->authed || s->close_code)
+		return;
+	if (hint)
+		s->recheck_hint = 1;
+	if (s->recheck_inflight)
+	{
+		s->recheck_pending = 1;
+		return;
+	}
+	s->recheck_inflight = 1;
+	m.rechecks++;
+	j = new_job(IM_JOB_RECHECK, s);
+	j->key = s->recheck_hint;
+	s->recheck_hint = 0;
+	j->sql = "SELECT state, sync_generation, server_acked_sync_seq, high_watermark, current "
+		"FROM im.device_session($1::bigint, $2::text, $3::bigint)";
+	j->nparams = 3;
+	j->params[0] = int_str(s->user_id);
+	j->params[1] = strdup(s->device_id);
+	j->params[2] = int_str(s->epoch);
+	im_db_submit(j);
 }
 
 static void
@@ -736,14 +825,37 @@ on_recheck(session *s, im_job *j)
 {
 	PGresult   *r = j->res;
 
-	if (!s->authed || j->status != IM_JOB_OK || PQntuples(r) != 1)
-		return;					/* next LISTEN reconnect or notification decides */
-	if (strcmp(PQgetvalue(r, 0, 0), "REVOKED") == 0)
-		begin_close(s, 4003, "revoked_recheck");
-	else if (PQgetvalue(r, 0, 4)[0] != 't')
-		begin_close(s, 4008, "superseded_recheck");
-	else if (!PQgetisnull(r, 0, 3))
-		push_hint(s, strtoll(PQgetvalue(r, 0, 3), NULL, 10));	/* hints may have been lost */
+	s->recheck_inflight = 0;
+	if (s->authed && j->status == IM_JOB_OK && PQntuples(r) == 1)
+	{
+		if (strcmp(PQgetvalue(r, 0, 0), "REVOKED") == 0)
+		{
+			begin_close(s, 4003, "revoked");
+			return;
+		}
+		if (PQgetvalue(r, 0, 4)[0] != 't')
+		{
+			begin_close(s, 4008, "superseded");
+			return;
+		}
+		if (j->key && !PQgetisnull(r, 0, 3))
+			push_hint(s, strtoll(PQgetvalue(r, 0, 3), NULL, 10));
+	}
+	else if (s->authed && j->status == IM_JOB_UNAVAILABLE)
+	{
+		/*
+		 * Not answered (pool not up yet after a restart, timeout): the
+		 * question stays open and is asked again on the next tick, hint
+		 * included, never in a loop.  An SQL error is not retried.
+		 */
+		s->recheck_retry = 1;
+		s->recheck_hint |= j->key ? 1 : 0;
+	}
+	if (s->recheck_pending)
+	{
+		s->recheck_pending = 0;
+		request_recheck(s, 0);
+	}
 }
 
 static void
@@ -752,17 +864,22 @@ on_api(session *s, im_job *j)
 	s->busy = 0;
 	if (j->status == IM_JOB_OK)
 	{
-		enqueue_text(s, j->reply, j->op);
+		send_reply(s, j->id, j->reply, j->op);
 		j->reply = NULL;
 	}
 	else if (j->status == IM_JOB_UNAVAILABLE)
-		send_error(s, j->id, "UNAVAILABLE", "database unavailable, retry later", RETRY_UNAVAILABLE_MS);
+		send_error(s, j->id, "UNAVAILABLE",
+				   strcmp(j->sqlstate, "57014") == 0 ? "request took too long (statement timeout), retry later"
+				   : "database unavailable, retry later", RETRY_UNAVAILABLE_MS);
 	else
 	{
 		const char *ss = j->sqlstate;
 		const char *code;
 
-		if (!strcmp(ss, "22023") || !strcmp(ss, "22P02"))
+		/* contract §10: 22P05 is \u0000 in a body, 22003 an integer out of
+		 * its column's range */
+		if (!strcmp(ss, "22023") || !strcmp(ss, "22P02") || !strcmp(ss, "22P05") ||
+			!strcmp(ss, "22003"))
 			code = "INVALID_ARGUMENT";
 		else if (!strcmp(ss, "42501"))
 			code = "FORBIDDEN";
@@ -774,8 +891,10 @@ on_api(session *s, im_job *j)
 			code = "INTERNAL";
 		if (strcmp(code, "INTERNAL") == 0)
 		{
-			im_log("error", "event=internal_error sid=%" PRIu64 " user=%" PRId64 " op=%s sqlstate=%s msg=\"%s\"",
-				   s->sid, s->user_id, im_ops[j->op].type, ss, j->errmsg ? j->errmsg : "");
+			char		hu[IM_LOG_HASH_BUF];
+
+			im_log("error", "event=internal_error sid=%" PRIu64 " user=%s op=%s sqlstate=%s msg=\"%s\"",
+				   s->sid, im_hash_user(s->user_id, hu), im_ops[j->op].type, ss, j->errmsg ? j->errmsg : "");
 			send_error(s, j->id, code, "internal error", -1);
 		}
 		else
@@ -816,6 +935,36 @@ deliver_conv_hint(members_slot *ms, int64_t head)
 	}
 }
 
+/* "{u1,u2,…}": the users with an authenticated session here (malloc'd). */
+static char *
+connected_users_array(void)
+{
+	size_t		cap = 64,
+				len = 0;
+	char	   *b = malloc(cap);
+	session    *s;
+
+	if (!b)
+		abort();
+	b[len++] = '{';
+	for (s = all_sessions; s; s = s->all_next)
+	{
+		if (!s->authed || s->close_code)
+			continue;
+		if (len + 24 > cap)
+		{
+			cap *= 2;
+			b = realloc(b, cap);
+			if (!b)
+				abort();
+		}
+		len += (size_t) snprintf(b + len, cap - len, "%s%" PRId64, len > 1 ? "," : "", s->user_id);
+	}
+	b[len++] = '}';
+	b[len] = '\0';
+	return b;
+}
+
 static void
 conv_hint_cb(void *arg, int64_t conv, int64_t head)
 {
@@ -845,10 +994,15 @@ conv_hint_cb(void *arg, int64_t conv, int64_t head)
 		im_job	   *j = new_job(IM_JOB_MEMBERS, NULL);
 
 		j->key = conv;
-		/* active members through the API: no table privileges needed */
-		j->sql = "SELECT user_id FROM im.conversation_members($1::bigint)";
-		j->nparams = 1;
+		/*
+		 * Only which of this gateway's connected users are active members
+		 * (issue 8 item 6): the gateway role cannot list a conversation's
+		 * members.
+		 */
+		j->sql = "SELECT u FROM im.members_among($1::bigint, $2::bigint[]) u";
+		j->nparams = 2;
 		j->params[0] = int_str(conv);
+		j->params[1] = connected_users_array();
 		im_db_submit(j);
 	}
 }
@@ -915,10 +1069,9 @@ on_notify(im_job *j)
 		{
 			if (s->user_id != ev.user_id || strcmp(s->device_id, ev.device_id) != 0)
 				continue;
-			if (ev.revoked)
-				begin_close(s, 4003, "revoked");
-			else if (s->epoch < ev.epoch)
-				begin_close(s, 4008, "superseded");
+			/* a supersession is by a newer epoch; anything else is re-checked */
+			if (ev.revoked || s->epoch < ev.epoch)
+				request_recheck(s, 0);
 		}
 	}
 }
@@ -938,20 +1091,7 @@ on_listen_up(void)
 			return;
 	}
 	for (s = all_sessions; s; s = s->all_next)
-	{
-		im_job	   *j;
-
-		if (!s->authed || s->close_code)
-			continue;
-		j = new_job(IM_JOB_RECHECK, s);
-		j->sql = "SELECT state, sync_generation, server_acked_sync_seq, high_watermark, current "
-			"FROM im.device_session($1::bigint, $2::text, $3::bigint)";
-		j->nparams = 3;
-		j->params[0] = int_str(s->user_id);
-		j->params[1] = strdup(s->device_id);
-		j->params[2] = int_str(s->epoch);
-		im_db_submit(j);
-	}
+		request_recheck(s, 1);
 }
 
 static char *metrics_text(PGresult *extra);
@@ -959,19 +1099,90 @@ static char *metrics_text(PGresult *extra);
 static void
 on_http_job(session *s, im_job *j)
 {
-	if (j->kind == IM_JOB_HEALTH)
-	{
-		int			ok = j->status == IM_JOB_OK;
+	int			ok = j->status == IM_JOB_OK;
 
-		s->http_status = ok ? 200 : 503;
-		s->http_body = strdup(ok ? "ok\n" : "database unavailable\n");
-	}
-	else
-	{
-		s->http_status = 200;
-		s->http_body = metrics_text(j->status == IM_JOB_OK ? j->res : NULL);
-	}
+	s->http_status = ok ? 200 : 503;
+	s->http_body = strdup(ok ? "ok\n" : "database unavailable\n");
 	lws_callback_on_writable(s->wsi);
+}
+
+/*
+ * /metrics cache (issue 8 item 4): im.metrics() scans tables, and scrapes
+ * need no authentication, so its result is reused for METRICS_MAX_AGE
+ * seconds (aged from when the call was sent) and at most one call is in
+ * flight; scrapes arriving meanwhile wait for it.  The gateway's own
+ * counters are always current.
+ */
+static struct
+{
+	PGresult   *res;			/* NULL: none usable */
+	double		at;
+	int			inflight;
+	uint64_t   *waiting;		/* sids of HTTP sessions waiting */
+	int			nwaiting,
+				capwaiting;
+} mcache;
+
+static void
+answer_metrics(session *s)
+{
+	int			fresh = mcache.res && im_now() - mcache.at <= METRICS_MAX_AGE;
+
+	s->http_status = 200;
+	s->http_body = metrics_text(fresh ? mcache.res : NULL);
+	lws_callback_on_writable(s->wsi);
+}
+
+static void
+request_metrics(session *s)
+{
+	im_job	   *j;
+
+	if (mcache.res && im_now() - mcache.at <= METRICS_MAX_AGE)
+	{
+		answer_metrics(s);
+		return;
+	}
+	if (mcache.nwaiting == mcache.capwaiting)
+	{
+		mcache.capwaiting = mcache.capwaiting ? mcache.capwaiting * 2 : 16;
+		mcache.waiting = realloc(mcache.waiting, sizeof(uint64_t) * (size_t) mcache.capwaiting);
+		if (!mcache.waiting)
+			abort();
+	}
+	mcache.waiting[mcache.nwaiting++] = s->sid;
+	if (mcache.inflight)
+		return;
+	mcache.inflight = 1;
+	m.metrics_refreshes++;
+	j = new_job(IM_JOB_METRICS, NULL);
+	j->sql = "SELECT name, value, help FROM im.metrics()";
+	im_db_submit(j);
+}
+
+static void
+on_metrics(im_job *j)
+{
+	int			i;
+
+	mcache.inflight = 0;
+	if (mcache.res)
+		PQclear(mcache.res);
+	mcache.res = NULL;
+	if (j->status == IM_JOB_OK)
+	{
+		mcache.res = j->res;	/* kept: the job no longer owns it */
+		j->res = NULL;
+		mcache.at = j->t_submit;
+	}
+	for (i = 0; i < mcache.nwaiting; i++)
+	{
+		session    *s = find_session(mcache.waiting[i]);
+
+		if (s)
+			answer_metrics(s);
+	}
+	mcache.nwaiting = 0;
 }
 
 static void
@@ -996,6 +1207,9 @@ handle_done(void)
 			case IM_JOB_MEMBERS:
 				on_members(j);
 				break;
+			case IM_JOB_METRICS:
+				on_metrics(j);
+				break;
 			default:
 				if ((!s || s->close_code) && j->txn_held && !j->txn_ended)
 				{
@@ -1009,7 +1223,7 @@ handle_done(void)
 				}
 				if (!s)
 					break;		/* session gone: drop */
-				if (j->kind == IM_JOB_HEALTH || j->kind == IM_JOB_METRICS)
+				if (j->kind == IM_JOB_HEALTH)
 					on_http_job(s, j);
 				else if (s->close_code)
 				{
@@ -1041,7 +1255,7 @@ process_frame(session *s, const char *buf, size_t len)
 	int			i;
 
 	st = im_decode_frame(buf, len, s->user_id, s->authed ? s->device_id : NULL, &req);
-	m.frames_in[st == IM_DECODE_BAD_FRAME ? IM_OP_COUNT : (int) req.op]++;
+	m.frames_in[st == IM_DECODE_BAD_FRAME ? IM_OP_COUNT : (int) req.op]++;	/* op COUNT: unreadable */
 	if (!s->authed)
 	{
 		/* the first frame must be a valid hello */
@@ -1069,6 +1283,12 @@ process_frame(session *s, const char *buf, size_t len)
 		im_request_free(&req);
 		return;
 	}
+	else if (st == IM_DECODE_INVALID)
+	{
+		send_error(s, req.id, "INVALID_ARGUMENT", req.err, -1);
+		im_request_free(&req);
+		return;
+	}
 	else if (st == IM_DECODE_FORBIDDEN)
 	{
 		send_error(s, req.id, "FORBIDDEN", req.err, -1);
@@ -1088,7 +1308,7 @@ process_frame(session *s, const char *buf, size_t len)
 		json_object_set_new(p, "type", json_string("pong"));
 		if (req.id)
 			json_object_set(p, "id", req.id);
-		enqueue_text(s, json_dumps(p, JSON_COMPACT), IM_OP_PING);
+		send_reply(s, req.id, json_dumps(p, JSON_COMPACT), IM_OP_PING);
 		json_decref(p);
 		im_request_free(&req);
 		return;
@@ -1282,6 +1502,9 @@ metrics_text(PGresult *extra)
 	sb_printf(&sb, "# HELP im_gateway_hints_coalesced_total Hints merged into a pending one.\n# TYPE im_gateway_hints_coalesced_total counter\nim_gateway_hints_coalesced_total %ld\n", m.hints_coalesced);
 	sb_printf(&sb, "# HELP im_gateway_hints_dropped_total Conversation hints dropped (too many pending).\n# TYPE im_gateway_hints_dropped_total counter\nim_gateway_hints_dropped_total %ld\n", m.hints_dropped);
 	sb_printf(&sb, "# HELP im_gateway_notifications_total Notifications received.\n# TYPE im_gateway_notifications_total counter\nim_gateway_notifications_total %ld\n", m.notifications);
+	sb_printf(&sb, "# HELP im_gateway_device_rechecks_total im.device_session re-checks after notifications or a re-LISTEN.\n# TYPE im_gateway_device_rechecks_total counter\nim_gateway_device_rechecks_total %ld\n", m.rechecks);
+	sb_printf(&sb, "# HELP im_gateway_metrics_refreshes_total im.metrics() calls made for /metrics.\n# TYPE im_gateway_metrics_refreshes_total counter\nim_gateway_metrics_refreshes_total %ld\n", m.metrics_refreshes);
+	sb_printf(&sb, "# HELP im_gateway_replies_too_large_total Replies that did not fit a session's queue (answered UNAVAILABLE).\n# TYPE im_gateway_replies_too_large_total counter\nim_gateway_replies_too_large_total %ld\n", m.replies_too_large);
 	sb_printf(&sb, "# HELP im_gateway_refusals_total Connections refused by admission limits.\n# TYPE im_gateway_refusals_total counter\nim_gateway_refusals_total %ld\n", m.refusals);
 	sb_printf(&sb, "# HELP im_gateway_upgrades_refused_total WebSocket upgrades refused before a session existed.\n# TYPE im_gateway_upgrades_refused_total counter\n"
 			  "im_gateway_upgrades_refused_total{reason=\"cap\"} %ld\nim_gateway_upgrades_refused_total{reason=\"origin\"} %ld\n",
@@ -1540,8 +1763,8 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 				}
 				else if (uri && strcmp(uri, "/metrics") == 0)
 				{
-					j = new_job(IM_JOB_METRICS, s);
-					j->sql = "SELECT name, value, help FROM im.metrics()";
+					request_metrics(s);
+					break;
 				}
 				else
 				{
@@ -1635,6 +1858,11 @@ tick(lws_sorted_usec_list_t *sul)
 			s->ping_due = 1;
 			lws_callback_on_writable(s->wsi);
 		}
+		if (!s->close_code && s->recheck_retry && !s->recheck_inflight)
+		{
+			s->recheck_retry = 0;
+			request_recheck(s, 0);
+		}
 	}
 	lws_sul_schedule(g_ctx, 0, &g_tick, tick, LWS_US_PER_SEC);
 }
@@ -1675,7 +1903,12 @@ usage(void)
 			"  --insecure                allow a non-loopback --listen without TLS\n"
 			"  --allowed-origin ORIGIN   accepted Origin (repeatable; default: same host only)\n"
 			"  --ping-interval S         ping a session silent this long (30)\n"
-			"  --idle-timeout S          close 1001 a session silent this long (60)\n");
+			"  --idle-timeout S          close 1001 a session silent this long (60)\n"
+			"  --statement-timeout MS    statement_timeout of pool connections, 0 none (10000)\n"
+			"  --max-queue BYTES         replies queued per session; a reply over it is\n"
+			"                            answered UNAVAILABLE (16777216)\n"
+			"  --log-key FILE            key of the user/device hashes in the log\n"
+			"                            (default: random per process)\n");
 }
 
 static int
@@ -1776,6 +2009,12 @@ main(int argc, char **argv)
 			cfg.ping_interval = atoi(v);
 		else if (!strcmp(a, "--idle-timeout"))
 			cfg.idle_timeout = atoi(v);
+		else if (!strcmp(a, "--statement-timeout"))
+			cfg.statement_timeout_ms = atoi(v);
+		else if (!strcmp(a, "--max-queue"))
+			cfg.max_queue = (size_t) strtoull(v, NULL, 10);
+		else if (!strcmp(a, "--log-key"))
+			cfg.log_key = v;
 		else
 		{
 			usage();
@@ -1784,7 +2023,8 @@ main(int argc, char **argv)
 	}
 	if (cfg.max_frame < 64 || cfg.rate <= 0 || cfg.burst < 1 || cfg.pool < 1 ||
 		cfg.max_connections < 1 || cfg.max_unauth_per_ip < 1 ||
-		cfg.ping_interval < 1 || cfg.idle_timeout <= cfg.ping_interval)
+		cfg.ping_interval < 1 || cfg.idle_timeout <= cfg.ping_interval ||
+		cfg.statement_timeout_ms < 0 || cfg.max_queue < 1024)
 	{
 		fprintf(stderr, "im_gateway: bad limits (--idle-timeout must exceed --ping-interval)\n");
 		return 2;
@@ -1806,6 +2046,17 @@ main(int argc, char **argv)
 				"or --insecure to serve plain ws:// on a non-loopback address\n", cfg.host);
 		return 2;
 	}
+	{
+		char		err[256];
+
+		if (cfg.log_key ? im_log_key_load(cfg.log_key, err, sizeof(err)) != 0
+			: im_log_key_random() != 0)
+		{
+			fprintf(stderr, "bad --log-key: %s\n", cfg.log_key ? err : "no random bytes");
+			return 2;
+		}
+	}
+	im_db_set_statement_timeout(cfg.statement_timeout_ms);
 	dev_rates = calloc(NRATE, sizeof(rate_slot));
 	user_rates = calloc(NRATE, sizeof(rate_slot));
 	for (i = 0; i < NMEMBERS; i++)
@@ -1846,8 +2097,8 @@ main(int argc, char **argv)
 		return 1;
 	}
 	lws_sul_schedule(g_ctx, 0, &g_tick, tick, LWS_US_PER_SEC);
-	im_log("info", "event=started listen=%s:%d tls=%s pool=%d max_frame=%zu", cfg.host, cfg.port,
-		   cfg.tls_cert ? "on" : "off", cfg.pool, cfg.max_frame);
+	im_log("info", "event=started listen=%s:%d tls=%s pool=%d max_frame=%zu statement_timeout_ms=%d",
+		   cfg.host, cfg.port, cfg.tls_cert ? "on" : "off", cfg.pool, cfg.max_frame, cfg.statement_timeout_ms);
 
 	while (lws_service(g_ctx, 0) >= 0)
 	{

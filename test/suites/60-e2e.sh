@@ -12,7 +12,10 @@ make -s -C gateway im_gateway || exit 1
 im_psql -d im_test -c "ALTER SYSTEM SET im_sync.fanout_paused = off" -c "SELECT pg_reload_conf()" >/dev/null || exit 1
 port=$(im_free_port)
 log="$IM_TMP/gateway-e2e.log"
-./gateway/im_gateway --listen 127.0.0.1:"$port" --max-frame 65536 --hello-timeout 2 --pool 4 \
+# the log's user/device hashes are checked against this key at the end
+logkey="$IM_TMP/gateway-log.key"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$logkey"
+./gateway/im_gateway --listen 127.0.0.1:"$port" --max-frame 65536 --hello-timeout 2 --pool 4 --log-key "$logkey" \
     --db "host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_test" >"$log" 2>&1 &
 gw=$!
 cleanup() {
@@ -26,7 +29,29 @@ for _ in $(seq 50); do
 done
 export IM_GW_URL="ws://127.0.0.1:$port/" IM_E2E_MAX_FRAME=65536
 rc=0
-"${IM_PYTHON:-/usr/bin/python3}" test/e2e/test_gateway.py ${IM_E2E_TESTS:-} || rc=1
+py="${IM_PYTHON:-/usr/bin/python3}"
+"$py" test/e2e/test_gateway.py ${IM_E2E_TESTS:-} || rc=1
+# data-path hardening (issue 8 items 1, 2, 4, 7, 15); IM_E2E_SCRIPTS picks some
+for t in ${IM_E2E_SCRIPTS:-body_roundtrip notify_spoof metrics_cache int_range large_replies}; do
+  "$py" test/e2e/test_$t.py || rc=1
+done
+
+# a gateway with a short statement timeout and a small reply queue (items 4
+# and 7), without --log-key (a random key per process), connected as a role
+# with only the gateway's grants (item 6: no conversation_members)
+im_psql -d im_test -f test/e2e/gateway_grants.sql >/dev/null || rc=1
+port3=$(im_free_port)
+./gateway/im_gateway --listen 127.0.0.1:"$port3" --pool 2 --statement-timeout 1000 --max-queue 100000 \
+    --db "host=$PGHOST port=$PGPORT user=im_gateway_e2e dbname=im_test" >"$IM_TMP/gateway-small.log" 2>&1 &
+gw3=$!
+for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port3/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_small_gateway.py || rc=1
+IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_gateway.py scenario shared_log supersede revoke http || rc=1
+if grep -q 'permission denied\|members_lookup_failed' "$IM_TMP/gateway-small.log"; then
+  echo "the gateway role lacks a grant:"; grep 'permission denied\|members_lookup_failed' "$IM_TMP/gateway-small.log" | head -3; rc=1
+fi
+kill -TERM "$gw3"; wait "$gw3"
+"$py" test/e2e/check_log_hashes.py "$IM_TMP/gateway-small.log" || rc=1
 
 # reconnect-storm pacing against a second gateway with --max-pending-hello 1
 port2=$(im_free_port)
@@ -45,5 +70,7 @@ else wait "$gw"; st=$?; [ $st -eq 0 ] || { echo "gateway exit status $st after S
 # logs are single key=value lines and never hold tokens or bodies
 if grep -v '^ts=' "$log" | grep -q .; then echo "unstructured log lines:"; grep -v '^ts=' "$log" | head; rc=1; fi
 if grep -Eq 'token=|"text"|hello bob|RAAAA' "$log"; then echo "log leaks tokens or bodies"; rc=1; fi
+# user and device ids only as hashes keyed with --log-key (issue 8 item 13)
+"$py" test/e2e/check_log_hashes.py "$log" "$logkey" || rc=1
 [ $rc -eq 0 ] || tail -n 30 "$log"
 exit $rc

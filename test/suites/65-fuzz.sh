@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# 65-fuzz: libFuzzer (ASan+UBSan) over the gateway's frame decoding and
-# argument extraction (gateway/frame.c) for a bounded time on a copy of the
-# seed corpus.  Longer runs: make fuzz (gateway fuzz-long, FUZZ_SECONDS).
+# 65-fuzz: libFuzzer (ASan+UBSan) for a bounded time (IM_FUZZ_SECONDS in
+# all, default 30, split between the targets) on copies of the seed corpus:
+#   fuzz_frame      frame decoding and argument extraction (gateway/frame.c)
+#   fuzz_roundtrip  body round trip: frame -> parameter -> reply splice
+#                   (gateway/json_splice.c) must give back an equal value
+# Longer runs: make fuzz (gateway fuzz-long, FUZZ_RUNS executions each).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-secs=${IM_FUZZ_SECONDS:-30}
-make -s -C gateway fuzz_frame
+secs=$(( ${IM_FUZZ_SECONDS:-30} / 2 ))
+make -s -C gateway fuzz_frame fuzz_roundtrip
 work=$(mktemp -d "${IM_TMP:-/tmp}/fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-cp gateway/fuzz/seed/* "$work/"
-# -error_exitcode makes a crash fail the suite; the corpus copy keeps the
-# seed directory clean.
-./gateway/fuzz_frame -max_total_time="$secs" -max_len=65536 -error_exitcode=77 \
-    -artifact_prefix="$work/" "$work" >"$work/fuzz.log" 2>&1 || {
-  echo "fuzzer failed:"; tail -n 40 "$work/fuzz.log"; ls "$work"/crash-* 2>/dev/null; exit 1; }
-grep -E '^Done|stat::number_of_executed_units' "$work/fuzz.log" | tail -n 1
+for t in fuzz_frame fuzz_roundtrip; do
+  mkdir -p "$work/$t"
+  cp gateway/fuzz/seed/* "$work/$t/"
+  [ "$t" = fuzz_roundtrip ] && cp gateway/fuzz/seed_json/* "$work/$t/"
+  # -error_exitcode makes a finding fail the suite; the corpus copy keeps
+  # the seed directories clean.
+  ./gateway/$t -max_total_time="$secs" -dict=gateway/fuzz/json.dict -max_len=65536 -error_exitcode=77 -print_final_stats=1 \
+      -artifact_prefix="$work/$t-" "$work/$t" >"$work/$t.log" 2>&1 || {
+    echo "$t failed:"; tail -n 40 "$work/$t.log"; ls "$work"/$t-crash-* 2>/dev/null; exit 1; }
+  echo "$t: $(grep -h 'stat::number_of_executed_units' "$work/$t.log" | awk '{print $2}') executions"
+done

@@ -1,0 +1,21 @@
+-- The least grants of the gateway role (README "Grants"): EXECUTE on the
+-- device-facing API functions it calls, no table privileges, and no
+-- function that lists a conversation's members (im.members_among names only
+-- the users the gateway asks about).  60-e2e runs a gateway as this role.
+DO $$BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'im_gateway_e2e') THEN
+    CREATE ROLE im_gateway_e2e LOGIN;
+  END IF;
+END$$;
+GRANT USAGE ON SCHEMA im TO im_gateway_e2e;
+GRANT EXECUTE ON FUNCTION
+  im.authenticate(text), im.device_session(bigint, text, bigint),
+  im.sync_changes(bigint, text, int, bigint, int, text), im.ack_sync(bigint, text, text, bigint),
+  im.send_message(bigint, bigint, text, jsonb, text), im.recall_message(bigint, bigint, text, bigint),
+  im.edit_message(bigint, bigint, text, bigint, jsonb), im.report_read(bigint, bigint, bigint),
+  im.fetch_messages(bigint, bigint, bigint, int, bigint), im.conversation_list(bigint, int, bigint),
+  im.members_among(bigint, bigint[]),
+  im.clear_dirty(bigint, bigint, bigint, bigint), im.delete_for_me(bigint, bigint, bigint),
+  im.begin_snapshot(bigint, text), im.fetch_snapshot(bigint, text, text, int),
+  im.ack_snapshot(bigint, text, text, text), im.metrics()
+TO im_gateway_e2e;
