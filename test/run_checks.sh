@@ -34,6 +34,9 @@ done
 
 if [ $failed -gt 0 ]; then
   echo "failed suites: ${failed_names[*]} (server log: $IM_TMP/server.log; rerun with IM_KEEP=1 to keep it)"
+  echo "--- crashes and restarts in the server log:"
+  grep -E "terminated by signal|was terminated|PANIC|all server processes terminated" "$IM_TMP/server.log" | tail -n 20
+  echo "--- last lines of the server log:"
   tail -n 30 "$IM_TMP/server.log"
 fi
 echo "suites: $passed passed, $failed failed"

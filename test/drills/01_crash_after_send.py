@@ -13,9 +13,9 @@ cur.execute("SELECT message_id, msg_seq FROM im.send_message(101, %s, 'crash-1',
 mid, seq = cur.fetchone()
 cur.execute("SELECT pg_catalog.pg_backend_pid()")
 pid = cur.fetchone()[0]
-kill9(pid)
+restarted = kill9_and_wait_restart(pid)
 say(f"    killed backend {pid} after send returned message {mid} (msg_seq {seq}); server restarts all backends")
-check(wait_ready(), "server accepts connections again")
+check(restarted, "server restarted all backends and accepts connections again")
 check(q1("SELECT count(*) FROM im.event WHERE message_id = %s", (mid,)) == 1, "the message is there once")
 check(q1("SELECT state FROM im.outbox WHERE source_event_id = %s", (mid,)) == "pending",
       "its outbox item survived, still pending")

@@ -42,9 +42,11 @@ for r in range(ROUNDS):
     except psycopg2.Error:
         wait_ready()
     time.sleep(0.02 * (r % 5))
-    kill9(pids[0])
+    try:
+        kill9_and_wait_restart(pids[0])
+    except psycopg2.Error:
+        wait_ready()
     kills += 1
-    wait_ready()
 check(kills == ROUNDS, f"killed a fanout worker {kills} times (server restarted each time)")
 check(wait_drained(120), "workers drained the outbox after the last restart")
 set_paused(True)

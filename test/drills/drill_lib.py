@@ -104,6 +104,30 @@ def kill9(pid):
     os.kill(pid, signal.SIGKILL)
 
 
+def checkpointer_pid():
+    return q1("SELECT pid FROM pg_catalog.pg_stat_activity WHERE backend_type = 'checkpointer'")
+
+
+def kill9_and_wait_restart(pid, timeout=90):
+    """SIGKILL a backend and wait until the postmaster's crash restart is over.
+
+    A connection right after the kill can still reach the old server
+    generation (the postmaster has not reaped the child yet) and the next
+    one then finds "the database system is in recovery mode".  The restart
+    replaces the checkpointer, so wait until it has a new pid."""
+    old = checkpointer_pid()
+    kill9(pid)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if checkpointer_pid() not in (None, old):
+                return wait_ready(max(1, deadline - time.time()))
+        except psycopg2.Error:
+            pass
+        time.sleep(0.1)
+    return False
+
+
 def pg_ctl(*args):
     subprocess.run(AS_SERVER + [os.path.join(PGBIN, "pg_ctl"), "-D", PGDATA, "-l",
                                 os.path.join(IM_TMP, "server.log"), "-w", "-t", "90", *args],
