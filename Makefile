@@ -28,6 +28,9 @@ REGRESS      = $(sort $(basename $(notdir $(wildcard sql/*.sql))))
 REGRESS_OPTS = --inputdir=. --load-extension=btree_gist --load-extension=im_sync
 ISOLATION    = $(sort $(basename $(notdir $(wildcard test/isolation/specs/*.spec))))
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=btree_gist --load-extension=im_sync
+# the database names the tests use (sql/*.sql reconnect to im_regress)
+CONTRIB_TESTDB   = im_regress
+ISOLATION_TESTDB = im_isolation
 
 DRIVER_GOALS = check run demo bench deps drills fuzz
 

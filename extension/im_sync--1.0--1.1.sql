@@ -11,6 +11,9 @@
  *     script that adds functions ends with.
  */
 
+-- Out of the extension first: only ALTER EXTENSION ... DROP takes a table
+-- out of extconfig, a plain DROP TABLE would leave its oid there (pg_dump).
+ALTER EXTENSION im_sync DROP TABLE im.counter;
 DROP TABLE im.counter;
 
 -- Pin search_path and make every API function SECURITY DEFINER, then revoke
