@@ -28,15 +28,16 @@ REGRESS      = $(sort $(basename $(notdir $(wildcard sql/*.sql))))
 REGRESS_OPTS = --inputdir=. --load-extension=btree_gist --load-extension=im_sync
 ISOLATION    = $(sort $(basename $(notdir $(wildcard test/isolation/specs/*.spec))))
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=btree_gist --load-extension=im_sync
-# the database names the tests use (sql/*.sql reconnect to im_regress)
-CONTRIB_TESTDB   = im_regress
-ISOLATION_TESTDB = im_isolation
 
 DRIVER_GOALS = check run demo bench deps drills fuzz
 
 ifeq ($(filter $(DRIVER_GOALS),$(MAKECMDGOALS)),)
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+# the database names the tests use (sql/*.sql reconnect to im_regress);
+# after the include, which sets PGXS's defaults
+CONTRIB_TESTDB   = im_regress
+ISOLATION_TESTDB = im_isolation
 
 all: gateway
 # the version is compiled in from the control file
