@@ -4,7 +4,8 @@
  * im_sync 1.1 — schema, the full install script.  A 1.0 install reaches
  * the same catalog through im_sync--1.0--1.1.sql (test/suites/70-upgrade.sh
  * compares the two).  Tables are the extension's internals; the outward
- * surface is the set of functions at the end of this file (CONTRACT.md).
+ * surface is the set of functions at the end of this file (contract:
+ * extension/doc/contract.md).
  *
  * Invariants enforced here by the database, not by comments:
  *   - msg_seq unique per conversation, (sender, client_msg_id) unique;
