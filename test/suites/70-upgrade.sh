@@ -47,6 +47,8 @@ priv_ext=$("$PGBIN/pg_config" --sharedir)/extension
 case "$priv_lib$priv_ext" in "$up"/*"$up"/*) ;; *) echo "the PostgreSQL copy is not relocated: $priv_lib"; exit 1;; esac
 rm -f "$priv_lib/im_sync.so" "$priv_ext"/im_sync*
 
+git -C "$root" cat-file -e "$commit^{commit}" 2>/dev/null \
+  || { echo "release commit $commit of $release is not in this repository"; exit 1; }
 echo "building im_sync $release from $commit"
 mkdir "$up/src-$release"
 git -C "$root" archive "$commit" Makefile im_sync.control extension | tar -x -C "$up/src-$release"

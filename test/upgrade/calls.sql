@@ -74,7 +74,7 @@ SELECT * FROM im.gc_inbox(1);
 SELECT check_name, severity, conversation_id, user_id FROM im.reconcile();
 SELECT * FROM im.repair_fanout(false, true);
 SELECT * FROM im.repair_fanout(true, false);
-SELECT name, help FROM im.metrics() ORDER BY name;
+SELECT name FROM im.metrics() ORDER BY name;
 SELECT im.issue_device_token(9005, 'tab') AS token \gset
 SELECT * FROM im.authenticate(:'token');
 SELECT im.revoke_device(9005, 'tab');
