@@ -8,6 +8,10 @@ MODULE_big  = im_sync
 OBJS        = $(patsubst %.c,%.o,$(wildcard extension/*.c))
 DATA        = $(wildcard extension/im_sync--*.sql)
 PG_CPPFLAGS = -Iextension -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
+# The catalog version the library serves is im_sync.control's default_version
+# (version_check.c: workers wait while the installed extversion differs).
+IM_LIBRARY_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" im_sync.control)
+PG_CPPFLAGS += -DIM_LIBRARY_VERSION='"$(IM_LIBRARY_VERSION)"'
 SHLIB_LINK  = $(filter -lcrypto -lssl,$(LIBS))
 PG_CONFIG  ?= pg_config
 # No LLVM bitcode: faster builds, no clang needed to install the extension.
@@ -16,13 +20,28 @@ override with_llvm = no
 # the .deps files): a stale object holding an old SQL macro is a wrong build.
 override autodepend = yes
 
+# The ecosystem's entry point (make installcheck, Debian's pg_buildext):
+# the regression and isolation suites against an installed, running server
+# (PGHOST/PGPORT) that preloads im_sync.  Its workers serve im_sync.database
+# only, so they leave the test databases alone.  `make check` is ours.
+REGRESS      = $(sort $(basename $(notdir $(wildcard sql/*.sql))))
+REGRESS_OPTS = --inputdir=. --load-extension=btree_gist --load-extension=im_sync
+ISOLATION    = $(sort $(basename $(notdir $(wildcard test/isolation/specs/*.spec))))
+ISOLATION_OPTS = --inputdir=test/isolation --load-extension=btree_gist --load-extension=im_sync
+
 DRIVER_GOALS = check run demo bench deps drills fuzz
 
 ifeq ($(filter $(DRIVER_GOALS),$(MAKECMDGOALS)),)
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+# the database names the tests use (sql/*.sql reconnect to im_regress);
+# after the include, which sets PGXS's defaults
+CONTRIB_TESTDB   = im_regress
+ISOLATION_TESTDB = im_isolation
 
 all: gateway
+# the version is compiled in from the control file
+extension/version_check.o: im_sync.control
 .PHONY: gateway
 gateway:
 	$(MAKE) -C gateway PG_CONFIG=$(PG_CONFIG)

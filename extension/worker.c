@@ -21,6 +21,7 @@
  * backend).
  */
 #include "im_sync.h"
+#include "version_check.h"
 
 #include "access/xact.h"
 #include "commands/extension.h"
@@ -479,6 +480,25 @@ worker_record_batch_failure(MemoryContext loop_cxt, ErrorData *edata)
 	return recorded;
 }
 
+/* im_worker_catalog_matches; an error (e.g. a cancel) counts as "wait" */
+static bool
+worker_catalog_matches(MemoryContext loop_cxt)
+{
+	volatile bool matches = false;
+
+	PG_TRY();
+	{
+		matches = im_worker_catalog_matches();
+	}
+	PG_CATCH();
+	{
+		(void) worker_recover(loop_cxt);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(loop_cxt);
+	return matches;
+}
+
 void
 im_fanout_worker_main(Datum main_arg)
 {
@@ -518,6 +538,13 @@ im_fanout_worker_main(Datum main_arg)
 		if (im_fanout_paused)
 		{
 			(void) worker_wait(IM_WORKER_NAPTIME_MS);
+			continue;
+		}
+
+		/* New library, old catalog (before ALTER EXTENSION UPDATE): wait. */
+		if (!worker_catalog_matches(loop_cxt))
+		{
+			(void) worker_wait(5 * IM_WORKER_NAPTIME_MS);
 			continue;
 		}
 
