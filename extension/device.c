@@ -16,6 +16,7 @@
  * Lock order: device row, then the user's head (contract §4).
  */
 #include "im_sync.h"
+#include "shmem.h"
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"

@@ -28,6 +28,7 @@
  *     conversations are always served.
  */
 #include "im_sync.h"
+#include "shmem.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

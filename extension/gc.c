@@ -27,6 +27,7 @@
  * same users.
  */
 #include "im_sync.h"
+#include "shmem.h"
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"

@@ -4,6 +4,8 @@
  * Each part's behaviour lives in its own file (see im_sync.h).
  */
 #include "im_sync.h"
+#include "shmem.h"
+#include "worker.h"
 
 #include "miscadmin.h"
 #include "storage/ipc.h"

@@ -7,7 +7,8 @@
  *   conversation.c create/direct/join/leave/mode, conversation_list
  *   send.c         send/recall/edit: the single-writer append + outbox
  *   fanout.c       outbox -> per-user logs (the only writer of sync_seq)
- *   worker.c       fanout background workers, commit-time wake-up, hints
+ *   shmem.c        shared memory: worker latches, commit-time wake-up, counters
+ *   worker.c       fanout background workers: registration and loop
  *   device.c       devices, connection epochs, device tokens, audit
  *   token.c        HMAC-SHA256 signed tokens and the key ring
  *   sync.c         sync_changes, ack_sync, recovery sessions
@@ -53,31 +54,6 @@ extern int	im_max_page_bytes;
 extern int	im_token_key_max_age_s;
 extern int	im_audit_retention_s;
 extern int	im_maintenance_interval_s;
-
-/* Maximum number of fanout workers (shared memory is sized for this). */
-#define IM_MAX_FANOUT_WORKERS 32
-
-/* ---- shared memory (worker.c) ----------------------------------------- */
-extern Size im_shmem_size(void);
-extern void im_shmem_init(void);
-extern void im_worker_register(void);
-/* Ask fanout workers to wake up once the current transaction commits. */
-extern void im_wake_fanout_at_commit(void);
-/* Cluster-wide counters that must survive a rollback (failed auth, …). */
-typedef enum ImCounter
-{
-	IM_COUNTER_AUTH_FAILURES,
-	IM_COUNTER_STALE_ACKS,
-	IM_COUNTER_DUPLICATE_DELIVERIES,
-	IM_COUNTER_RESETS,
-	IM_COUNTER_GC_DELETED,
-	IM_COUNTER_FANOUT_TRANSIENT_FAILURES,	/* item failures backed off, not charged */
-	IM_COUNTER_FANOUT_CHARGED_FAILURES, /* item failures charged as attempts */
-	IM_COUNTER_FANOUT_BATCH_FAILURES,	/* batches that failed outside any one item */
-	IM_COUNTER__COUNT
-} ImCounter;
-extern void im_counter_add(ImCounter which, int64 delta);
-extern int64 im_counter_get(ImCounter which);
 
 /* ---- fanout (fanout.c) ------------------------------------------------ */
 /*
@@ -392,13 +368,6 @@ extern int	im_token_keys_maintain(bool *rotated);
 extern bool im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo);
 /* Key ring and retention (everything but inbox GC), caller's transaction. */
 extern void im_maintain(void);
-/*
- * Failed authentications: count always; true at most once per
- * IM_AUTH_LOG_INTERVAL_S cluster-wide (per backend without shared memory),
- * with the failures counted since the previous summary and its age.
- */
-#define IM_AUTH_LOG_INTERVAL_S 60
-extern bool im_auth_failure_summary_due(int64 *failures, int64 *since_s);
 /* emit_log_hook (device.c): keeps per-failure auth errors out of the server log. */
 extern void im_auth_log_hook_install(void);
 

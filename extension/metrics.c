@@ -26,6 +26,7 @@
  *       acknowledged by the device (latest ACK per device).
  */
 #include "im_sync.h"
+#include "shmem.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

@@ -15,6 +15,7 @@
  *   - lock order (contract §4): the user head, then the user's state row.
  */
 #include "im_sync.h"
+#include "shmem.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

@@ -29,6 +29,7 @@
  * delivery nobody should have — is only reported for manual review (§18.3).
  */
 #include "im_sync.h"
+#include "shmem.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

@@ -16,6 +16,7 @@
  * through commit); workers are woken with a latch at commit.
  */
 #include "im_sync.h"
+#include "shmem.h"
 
 #include <math.h>
 

@@ -19,6 +19,7 @@
  * on the same row and computes its fence after getting it.
  */
 #include "im_sync.h"
+#include "shmem.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
