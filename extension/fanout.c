@@ -28,6 +28,8 @@
  *     conversations are always served.
  */
 #include "im_sync.h"
+#include "fanout.h"
+#include "im_sql.h"
 #include "shmem.h"
 
 #include "access/xact.h"
@@ -38,15 +40,6 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
-
-/* Operators, schema-qualified: the worker runs with a default search_path. */
-#define EQ " OPERATOR(pg_catalog.=) "
-#define NE " OPERATOR(pg_catalog.<>) "
-#define LT " OPERATOR(pg_catalog.<) "
-#define LE " OPERATOR(pg_catalog.<=) "
-#define GT " OPERATOR(pg_catalog.>) "
-#define GE " OPERATOR(pg_catalog.>=) "
-#define PLUS " OPERATOR(pg_catalog.+) "
 
 /*
  * Advisory lock class of the per-conversation fanout lock (two-int4 form:

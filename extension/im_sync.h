@@ -5,8 +5,10 @@
  *   im_sync.c      _PG_init: GUCs, shared memory, hooks; nothing else
  *   common.c       SPI plan cache, argument checks, SRF output, lock helpers
  *   conversation.c create/direct/join/leave/mode, conversation_list
- *   send.c         send/recall/edit: the single-writer append + outbox
+ *   append.c       the single-writer append of a position + its outbox item
+ *   send.c         send/recall/edit
  *   fanout.c       outbox -> per-user logs (the only writer of sync_seq)
+ *   fanout_shared_log.c  fanout of shared_log groups: dirty markers
  *   shmem.c        shared memory: worker latches, commit-time wake-up, counters
  *   worker.c       fanout background workers: registration and loop
  *   device.c       devices, connection epochs, device tokens, audit
@@ -14,10 +16,9 @@
  *   sync.c         sync_changes, ack_sync, recovery sessions
  *   snapshot.c     begin/fetch/ack_snapshot
  *   history.c      fetch_messages (contract §1 visibility)
- *   read_state.c   report_read, delete_for_me, message_status, unread recount
+ *   read_state.c   report_read, delete_for_me, message_status, clear_dirty
  *   gc.c           gc_inbox and its fence, in chunks
  *   maintenance.c  retention of done/expired rows; what maintenance runs
- *   shared_log.c   large-group dirty markers, clear_dirty
  *   reconcile.c    im.reconcile
  *   metrics.c      im.metrics
  */
@@ -54,59 +55,6 @@ extern int	im_max_page_bytes;
 extern int	im_token_key_max_age_s;
 extern int	im_audit_retention_s;
 extern int	im_maintenance_interval_s;
-
-/* ---- fanout (fanout.c) ------------------------------------------------ */
-/*
- * The outbox items a fanout batch claimed, kept in a memory context that
- * outlives the batch's transaction: when the batch fails outside any one
- * item, its items are charged (or backed off) afterwards (contract §4).
- */
-typedef struct ImFanoutClaim
-{
-	MemoryContext cxt;
-	int64	   *ids;
-	int			n;
-	int			max;
-} ImFanoutClaim;
-extern void im_fanout_claim_init(ImFanoutClaim *claim, MemoryContext cxt);
-/*
- * Process at most max_items outbox items in the caller's transaction,
- * recording what it claims in *claim.  Appends "user_id:high_watermark" and
- * "c<conv>:<head>" hint entries to *hints (comma separated, may be NULL).
- * Returns items processed.  A conversation with more than 500 active
- * members, or whose head item failed before, gets a batch of its own, so
- * small conversations never wait for a large group's commit and a failing
- * conversation cannot take healthy ones down with it.
- * Must be called inside SPI_connect.
- */
-extern int64 im_fanout_batch(int max_items, StringInfo hints, ImFanoutClaim *claim);
-/* SQLSTATE classes 08, 40, 53, 57, 58 and 55P03: never charged (§4). */
-extern bool im_fanout_error_is_transient(int sqlerrcode);
-/*
- * A batch failed outside any one item: back off (transient) or charge an
- * attempt to (otherwise) every item it claimed.  Runs in a transaction
- * after the failed one, inside SPI_connect.
- */
-extern void im_fanout_batch_failed(const ImFanoutClaim *claim, ErrorData *edata);
-/* Send hints as NOTIFY im_sync_hint, one per <= 7000-byte chunk. */
-extern void im_send_hints(StringInfo hints);
-
-/*
- * shared_log mode (shared_log.c).  im_shared_log_deliver fans out a run of
- * consecutive shared_log `message` positions of one conversation (dirty
- * markers instead of inbox events, coalesced per batch); called by fanout in
- * the batch's transaction with the members' heads already locked; returns
- * the users whose log head moved.  im_shared_log_mode_delivered runs after a
- * `mode` event is delivered (recount unread on the switch back to fanout).
- */
-extern void im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
-								  StringInfo hints, int64 **users, int *nusers);
-extern void im_shared_log_mode_delivered(int64 message_id);
-/* Mode switch by the single writer (caller holds the conversation lock). */
-struct ImConversation;
-extern bool im_switch_mode_locked(struct ImConversation *conv, const char *mode);
-extern void im_shared_log_maybe_switch_on_join(struct ImConversation *conv);
-
 
 /* ---- common.c --------------------------------------------------------- */
 
@@ -194,35 +142,6 @@ extern int	im_sort_unique_int64(int64 *v, int n);
  * Sorts and deduplicates user_ids in place.
  */
 extern void im_lock_user_heads(int64 *user_ids, int n);
-
-/* ---- the single-writer append (send.c) -------------------------------- */
-/*
- * One new conversation position.  Zero / NULL fields are stored as NULL:
- * sender_id 0 and client_msg_id NULL for system events.
- */
-typedef struct ImNewEvent
-{
-	const char *kind;			/* message create join leave recall edit mode */
-	int64		sender_id;
-	const char *client_msg_id;
-	bytea	   *request_digest;
-	const char *content_type;
-	Datum		body;			/* jsonb; (Datum) 0 = NULL */
-	int64		target_message_id;
-	int64		subject_user_id;
-} ImNewEvent;
-
-/*
- * Append ev at conv->head_msg_seq + 1.  The caller holds the conversation
- * row lock (im_lock_conversation), which makes msg_seq gap-free and unique.
- * Writes the event (with the mode in force), the new head and the outbox
- * item in one statement and asks the workers to wake at commit.  Returns
- * false, writing nothing, when (sender_id, client_msg_id) already exists.
- */
-extern bool im_append_event(ImConversation *conv, const ImNewEvent *ev,
-							int64 *message_id, int64 *msg_seq);
-/* jsonb Datum from C text (for system event bodies). */
-extern Datum im_jsonb_from_cstring(const char *json);
 
 /* ---- read state (read_state.c) ---------------------------------------- */
 /*

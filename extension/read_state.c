@@ -1,7 +1,9 @@
 /*
  * read_state.c — the user's read cursor (report_read), deletions for oneself
  * (delete_for_me), the private events that carry both to the user's other
- * devices, and message_status (contract §7, design §13, §12.4, §0.1).
+ * devices, message_status, and clear_dirty, the version CAS on a
+ * shared_log dirty marker (contract §7, design §13, §12.4, §0.1, §10.3);
+ * user side.
  *
  * Invariants protected:
  *   - the read cursor is per user and only moves forward, clamped to what
@@ -15,6 +17,7 @@
  *   - lock order (contract §4): the user head, then the user's state row.
  */
 #include "im_sync.h"
+#include "im_sql.h"
 #include "shmem.h"
 
 #include "catalog/pg_type.h"
@@ -341,4 +344,67 @@ im_message_status(PG_FUNCTION_ARGS)
 	im_srf_rows_from_spi(fcinfo, 6);
 	SPI_finish();
 	return (Datum) 0;
+}
+
+/*
+ * im.clear_dirty(user_id, conversation_id, observed_version,
+ *                saved_last_msg_seq) -> (cleared, dirty_target_msg_seq, dirty_version)
+ * Clears only when the version is unchanged (no newer message raced the
+ * client) and the client's saved position reaches the target.  Takes the
+ * user's head first, in lock order, like every change to a user's state.
+ */
+PG_FUNCTION_INFO_V1(im_clear_dirty);
+Datum
+im_clear_dirty(PG_FUNCTION_ARGS)
+{
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
+	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
+	int64		observed_version;
+	int64		saved;
+	static SPIPlanPtr plan;
+	Datum		args[4];
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	if (PG_ARGISNULL(2) || PG_GETARG_INT64(2) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("observed_version must be a non-negative number")));
+	if (PG_ARGISNULL(3) || PG_GETARG_INT64(3) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("saved_last_msg_seq must be a non-negative number")));
+	observed_version = PG_GETARG_INT64(2);
+	saved = PG_GETARG_INT64(3);
+
+	im_srf_begin(fcinfo);
+	im_spi_connect();
+
+	im_require_conversation(conversation_id, NULL);
+
+	im_lock_user_heads(&user_id, 1);
+	im_prepare(&plan,
+			   "WITH s AS (SELECT dirty_target_msg_seq, dirty_version FROM im.user_conversation"
+			   "           WHERE user_id" EQ "$1 AND conversation_id" EQ "$2 FOR UPDATE),"
+			   " c AS (UPDATE im.user_conversation u SET dirty = false, version = u.version" PLUS "1"
+			   "       FROM s WHERE u.user_id" EQ "$1 AND u.conversation_id" EQ "$2"
+			   "         AND s.dirty_version" EQ "$3 AND $4" GE "s.dirty_target_msg_seq"
+			   "       RETURNING 1)"
+			   "SELECT EXISTS (SELECT 1 FROM c), s.dirty_target_msg_seq, s.dirty_version FROM s",
+			   4, INT8OID, INT8OID, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = Int64GetDatum(conversation_id);
+	args[2] = Int64GetDatum(observed_version);
+	args[3] = Int64GetDatum(saved);
+	if (im_exec(plan, args, NULL, 0) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("user " INT64_FORMAT " was never a member of conversation " INT64_FORMAT,
+						user_id, conversation_id)));
+	values[0] = BoolGetDatum(im_get_bool(0, 1, NULL));
+	values[1] = Int64GetDatum(im_get_int64(0, 2, NULL));
+	values[2] = Int64GetDatum(im_get_int64(0, 3, NULL));
+	SPI_finish();
+	im_srf_row(fcinfo, values, nulls);
+	PG_RETURN_NULL();
 }

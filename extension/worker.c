@@ -17,6 +17,7 @@
  * backend).
  */
 #include "im_sync.h"
+#include "fanout.h"
 #include "shmem.h"
 #include "worker.h"
 
