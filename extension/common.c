@@ -456,35 +456,6 @@ im_lock_user_heads(int64 *user_ids, int n)
 	im_exec(lock, args, NULL, 0);
 }
 
-void
-im_lock_device(int64 user_id, const char *device_id, ImDevice *dev)
-{
-	static SPIPlanPtr plan;
-	Datum		args[2];
-
-	im_prepare(&plan,
-			   "SELECT state, sync_generation, acked_sync_seq, issued_sync_seq, "
-			   "       connection_epoch, registration "
-			   "FROM im.device WHERE user_id OPERATOR(pg_catalog.=) $1 "
-			   "AND device_id OPERATOR(pg_catalog.=) $2 FOR UPDATE",
-			   2, INT8OID, TEXTOID);
-	args[0] = Int64GetDatum(user_id);
-	args[1] = CStringGetTextDatum(device_id);
-	if (im_exec(plan, args, NULL, 0) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("device \"%s\" of user " INT64_FORMAT " is not registered",
-						device_id, user_id)));
-	dev->user_id = user_id;
-	strlcpy(dev->device_id, device_id, sizeof(dev->device_id));
-	strlcpy(dev->state, im_get_text(0, 1), sizeof(dev->state));
-	dev->sync_generation = im_get_int32(0, 2, NULL);
-	dev->acked_sync_seq = im_get_int64(0, 3, NULL);
-	dev->issued_sync_seq = im_get_int64(0, 4, NULL);
-	dev->connection_epoch = im_get_int64(0, 5, NULL);
-	dev->registration = im_get_int32(0, 6, NULL);
-}
-
 /*
  * 42501 unless the user has or had a membership period in the conversation
  * (contract §6 fetch_messages, §7 report_read); detail says what was refused.

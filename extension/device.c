@@ -16,7 +16,9 @@
  * Lock order: device row, then the user's head (contract §4).
  */
 #include "im_sync.h"
+#include "device_state.h"
 #include "shmem.h"
+#include "token.h"
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"
@@ -98,17 +100,16 @@ im_register_device(PG_FUNCTION_ARGS)
 		im_lock_device(user_id, device_id, &dev);
 		if (strcmp(dev.state, "REVOKED") == 0)
 		{
+			/* a new registration: a new generation and nothing acknowledged */
+			im_device_bump_generation(&dev, "NEW");
 			im_prepare(&again,
-					   "UPDATE im.device SET state = 'NEW', "
-					   "  sync_generation = sync_generation OPERATOR(pg_catalog.+) 1, "
+					   "UPDATE im.device SET "
 					   "  registration = registration OPERATOR(pg_catalog.+) 1, "
 					   "  acked_sync_seq = 0, acked_at = NULL, revoked_at = NULL, "
-					   "  registered_at = pg_catalog.now(), last_seen_at = pg_catalog.now() "
+					   "  registered_at = pg_catalog.now() "
 					   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
 					   2, INT8OID, TEXTOID);
 			im_exec(again, args, NULL, 0);
-			strlcpy(dev.state, "NEW", sizeof(dev.state));
-			dev.sync_generation++;
 			dev.registration++;
 			snprintf(detail, sizeof(detail), "{\"registration\": %d, \"sync_generation\": %d}",
 					 dev.registration, dev.sync_generation);
@@ -135,8 +136,6 @@ Datum
 im_revoke_device(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr upd;
-	static SPIPlanPtr end_rs;
-	static SPIPlanPtr end_snap;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	Datum		args[2];
@@ -155,18 +154,7 @@ im_revoke_device(PG_FUNCTION_ARGS)
 				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
 				   2, INT8OID, TEXTOID);
 		im_exec(upd, args, NULL, 0);
-		im_prepare(&end_rs,
-				   "UPDATE im.recovery_session SET state = 'ENDED', ended_at = pg_catalog.now() "
-				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-				   "AND state OPERATOR(pg_catalog.=) 'ACTIVE'",
-				   2, INT8OID, TEXTOID);
-		im_exec(end_rs, args, NULL, 0);
-		im_prepare(&end_snap,
-				   "UPDATE im.snapshot SET state = 'ABANDONED' "
-				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-				   "AND state OPERATOR(pg_catalog.=) ANY ('{READY,BUILDING}'::pg_catalog.text[])",
-				   2, INT8OID, TEXTOID);
-		im_exec(end_snap, args, NULL, 0);
+		im_device_end_leases(user_id, device_id);
 		snprintf(detail, sizeof(detail), "{\"registration\": %d}", dev.registration);
 		audit("revoke_device", user_id, device_id, detail);
 		notify_device(user_id, device_id, dev.connection_epoch, "REVOKED");

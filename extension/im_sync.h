@@ -215,68 +215,6 @@ extern int64 im_enqueue_private_event(int64 user_id, int64 conversation_id,
 	"  AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id OPERATOR(pg_catalog.=) $1 " \
 	"              AND d.message_id OPERATOR(pg_catalog.=) e.message_id)"
 
-/* ---- devices (common.c) ----------------------------------------------- */
-typedef struct ImDevice
-{
-	int64		user_id;
-	char		device_id[65];
-	char		state[12];		/* NEW ACTIVE RECOVERING RESETTING REVOKED */
-	int32		sync_generation;
-	int64		acked_sync_seq;
-	int64		issued_sync_seq;	/* highest sync_seq ever given to it */
-	int64		connection_epoch;
-	int32		registration;
-} ImDevice;
-
-/* SELECT … FOR UPDATE on the device row; P0002 when never registered. */
-extern void im_lock_device(int64 user_id, const char *device_id, ImDevice *dev);
-
-/* ---- signed tokens (token.c) ------------------------------------------ */
-/*
- * Batch tokens, page cursors, snapshot tokens and device tokens are all
- * "claims + key id + HMAC-SHA256" (PostgreSQL common/hmac.h), base64url.
- * Fields a purpose does not use are 0 / empty.
- */
-typedef enum ImTokenPurpose
-{
-	IM_TOKEN_DEVICE = 'D',		/* issue_device_token / authenticate */
-	IM_TOKEN_BATCH = 'B',		/* sync_changes batch_token */
-	IM_TOKEN_CURSOR = 'C',		/* sync_changes next_cursor */
-	IM_TOKEN_SNAPSHOT = 'S'		/* begin_snapshot snapshot_token */
-} ImTokenPurpose;
-
-typedef struct ImTokenClaims
-{
-	char		purpose;		/* ImTokenPurpose */
-	int64		user_id;
-	char		device_id[65];
-	int32		registration;	/* device registration the token was issued to */
-	int32		sync_generation;
-	int64		resume_from;
-	int64		watermark;		/* batch high watermark / snapshot base */
-	int64		recovery_session_id;	/* 0 when none */
-	int64		position;		/* cursor: last sync_seq returned */
-	int64		snapshot_id;
-	TimestampTz issued_at;
-	TimestampTz expires_at;
-} ImTokenClaims;
-
-/* Sign claims with the newest key (created on first use); palloc'd text. */
-extern char *im_token_sign(const ImTokenClaims *claims);
-/*
- * Verify format, key and signature (constant time) and the purpose.
- * Returns false for anything malformed, unknown key or bad signature
- * (INVALID_TOKEN).  Expiry is NOT checked here: callers check the
- * contract's order (user/device, revoked, generation, expiry).
- */
-extern bool im_token_verify(const char *token, char purpose, ImTokenClaims *out);
-/*
- * Key ring maintenance (contract §8) in the caller's transaction: rotate an
- * over-age newest key, retire superseded keys no live token needs.
- * Returns the number retired; *rotated: a new key was made.
- */
-extern int	im_token_keys_maintain(bool *rotated);
-
 /* ---- maintenance (gc.c, maintenance.c) -------------------------------- */
 /*
  * One chunk of inbox GC in the caller's transaction: at most max_users

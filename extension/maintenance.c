@@ -27,6 +27,7 @@
  * sessions and private events a log still holds are never touched.
  */
 #include "im_sync.h"
+#include "token.h"
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"

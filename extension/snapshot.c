@@ -22,6 +22,8 @@
  *     so a client can re-download a page and the digests still prove it.
  */
 #include "im_sync.h"
+#include "device_state.h"
+#include "token.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -225,9 +227,6 @@ Datum
 im_begin_snapshot(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr head_plan;
-	static SPIPlanPtr device_plan;
-	static SPIPlanPtr end_plan;
-	static SPIPlanPtr abandon_plan;
 	static SPIPlanPtr snap_plan;
 	static SPIPlanPtr items_plan;
 	static SPIPlanPtr empty_plan;
@@ -277,37 +276,17 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 	args[0] = Int64GetDatum(user_id);
 	base = exec_in_cut(head_plan, args, cut, 1) == 1 ? im_get_int64(0, 1, NULL) : 0;
 
-	/* Bumping the generation kills every older token of this device. */
-	im_prepare(&device_plan,
-			   "UPDATE im.device SET sync_generation = sync_generation OPERATOR(pg_catalog.+) 1, "
-			   "  state = 'RESETTING', "
-			   "  issued_sync_seq = GREATEST(issued_sync_seq, $3), last_seen_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-			   "RETURNING sync_generation",
-			   3, INT8OID, TEXTOID, INT8OID);
-	args[1] = CStringGetTextDatum(device_id);
-	args[2] = Int64GetDatum(base);
-	if (im_exec(device_plan, args, NULL, 0) != 1)
-		elog(ERROR, "im_sync: device row vanished while locked");
-	generation = im_get_int32(0, 1, NULL);
-
 	/*
-	 * A recovery session of an older generation can never complete now;
-	 * end it so its lease stops holding the GC fence.  Older snapshots of
-	 * the device can never be installed either.
+	 * Bumping the generation kills every older token of this device.  A
+	 * recovery session of an older generation can never complete now, and
+	 * older snapshots of the device can never be installed: end them so
+	 * their leases stop holding the GC fence.
 	 */
-	im_prepare(&end_plan,
-			   "UPDATE im.recovery_session SET state = 'ENDED', ended_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-			   "AND state OPERATOR(pg_catalog.=) 'ACTIVE'",
-			   2, INT8OID, TEXTOID);
-	im_exec(end_plan, args, NULL, 0);
-	im_prepare(&abandon_plan,
-			   "UPDATE im.snapshot SET state = 'ABANDONED' "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-			   "AND state IN ('BUILDING', 'READY')",
-			   2, INT8OID, TEXTOID);
-	im_exec(abandon_plan, args, NULL, 0);
+	im_device_bump_generation(&dev, "RESETTING");
+	im_device_note_issued(&dev, base);
+	im_device_end_leases(user_id, device_id);
+	generation = dev.sync_generation;
+	args[1] = CStringGetTextDatum(device_id);
 
 	/* BUILDING until every page is written, then sealed READY (§7.5). */
 	im_prepare(&snap_plan,
@@ -375,7 +354,7 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 }
 
 /*
- * The common checks of contract §5, in its order, for a snapshot token
+ * The common checks of contract §5 (im_token_check) for a snapshot token
  * presented by (user_id, device_id).  Locks the device row (P0002 if never
  * registered).  Returns NULL when the token may be used, else the status.
  * A token issued to an earlier registration of the device was revoked with
@@ -386,17 +365,8 @@ check_snapshot_token(int64 user_id, const char *device_id, const char *token,
 					 ImDevice *dev, ImTokenClaims *claims)
 {
 	im_lock_device(user_id, device_id, dev);
-	if (!im_token_verify(token, IM_TOKEN_SNAPSHOT, claims))
-		return "INVALID_TOKEN";
-	if (claims->user_id != user_id || strcmp(claims->device_id, device_id) != 0)
-		return "INVALID_TOKEN";
-	if (strcmp(dev->state, "REVOKED") == 0 || claims->registration != dev->registration)
-		return "DEVICE_REVOKED";
-	if (claims->sync_generation != dev->sync_generation)
-		return "STALE_GENERATION";
-	if (claims->expires_at <= GetCurrentTimestamp())
-		return "EXPIRED";
-	return NULL;
+	return im_token_check(token, IM_TOKEN_SNAPSHOT, user_id, dev,
+						  IM_EARLIER_REGISTRATION_REVOKED, claims);
 }
 
 static char *

@@ -19,7 +19,10 @@
  * on the same row and computes its fence after getting it.
  */
 #include "im_sync.h"
+#include "device_state.h"
+#include "im_sql.h"
 #include "shmem.h"
+#include "token.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -155,89 +158,13 @@ user_hw_now(int64 user_id)
 	return im_get_int64(0, 1, NULL);
 }
 
-static void
-touch_device(int64 user_id, const char *device_id)
-{
-	static SPIPlanPtr plan;
-	Datum		args[2];
-
-	im_prepare(&plan,
-			   "UPDATE im.device SET last_seen_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
-			   2, INT8OID, TEXTOID);
-	device_args(args, user_id, device_id);
-	im_exec(plan, args, NULL, 0);
-}
-
-/*
- * End the device's active recovery sessions with `how` (ENDED when replaced
- * or revoked, EXPIRED when its lease ran out).  Releases their GC leases.
- */
-static void
-end_sessions(int64 user_id, const char *device_id, const char *how)
-{
-	static SPIPlanPtr plan;
-	Datum		args[3];
-
-	im_prepare(&plan,
-			   "UPDATE im.recovery_session SET state = $3, ended_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-			   "AND state OPERATOR(pg_catalog.=) 'ACTIVE'",
-			   3, INT8OID, TEXTOID, TEXTOID);
-	device_args(args, user_id, device_id);
-	args[2] = CStringGetTextDatum(how);
-	im_exec(plan, args, NULL, 0);
-}
-
-/*
- * "bump": generation + 1 (kills every older token) and the new state.
- * Updates dev in place.
- */
-static void
-bump_generation(ImDevice *dev, const char *new_state)
-{
-	static SPIPlanPtr plan;
-	Datum		args[3];
-
-	im_prepare(&plan,
-			   "UPDATE im.device SET sync_generation = sync_generation OPERATOR(pg_catalog.+) 1, "
-			   "  state = $3, last_seen_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-			   "RETURNING sync_generation",
-			   3, INT8OID, TEXTOID, TEXTOID);
-	device_args(args, dev->user_id, dev->device_id);
-	args[2] = CStringGetTextDatum(new_state);
-	im_exec(plan, args, NULL, 0);
-	dev->sync_generation = im_get_int32(0, 1, NULL);
-	strlcpy(dev->state, new_state, sizeof(dev->state));
-}
-
 /* bump + RESETTING: the device must take a snapshot. */
 static void
 force_reset(ImDevice *dev)
 {
-	end_sessions(dev->user_id, dev->device_id, "ENDED");
-	bump_generation(dev, "RESETTING");
+	im_device_end_recovery_sessions(dev->user_id, dev->device_id, "ENDED");
+	im_device_bump_generation(dev, "RESETTING");
 	im_counter_add(IM_COUNTER_RESETS, 1);
-}
-
-/* issued = max of every watermark ever given to the device. */
-static void
-note_issued(ImDevice *dev, int64 watermark)
-{
-	static SPIPlanPtr plan;
-	Datum		args[3];
-
-	if (watermark <= dev->issued_sync_seq)
-		return;
-	im_prepare(&plan,
-			   "UPDATE im.device SET issued_sync_seq = GREATEST(issued_sync_seq, $3) "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
-			   3, INT8OID, TEXTOID, INT8OID);
-	device_args(args, dev->user_id, dev->device_id);
-	args[2] = Int64GetDatum(watermark);
-	im_exec(plan, args, NULL, 0);
-	dev->issued_sync_seq = watermark;
 }
 
 /*
@@ -365,28 +292,6 @@ make_batch_claims(ImTokenClaims *c, const ImDevice *dev, int64 resume_from,
 		c->expires_at = session_expires;
 }
 
-/*
- * The common token checks of contract §5, in order.  Returns NULL when the
- * token passed, else the status to answer.  dev is the locked device named
- * by the arguments.
- */
-static const char *
-check_token(const char *token, char purpose, int64 user_id, const ImDevice *dev,
-			ImTokenClaims *c)
-{
-	if (!im_token_verify(token, purpose, c))
-		return "INVALID_TOKEN";
-	if (c->user_id != user_id || strcmp(c->device_id, dev->device_id) != 0)
-		return "INVALID_TOKEN";
-	if (strcmp(dev->state, "REVOKED") == 0)
-		return "DEVICE_REVOKED";
-	if (c->sync_generation != dev->sync_generation || c->registration != dev->registration)
-		return "STALE_GENERATION";
-	if (GetCurrentTimestamp() >= c->expires_at)
-		return "EXPIRED";
-	return NULL;
-}
-
 /* The device's ACTIVE recovery session, if any. */
 typedef struct RecoverySession
 {
@@ -467,7 +372,7 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 		set_empty(r, "DEVICE_REVOKED", dev, user_hw_now(dev->user_id));
 		return;
 	}
-	touch_device(dev->user_id, dev->device_id);
+	im_device_touch(dev->user_id, dev->device_id);
 	share_user_head(dev->user_id, &head);
 
 	/* 2: the snapshot call bumps */
@@ -484,8 +389,8 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 		if (!have || s.generation != dev->sync_generation ||
 			GetCurrentTimestamp() >= s.expires_at)
 		{
-			end_sessions(dev->user_id, dev->device_id, "EXPIRED");
-			bump_generation(dev, "RESETTING");
+			im_device_end_recovery_sessions(dev->user_id, dev->device_id, "EXPIRED");
+			im_device_bump_generation(dev, "RESETTING");
 			im_counter_add(IM_COUNTER_RESETS, 1);
 			set_empty(r, "RESET_REQUIRED", dev, head.high_watermark);
 			return;
@@ -512,7 +417,7 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 		{
 			int64		wm = Min(head.high_watermark, ack + (int64) im_max_batch_events);
 
-			note_issued(dev, wm);
+			im_device_note_issued(dev, wm);
 			make_batch_claims(&c, dev, ack, wm, 0, 0);
 			serve_page(upper, r, &c, ack, limit, "OK", ack);
 			return;
@@ -526,10 +431,10 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 		int64		wm = Min(head.high_watermark, la + (int64) im_max_batch_events);
 
 		wm = Max(wm, ack);
-		end_sessions(dev->user_id, dev->device_id, "ENDED");
-		bump_generation(dev, "RECOVERING");
+		im_device_end_recovery_sessions(dev->user_id, dev->device_id, "ENDED");
+		im_device_bump_generation(dev, "RECOVERING");
 		new_session(dev, la, wm, &s);
-		note_issued(dev, wm);
+		im_device_note_issued(dev, wm);
 		make_batch_claims(&c, dev, la, wm, s.id, s.expires_at);
 		serve_page(upper, r, &c, la, limit, "RECOVERY", ack);
 		return;
@@ -546,7 +451,8 @@ next_page(MemoryContext upper, SyncRow *r, ImDevice *dev, int64 user_id,
 		  const char *cursor, int32 limit)
 {
 	ImTokenClaims c;
-	const char *fail = check_token(cursor, IM_TOKEN_CURSOR, user_id, dev, &c);
+	const char *fail = im_token_check(cursor, IM_TOKEN_CURSOR, user_id, dev,
+									  IM_EARLIER_REGISTRATION_STALE, &c);
 	UserHead	head;
 
 	if (fail)
@@ -554,7 +460,7 @@ next_page(MemoryContext upper, SyncRow *r, ImDevice *dev, int64 user_id,
 		set_empty(r, fail, dev, user_hw_now(user_id));
 		return;
 	}
-	touch_device(dev->user_id, dev->device_id);
+	im_device_touch(dev->user_id, dev->device_id);
 	share_user_head(user_id, &head);
 	/* The rest of the batch was collected (device left behind): never a gap. */
 	if (head.gc_floor > c.position)
@@ -683,7 +589,6 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 IM_SENSITIVE_FUNCTION(im_ack_sync)
 {
 	static SPIPlanPtr cas;
-	static SPIPlanPtr touch;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	int64		ack_seq;
@@ -706,8 +611,8 @@ IM_SENSITIVE_FUNCTION(im_ack_sync)
 	if (PG_ARGISNULL(2))
 		status = "INVALID_TOKEN";
 	else
-		status = check_token(text_to_cstring(PG_GETARG_TEXT_PP(2)), IM_TOKEN_BATCH,
-							 user_id, &dev, &c);
+		status = im_token_check(text_to_cstring(PG_GETARG_TEXT_PP(2)), IM_TOKEN_BATCH,
+								user_id, &dev, IM_EARLIER_REGISTRATION_STALE, &c);
 	if (status != NULL)
 	{
 		if (strcmp(status, "STALE_GENERATION") == 0)
@@ -736,14 +641,7 @@ IM_SENSITIVE_FUNCTION(im_ack_sync)
 		status = "OK";
 	}
 	if (strcmp(status, "DEVICE_REVOKED") != 0)
-	{
-		im_prepare(&touch,
-				   "UPDATE im.device SET last_seen_at = pg_catalog.now() "
-				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
-				   2, INT8OID, TEXTOID);
-		device_args(args, user_id, device_id);
-		im_exec(touch, args, NULL, 0);
-	}
+		im_device_touch(user_id, device_id);
 	SPI_finish();
 	emit_ack(fcinfo, status, dev.acked_sync_seq);
 	return (Datum) 0;

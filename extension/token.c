@@ -24,6 +24,7 @@
  * after the key stopped signing.
  */
 #include "im_sync.h"
+#include "token.h"
 
 #include "catalog/pg_type.h"
 #include "common/base64.h"
@@ -528,4 +529,23 @@ im_token_keys_maintain(bool *rotated)
 	nretired = (int) im_exec(retire, args, NULL, 0);
 	SPI_finish();
 	return nretired;
+}
+
+const char *
+im_token_check(const char *token, char purpose, int64 user_id,
+			   const ImDevice *dev, ImEarlierRegistration earlier, ImTokenClaims *c)
+{
+	if (!im_token_verify(token, purpose, c))
+		return "INVALID_TOKEN";
+	if (c->user_id != user_id || strcmp(c->device_id, dev->device_id) != 0)
+		return "INVALID_TOKEN";
+	if (strcmp(dev->state, "REVOKED") == 0)
+		return "DEVICE_REVOKED";
+	if (c->registration != dev->registration)
+		return earlier == IM_EARLIER_REGISTRATION_REVOKED ? "DEVICE_REVOKED" : "STALE_GENERATION";
+	if (c->sync_generation != dev->sync_generation)
+		return "STALE_GENERATION";
+	if (GetCurrentTimestamp() >= c->expires_at)
+		return "EXPIRED";
+	return NULL;
 }
