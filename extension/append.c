@@ -12,6 +12,7 @@
  *     at commit (never by NOTIFY, which would serialize every send).
  */
 #include "im_sync.h"
+#include "common.h"
 #include "append.h"
 #include "im_sql.h"
 #include "shmem.h"
@@ -49,7 +50,7 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 			   "  RETURNING message_id, msg_seq),"
 			   " head AS ("
 			   "  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins"
-			   "  WHERE c.conversation_id OPERATOR(pg_catalog.=) $1 RETURNING 1),"
+			   "  WHERE c.conversation_id" EQ "$1 RETURNING 1),"
 			   " ob AS ("
 			   "  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)"
 			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"

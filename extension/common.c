@@ -4,6 +4,8 @@
  * and the lock helpers that fix the lock order of contract §4.
  */
 #include "im_sync.h"
+#include "common.h"
+#include "im_sql.h"
 
 #include <stdarg.h>
 
@@ -370,7 +372,7 @@ im_require_conversation(int64 conversation_id, ImConversation *conv)
 
 	im_prepare(&plan,
 			   "SELECT kind, mode, head_msg_seq FROM im.conversation "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1",
+			   "WHERE conversation_id" EQ "$1",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	if (im_exec(plan, args, NULL, 1) != 1)
@@ -392,7 +394,7 @@ im_lock_conversation(int64 conversation_id, ImConversation *conv)
 
 	im_prepare(&plan,
 			   "SELECT kind, mode, head_msg_seq FROM im.conversation "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
+			   "WHERE conversation_id" EQ "$1 FOR NO KEY UPDATE",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	if (im_exec(plan, args, NULL, 0) != 1)
@@ -439,7 +441,7 @@ im_lock_user_heads(int64 *user_ids, int n)
 	args[0] = im_int8_array(user_ids, n);
 	im_prepare(&lock,
 			   "SELECT user_id FROM im.user_head "
-			   "WHERE user_id OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.int8[]) "
+			   "WHERE user_id" EQ "ANY ($1::pg_catalog.int8[]) "
 			   "ORDER BY user_id FOR UPDATE",
 			   1, INT8ARRAYOID);
 	/* Heads normally exist (create, join and register make them). */
@@ -468,8 +470,8 @@ im_require_ever_member(int64 user_id, int64 conversation_id, const char *detail)
 
 	im_prepare(&plan,
 			   "SELECT 1 FROM im.membership_period "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $2 "
-			   "AND user_id OPERATOR(pg_catalog.=) $1 LIMIT 1",
+			   "WHERE conversation_id" EQ "$2 "
+			   "AND user_id" EQ "$1 LIMIT 1",
 			   2, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(conversation_id);

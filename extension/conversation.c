@@ -14,6 +14,7 @@
  * states (contract §4).
  */
 #include "im_sync.h"
+#include "common.h"
 #include "append.h"
 #include "im_sql.h"
 
@@ -121,8 +122,8 @@ create_conversation(const char *kind, int64 *members, int n)
 		{
 			im_prepare(&get_direct,
 					   "SELECT conversation_id FROM im.conversation "
-					   "WHERE direct_user_lo OPERATOR(pg_catalog.=) $1 "
-					   "AND direct_user_hi OPERATOR(pg_catalog.=) $2",
+					   "WHERE direct_user_lo" EQ "$1 "
+					   "AND direct_user_hi" EQ "$2",
 					   2, INT8OID, INT8OID);
 			if (im_exec(get_direct, args, NULL, 0) != 1)
 				elog(ERROR, "im_sync: direct conversation of " INT64_FORMAT " and " INT64_FORMAT " vanished",
@@ -244,7 +245,7 @@ open_period(int64 conversation_id, int64 user_id, int64 *period_id, int64 *join_
 
 	im_prepare(&plan,
 			   "SELECT membership_period_id, join_seq FROM im.membership_period "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1 AND user_id OPERATOR(pg_catalog.=) $2 "
+			   "WHERE conversation_id" EQ "$1 AND user_id" EQ "$2 "
 			   "AND leave_seq IS NULL",
 			   2, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
@@ -450,7 +451,7 @@ im_leave_conversation(PG_FUNCTION_ARGS)
 
 	im_prepare(&close_period,
 			   "UPDATE im.membership_period SET leave_seq = $2, leave_event_id = $3 "
-			   "WHERE membership_period_id OPERATOR(pg_catalog.=) $1",
+			   "WHERE membership_period_id" EQ "$1",
 			   3, INT8OID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(period_id);
 	args[1] = Int64GetDatum(leave_seq);
@@ -484,12 +485,12 @@ im_conversation_list(PG_FUNCTION_ARGS)
 			   "SELECT c.conversation_id, c.kind, c.mode, uc.last_msg_seq, uc.read_msg_seq, "
 			   "       uc.unread_count, uc.dirty_target_msg_seq, uc.dirty_version, c.head_msg_seq "
 			   "FROM im.user_conversation uc "
-			   "JOIN im.conversation c ON c.conversation_id OPERATOR(pg_catalog.=) uc.conversation_id "
-			   "WHERE uc.user_id OPERATOR(pg_catalog.=) $1 "
-			   "  AND uc.conversation_id OPERATOR(pg_catalog.>) $2 "
+			   "JOIN im.conversation c ON c.conversation_id" EQ "uc.conversation_id "
+			   "WHERE uc.user_id" EQ "$1 "
+			   "  AND uc.conversation_id" GT "$2 "
 			   "  AND EXISTS (SELECT 1 FROM im.membership_period p "
-			   "              WHERE p.user_id OPERATOR(pg_catalog.=) $1 "
-			   "                AND p.conversation_id OPERATOR(pg_catalog.=) uc.conversation_id) "
+			   "              WHERE p.user_id" EQ "$1 "
+			   "                AND p.conversation_id" EQ "uc.conversation_id) "
 			   "ORDER BY uc.conversation_id LIMIT $3",
 			   3, INT8OID, INT8OID, INT4OID);
 	args[0] = Int64GetDatum(user_id);
@@ -521,7 +522,7 @@ im_conversation_members(PG_FUNCTION_ARGS)
 	args[0] = Int64GetDatum(conversation_id);
 	im_prepare(&plan,
 			   "SELECT user_id, membership_period_id, join_seq FROM im.membership_period "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1 AND leave_seq IS NULL "
+			   "WHERE conversation_id" EQ "$1 AND leave_seq IS NULL "
 			   "ORDER BY user_id",
 			   1, INT8OID);
 	im_exec(plan, args, NULL, 0);

@@ -16,7 +16,10 @@
  * Lock order: device row, then the user's head (contract §4).
  */
 #include "im_sync.h"
+#include "common.h"
+#include "device.h"
 #include "device_state.h"
+#include "im_sql.h"
 #include "shmem.h"
 #include "token.h"
 
@@ -104,10 +107,10 @@ im_register_device(PG_FUNCTION_ARGS)
 			im_device_bump_generation(&dev, "NEW");
 			im_prepare(&again,
 					   "UPDATE im.device SET "
-					   "  registration = registration OPERATOR(pg_catalog.+) 1, "
+					   "  registration = registration" PLUS "1, "
 					   "  acked_sync_seq = 0, acked_at = NULL, revoked_at = NULL, "
 					   "  registered_at = pg_catalog.now() "
-					   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
+					   "WHERE user_id" EQ "$1 AND device_id" EQ "$2",
 					   2, INT8OID, TEXTOID);
 			im_exec(again, args, NULL, 0);
 			dev.registration++;
@@ -151,7 +154,7 @@ im_revoke_device(PG_FUNCTION_ARGS)
 		args[1] = CStringGetTextDatum(device_id);
 		im_prepare(&upd,
 				   "UPDATE im.device SET state = 'REVOKED', revoked_at = pg_catalog.now() "
-				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
+				   "WHERE user_id" EQ "$1 AND device_id" EQ "$2",
 				   2, INT8OID, TEXTOID);
 		im_exec(upd, args, NULL, 0);
 		im_device_end_leases(user_id, device_id);
@@ -191,9 +194,9 @@ im_device_session(PG_FUNCTION_ARGS)
 	im_prepare(&plan,
 			   "SELECT d.state, d.sync_generation, d.acked_sync_seq, "
 			   "       COALESCE(h.high_watermark, 0), "
-			   "       d.connection_epoch OPERATOR(pg_catalog.=) $3 "
-			   "FROM im.device d LEFT JOIN im.user_head h ON h.user_id OPERATOR(pg_catalog.=) d.user_id "
-			   "WHERE d.user_id OPERATOR(pg_catalog.=) $1 AND d.device_id OPERATOR(pg_catalog.=) $2",
+			   "       d.connection_epoch" EQ "$3 "
+			   "FROM im.device d LEFT JOIN im.user_head h ON h.user_id" EQ "d.user_id "
+			   "WHERE d.user_id" EQ "$1 AND d.device_id" EQ "$2",
 			   3, INT8OID, TEXTOID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = CStringGetTextDatum(device_id);
@@ -369,7 +372,7 @@ IM_SENSITIVE_FUNCTION(im_authenticate)
 	im_spi_connect();
 	im_prepare(&sel,
 			   "SELECT state, registration FROM im.device "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+			   "WHERE user_id" EQ "$1 AND device_id" EQ "$2 "
 			   "FOR UPDATE",
 			   2, INT8OID, TEXTOID);
 	args[0] = Int64GetDatum(c.user_id);
@@ -386,9 +389,9 @@ IM_SENSITIVE_FUNCTION(im_authenticate)
 		auth_fail(&c, "token has expired");
 
 	im_prepare(&bump,
-			   "UPDATE im.device SET connection_epoch = connection_epoch OPERATOR(pg_catalog.+) 1, "
+			   "UPDATE im.device SET connection_epoch = connection_epoch" PLUS "1, "
 			   "  last_seen_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+			   "WHERE user_id" EQ "$1 AND device_id" EQ "$2 "
 			   "RETURNING connection_epoch",
 			   2, INT8OID, TEXTOID);
 	im_exec(bump, args, NULL, 0);

@@ -11,6 +11,7 @@
  * Every function needs the caller to hold the device row (im_lock_device).
  */
 #include "im_sync.h"
+#include "common.h"
 #include "device_state.h"
 #include "im_sql.h"
 

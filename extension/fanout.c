@@ -28,6 +28,7 @@
  *     conversations are always served.
  */
 #include "im_sync.h"
+#include "common.h"
 #include "fanout.h"
 #include "im_sql.h"
 #include "shmem.h"
@@ -183,9 +184,9 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 			   2, INT8OID, INT4OID);
 
 	im_prepare(&members,
-			   "SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) $2 FROM ("
+			   "SELECT pg_catalog.count(*)" GT "$2 FROM ("
 			   "  SELECT 1 FROM im.membership_period WHERE conversation_id" EQ "$1"
-			   "  AND leave_seq IS NULL LIMIT $2 OPERATOR(pg_catalog.+) 1) m",
+			   "  AND leave_seq IS NULL LIMIT $2" PLUS "1) m",
 			   2, INT8OID, INT4OID);
 
 	for (int c = 0; c < nconvs && b->nitems < max_items && !solo; c++)
@@ -266,8 +267,7 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 	"JOIN im.event e ON e.message_id" EQ "o.source_event_id " \
 	"LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
 	"JOIN im.membership_period p ON p.conversation_id" EQ "e.conversation_id " \
-	" AND ((p.join_seq" LE "COALESCE(t.msg_seq, e.msg_seq) " \
-	"       AND (p.leave_seq IS NULL OR p.leave_seq" GE "COALESCE(t.msg_seq, e.msg_seq))) " \
+	" AND (" IM_PERIOD_COVERS_SQL("p", "COALESCE(t.msg_seq, e.msg_seq)") \
 	"      OR (e.kind" EQ "'leave' AND p.leave_event_id" EQ "e.message_id)) " \
 	"WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL "
 
@@ -436,12 +436,12 @@ lean_run_plan(void)
 					  "         p.user_id, p.membership_period_id AS period"
 					  "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
 					  "  JOIN im.membership_period p ON p.conversation_id" EQ "$2"
-					  "   AND p.join_seq" LE "e.msg_seq AND (p.leave_seq IS NULL OR p.leave_seq" GE "e.msg_seq)"
+					  "   AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq")
 					  "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[])),"
 					  LOG_APPEND_SQL("r")
 					  " per_user AS ("
 					  "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last,"
-					  "         pg_catalog.count(*) OPERATOR(pg_catalog.-) pg_catalog.count(DISTINCT num.outbox_id) AS doubled,"
+					  "         pg_catalog.count(*)" MINUS "pg_catalog.count(DISTINCT num.outbox_id) AS doubled,"
 					  "         pg_catalog.count(*) FILTER (WHERE num.sender_id" NE "num.user_id"
 					  "                                AND num.msg_seq" GT "u.read_msg_seq) AS delta"
 					  "  FROM num LEFT JOIN im.user_conversation u"
@@ -679,7 +679,7 @@ record_failure(const int64 *ids, int n, ErrorData *edata)
 	im_prepare(&charged_plan,
 			   "UPDATE im.outbox SET attempts = attempts" PLUS "1, last_error = $2,"
 			   "  next_attempt_at = pg_catalog.now()" PLUS
-			   "    pg_catalog.make_interval(secs => 10 OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(attempts, 5))),"
+			   "    pg_catalog.make_interval(secs => 10" OP_TIMES "pg_catalog.power(2, LEAST(attempts, 5))),"
 			   "  state = CASE WHEN attempts" PLUS "1" GE "$3 THEN 'dead' ELSE 'pending' END "
 			   "WHERE outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND state" EQ "'pending' "
 			   "RETURNING state",

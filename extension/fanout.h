@@ -8,6 +8,8 @@
 
 #include "im_sync.h"
 
+#include "lib/stringinfo.h"
+
 /*
  * The outbox items a fanout batch claimed, kept in a memory context that
  * outlives the batch's transaction: when the batch fails outside any one

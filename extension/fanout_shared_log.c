@@ -23,6 +23,7 @@
  *     recount again (recomputed when the mode event is fanned out).
  */
 #include "im_sync.h"
+#include "common.h"
 #include "fanout.h"
 #include "im_sql.h"
 
@@ -53,8 +54,8 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 			   "    (pg_catalog.array_agg(p.membership_period_id ORDER BY e.msg_seq DESC))[1] AS period,"
 			   "    (pg_catalog.array_agg(e.message_id ORDER BY e.msg_seq DESC))[1] AS message_id"
 			   "  FROM im.event e JOIN im.membership_period p"
-			   "    ON p.conversation_id" EQ "e.conversation_id AND p.join_seq" LE "e.msg_seq"
-			   "   AND (p.leave_seq IS NULL OR p.leave_seq" GE "e.msg_seq)"
+			   "    ON p.conversation_id" EQ "e.conversation_id"
+			   "   AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq")
 			   "  WHERE e.message_id" EQ "ANY ($2::pg_catalog.int8[]) AND e.conversation_id" EQ "$1"
 			   "  GROUP BY p.user_id),"
 			   " upd AS ("

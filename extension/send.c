@@ -13,7 +13,9 @@
  * through commit); workers are woken with a latch at commit.
  */
 #include "im_sync.h"
+#include "common.h"
 #include "append.h"
+#include "im_sql.h"
 
 #include <math.h>
 
@@ -199,7 +201,7 @@ lookup_existing(SendRequest *req, int64 *message_id, int64 *msg_seq)
 
 	im_prepare(&plan,
 			   "SELECT message_id, msg_seq, request_digest, kind, conversation_id FROM im.event "
-			   "WHERE sender_id OPERATOR(pg_catalog.=) $1 AND client_msg_id OPERATOR(pg_catalog.=) $2",
+			   "WHERE sender_id" EQ "$1 AND client_msg_id" EQ "$2",
 			   2, INT8OID, TEXTOID);
 	args[0] = Int64GetDatum(req->sender_id);
 	args[1] = CStringGetTextDatum(req->client_msg_id);
@@ -228,8 +230,8 @@ require_active_member(int64 conversation_id, int64 user_id)
 	Datum		args[2];
 
 	im_prepare(&plan,
-			   "SELECT 1 FROM im.membership_period WHERE conversation_id OPERATOR(pg_catalog.=) $1 "
-			   "AND user_id OPERATOR(pg_catalog.=) $2 AND leave_seq IS NULL",
+			   "SELECT 1 FROM im.membership_period WHERE conversation_id" EQ "$1 "
+			   "AND user_id" EQ "$2 AND leave_seq IS NULL",
 			   2, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	args[1] = Int64GetDatum(user_id);
@@ -257,7 +259,7 @@ check_target(SendRequest *req)
 
 	im_prepare(&plan,
 			   "SELECT kind, conversation_id, sender_id, recalled FROM im.event "
-			   "WHERE message_id OPERATOR(pg_catalog.=) $1",
+			   "WHERE message_id" EQ "$1",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(req->target_message_id);
 	if (im_exec(plan, args, NULL, 0) == 1)
@@ -298,8 +300,8 @@ tombstone_target(int64 target_message_id)
 
 	im_prepare(&plan,
 			   "UPDATE im.event SET recalled = true, body = NULL "
-			   "WHERE message_id OPERATOR(pg_catalog.=) $1 "
-			   "   OR (target_message_id OPERATOR(pg_catalog.=) $1 AND kind OPERATOR(pg_catalog.=) 'edit')",
+			   "WHERE message_id" EQ "$1 "
+			   "   OR (target_message_id" EQ "$1 AND kind" EQ "'edit')",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(target_message_id);
 	im_exec(plan, args, NULL, 0);
@@ -312,7 +314,7 @@ replace_target_body(int64 target_message_id, Datum body)
 	Datum		args[2];
 
 	im_prepare(&plan,
-			   "UPDATE im.event SET body = $2 WHERE message_id OPERATOR(pg_catalog.=) $1",
+			   "UPDATE im.event SET body = $2 WHERE message_id" EQ "$1",
 			   2, INT8OID, JSONBOID);
 	args[0] = Int64GetDatum(target_message_id);
 	args[1] = body;

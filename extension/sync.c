@@ -19,6 +19,7 @@
  * on the same row and computes its fence after getting it.
  */
 #include "im_sync.h"
+#include "common.h"
 #include "device_state.h"
 #include "im_sql.h"
 #include "shmem.h"
@@ -128,7 +129,7 @@ share_user_head(int64 user_id, UserHead *h)
 
 	im_prepare(&plan,
 			   "SELECT high_watermark, gc_floor FROM im.user_head "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 FOR SHARE",
+			   "WHERE user_id" EQ "$1 FOR SHARE",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	if (im_exec(plan, args, NULL, 1) != 1)
@@ -150,7 +151,7 @@ user_hw_now(int64 user_id)
 	Datum		args[1];
 
 	im_prepare(&plan,
-			   "SELECT high_watermark FROM im.user_head WHERE user_id OPERATOR(pg_catalog.=) $1",
+			   "SELECT high_watermark FROM im.user_head WHERE user_id" EQ "$1",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	if (im_exec(plan, args, NULL, 1) != 1)
@@ -191,18 +192,18 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 	im_prepare(&plan,
 			   "WITH r AS ("
 			   "  SELECT i.sync_seq, i.kind, i.conversation_id, i.source_event_id, i.payload "
-			   "  FROM im.inbox i WHERE i.user_id OPERATOR(pg_catalog.=) $1 "
-			   "  AND i.sync_seq OPERATOR(pg_catalog.>) $2 AND i.sync_seq OPERATOR(pg_catalog.<=) $3 "
+			   "  FROM im.inbox i WHERE i.user_id" EQ "$1 "
+			   "  AND i.sync_seq" GT "$2 AND i.sync_seq" LE "$3 "
 			   "  ORDER BY i.sync_seq LIMIT $4), "
 			   "j AS ("
-			   "  SELECT r.sync_seq, CASE WHEN r.kind OPERATOR(pg_catalog.=) ANY "
+			   "  SELECT r.sync_seq, CASE WHEN r.kind" EQ "ANY "
 			   "      ('{read_cursor,delete_for_me,conversation_dirty}'::pg_catalog.text[]) "
 			   "    THEN pg_catalog.jsonb_build_object('sync_seq', r.sync_seq, 'kind', r.kind, "
 			   "           'conversation_id', r.conversation_id) "
-			   "         OPERATOR(pg_catalog.||) COALESCE(r.payload, '{}'::pg_catalog.jsonb) "
+			   "        " OP_CONCAT "COALESCE(r.payload, '{}'::pg_catalog.jsonb) "
 			   "    ELSE (SELECT " IM_EVENT_JSON_SQL
-			   "            OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('sync_seq', r.sync_seq) "
-			   "          FROM im.event e WHERE e.message_id OPERATOR(pg_catalog.=) r.source_event_id "
+			   "           " OP_CONCAT "pg_catalog.jsonb_build_object('sync_seq', r.sync_seq) "
+			   "          FROM im.event e WHERE e.message_id" EQ "r.source_event_id "
 			   "          AND " IM_NOT_DELETED_FOR_ME_SQL("$1") ") "
 			   "    END AS ev FROM r), "
 			   "sized AS ("
@@ -211,8 +212,8 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 			   "  FROM j, LATERAL (SELECT COALESCE(" IM_PAGE_BYTES_SQL("j.ev") ", 0) AS own) s), "
 			   "page AS ("
 			   "  SELECT z.sync_seq, z.ev FROM sized z "
-			   "  WHERE z.bytes OPERATOR(pg_catalog.<=) $5 "
-			   "     OR z.bytes OPERATOR(pg_catalog.-) z.own OPERATOR(pg_catalog.=) 0) "
+			   "  WHERE z.bytes" LE "$5 "
+			   "     OR z.bytes" MINUS "z.own" EQ "0) "
 			   "SELECT COALESCE(pg_catalog.jsonb_agg(ev ORDER BY sync_seq) FILTER (WHERE ev IS NOT NULL), "
 			   "                '[]'::pg_catalog.jsonb), "
 			   "       COALESCE(pg_catalog.max(sync_seq), $2), pg_catalog.count(*), "
@@ -311,8 +312,8 @@ active_session(int64 user_id, const char *device_id, RecoverySession *s)
 
 	im_prepare(&plan,
 			   "SELECT recovery_session_id, sync_generation, resume_from, batch_high_watermark, expires_at "
-			   "FROM im.recovery_session WHERE user_id OPERATOR(pg_catalog.=) $1 "
-			   "AND device_id OPERATOR(pg_catalog.=) $2 AND state OPERATOR(pg_catalog.=) 'ACTIVE' "
+			   "FROM im.recovery_session WHERE user_id" EQ "$1 "
+			   "AND device_id" EQ "$2 AND state" EQ "'ACTIVE' "
 			   "ORDER BY recovery_session_id DESC LIMIT 1",
 			   2, INT8OID, TEXTOID);
 	device_args(args, user_id, device_id);
@@ -337,7 +338,7 @@ new_session(const ImDevice *dev, int64 resume_from, int64 watermark, RecoverySes
 	im_prepare(&plan,
 			   "INSERT INTO im.recovery_session (user_id, device_id, sync_generation, resume_from, "
 			   "  batch_high_watermark, expires_at) "
-			   "VALUES ($1, $2, $3, $4, $5, pg_catalog.now() OPERATOR(pg_catalog.+) "
+			   "VALUES ($1, $2, $3, $4, $5, pg_catalog.now()" PLUS
 			   "        pg_catalog.make_interval(secs => $6)) "
 			   "RETURNING recovery_session_id, expires_at",
 			   6, INT8OID, TEXTOID, INT4OID, INT8OID, INT8OID, FLOAT8OID);
@@ -540,7 +541,7 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 
 	im_prepare(&sel,
 			   "SELECT state FROM im.recovery_session "
-			   "WHERE recovery_session_id OPERATOR(pg_catalog.=) $1",
+			   "WHERE recovery_session_id" EQ "$1",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(c->recovery_session_id);
 	if (im_exec(sel, args, NULL, 1) != 1)
@@ -555,8 +556,8 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 
 	im_prepare(&done,
 			   "UPDATE im.recovery_session SET state = 'COMPLETED', ended_at = pg_catalog.now() "
-			   "WHERE recovery_session_id OPERATOR(pg_catalog.=) $1 "
-			   "AND state OPERATOR(pg_catalog.=) 'ACTIVE' AND sync_generation OPERATOR(pg_catalog.=) $2",
+			   "WHERE recovery_session_id" EQ "$1 "
+			   "AND state" EQ "'ACTIVE' AND sync_generation" EQ "$2",
 			   2, INT8OID, INT4OID);
 	args[0] = Int64GetDatum(c->recovery_session_id);
 	args[1] = Int32GetDatum(c->sync_generation);
@@ -567,8 +568,8 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 			   "UPDATE im.device SET state = 'ACTIVE', "
 			   "  acked_sync_seq = GREATEST(acked_sync_seq, $4), "
 			   "  acked_at = pg_catalog.now(), last_seen_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-			   "AND sync_generation OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'RECOVERING' "
+			   "WHERE user_id" EQ "$1 AND device_id" EQ "$2 "
+			   "AND sync_generation" EQ "$3 AND state" EQ "'RECOVERING' "
 			   "RETURNING acked_sync_seq",
 			   4, INT8OID, TEXTOID, INT4OID, INT8OID);
 	device_args(args, dev->user_id, dev->device_id);
@@ -628,9 +629,9 @@ IM_SENSITIVE_FUNCTION(im_ack_sync)
 		im_prepare(&cas,
 				   "UPDATE im.device SET acked_sync_seq = $4, acked_at = pg_catalog.now(), "
 				   "  last_seen_at = pg_catalog.now() "
-				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-				   "AND sync_generation OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'ACTIVE' "
-				   "AND acked_sync_seq OPERATOR(pg_catalog.<) $4 "
+				   "WHERE user_id" EQ "$1 AND device_id" EQ "$2 "
+				   "AND sync_generation" EQ "$3 AND state" EQ "'ACTIVE' "
+				   "AND acked_sync_seq" LT "$4 "
 				   "RETURNING acked_sync_seq",
 				   4, INT8OID, TEXTOID, INT4OID, INT8OID);
 		device_args(args, user_id, device_id);

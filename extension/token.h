@@ -5,6 +5,8 @@
 #define IM_TOKEN_H
 
 #include "im_sync.h"
+
+#include "datatype/timestamp.h"
 #include "device_state.h"
 
 /*

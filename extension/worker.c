@@ -18,11 +18,13 @@
  */
 #include "im_sync.h"
 #include "fanout.h"
+#include "maintenance.h"
 #include "shmem.h"
 #include "worker.h"
 
 #include "access/xact.h"
 #include "commands/extension.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -32,6 +34,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "utils/timeout.h"
 
 /*
