@@ -196,7 +196,7 @@ im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo)
 	}
 	SPI_finish();
 	if (total > 0)
-		im_counter_add(IM_COUNTER_GC_DELETED, total);
+		im_counter_add_at_commit(IM_COUNTER_GC_DELETED, total);
 	return round_done;
 }
 

@@ -381,6 +381,8 @@ im_clear_dirty(PG_FUNCTION_ARGS)
 	im_spi_connect();
 
 	im_require_conversation(conversation_id, NULL);
+	im_require_ever_member(user_id, conversation_id,
+						   "Only a member or past member of the conversation has a dirty marker to clear.");
 
 	im_lock_user_heads(&user_id, 1);
 	im_prepare(&plan,
@@ -396,11 +398,10 @@ im_clear_dirty(PG_FUNCTION_ARGS)
 	args[1] = Int64GetDatum(conversation_id);
 	args[2] = Int64GetDatum(observed_version);
 	args[3] = Int64GetDatum(saved);
+	/* every period opens its user's state row (conversation.c) */
 	if (im_exec(plan, args, NULL, 0) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("user " INT64_FORMAT " was never a member of conversation " INT64_FORMAT,
-						user_id, conversation_id)));
+		elog(ERROR, "im_sync: user " INT64_FORMAT " has a period but no state in conversation " INT64_FORMAT,
+			 user_id, conversation_id);
 	values[0] = BoolGetDatum(im_get_bool(0, 1, NULL));
 	values[1] = Int64GetDatum(im_get_int64(0, 2, NULL));
 	values[2] = Int64GetDatum(im_get_int64(0, 3, NULL));
