@@ -27,6 +27,15 @@ im_jsonb_from_cstring(const char *json)
 	return DirectFunctionCall1(jsonb_in, CStringGetDatum(json));
 }
 
+/* Result columns of the append statement. */
+enum
+{
+	Anum_append_message_id = 1,
+	Anum_append_msg_seq,
+	Anum_append_heads_moved,
+	Anum_append_outbox_items
+};
+
 bool
 im_append_event(ImConversation *conv, const ImNewEvent *ev,
 				int64 *message_id, int64 *msg_seq)
@@ -88,9 +97,10 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 
 	if (im_exec(plan, args, nulls, 0) == 0)
 		return false;
-	*message_id = im_get_int64(0, 1, NULL);
-	*msg_seq = im_get_int64(0, 2, NULL);
-	if (im_get_int64(0, 3, NULL) != 1 || im_get_int64(0, 4, NULL) != 1)
+	*message_id = im_get_int64(0, Anum_append_message_id, NULL);
+	*msg_seq = im_get_int64(0, Anum_append_msg_seq, NULL);
+	if (im_get_int64(0, Anum_append_heads_moved, NULL) != 1 ||
+		im_get_int64(0, Anum_append_outbox_items, NULL) != 1)
 		elog(ERROR, "im_sync: append to conversation " INT64_FORMAT " did not write head and outbox",
 			 conv->conversation_id);
 	conv->head_msg_seq = *msg_seq;

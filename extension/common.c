@@ -354,6 +354,17 @@ im_int8_array(const int64 *ids, int n)
 	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
 }
 
+void
+im_int64_push(int64 **array, int *n, int *max, int64 v)
+{
+	if (*n == *max)
+	{
+		*max *= 2;
+		*array = repalloc(*array, sizeof(int64) * *max);
+	}
+	(*array)[(*n)++] = v;
+}
+
 /* ---- locks ------------------------------------------------------------ */
 
 static void

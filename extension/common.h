@@ -90,6 +90,11 @@ extern void im_require_conversation(int64 conversation_id, ImConversation *conv)
 extern void im_lock_conversation(int64 conversation_id, ImConversation *conv);
 /* 42501 unless the user ever had a period in the conversation. */
 extern void im_require_ever_member(int64 user_id, int64 conversation_id, const char *detail);
+/*
+ * Append v to a palloc'd array of *n of *max (> 0) elements, doubling it
+ * (in the context it was allocated in) when full.
+ */
+extern void im_int64_push(int64 **array, int *n, int *max, int64 v);
 /* Sort and deduplicate in place; returns the new count. */
 extern int	im_sort_unique_int64(int64 *v, int n);
 /*

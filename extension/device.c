@@ -167,6 +167,16 @@ im_revoke_device(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(revoked);
 }
 
+/* Result columns of device_session's statement. */
+enum
+{
+	Anum_session_state = 1,
+	Anum_session_sync_generation,
+	Anum_session_acked_sync_seq,
+	Anum_session_user_high_watermark,
+	Anum_session_current_epoch
+};
+
 PG_FUNCTION_INFO_V1(im_device_session);
 /*
  * device_session: what the gateway's welcome frame needs; `current` is false
@@ -207,12 +217,13 @@ im_device_session(PG_FUNCTION_ARGS)
 				 errmsg("device \"%s\" of user " INT64_FORMAT " is not registered",
 						device_id, user_id)));
 	{
-		char	   *state = im_get_text(0, 1);	/* upper context */
+		/* the statement's columns are the result's, in order */
+		char	   *state = im_get_text(0, Anum_session_state);	/* upper context */
 
-		values[1] = Int32GetDatum(im_get_int32(0, 2, NULL));
-		values[2] = Int64GetDatum(im_get_int64(0, 3, NULL));
-		values[3] = Int64GetDatum(im_get_int64(0, 4, NULL));
-		values[4] = BoolGetDatum(im_get_bool(0, 5, NULL));
+		values[1] = Int32GetDatum(im_get_int32(0, Anum_session_sync_generation, NULL));
+		values[2] = Int64GetDatum(im_get_int64(0, Anum_session_acked_sync_seq, NULL));
+		values[3] = Int64GetDatum(im_get_int64(0, Anum_session_user_high_watermark, NULL));
+		values[4] = BoolGetDatum(im_get_bool(0, Anum_session_current_epoch, NULL));
 		SPI_finish();
 		values[0] = CStringGetTextDatum(state);
 	}

@@ -87,12 +87,7 @@ typedef struct FanoutBatch
 static void
 note_user(FanoutBatch *b, int64 user_id)
 {
-	if (b->nusers == b->maxusers)
-	{
-		b->maxusers *= 2;
-		b->users = repalloc(b->users, sizeof(int64) * b->maxusers);
-	}
-	b->users[b->nusers++] = user_id;
+	im_int64_push(&b->users, &b->nusers, &b->maxusers, user_id);
 }
 
 void
@@ -104,16 +99,24 @@ im_fanout_claim_init(ImFanoutClaim *claim, MemoryContext cxt)
 	claim->n = 0;
 }
 
+/* repalloc keeps the array in claim->cxt, which outlives the batch */
 static void
 note_claimed(ImFanoutClaim *claim, int64 outbox_id)
 {
-	if (claim->n == claim->max)
-	{
-		claim->max *= 2;
-		claim->ids = repalloc(claim->ids, sizeof(int64) * claim->max);
-	}
-	claim->ids[claim->n++] = outbox_id;
+	im_int64_push(&claim->ids, &claim->n, &claim->max, outbox_id);
 }
+
+/* Result columns of a conversation's pending items (claim_items). */
+enum
+{
+	Anum_pending_outbox_id = 1,
+	Anum_pending_msg_seq,
+	Anum_pending_source_event_id,
+	Anum_pending_private_user_id,
+	Anum_pending_due,
+	Anum_pending_kind,
+	Anum_pending_shared_log
+};
 
 /*
  * Claim due work: for each conversation with due work (oldest first) that
@@ -172,6 +175,7 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 	im_prepare(&trylock,
 			   "SELECT pg_catalog.pg_try_advisory_xact_lock($1, $2)",
 			   2, INT4OID, INT4OID);
+	/* columns: the Anum_pending_* enum above */
 	im_prepare(&pending,
 			   "SELECT o.outbox_id, o.msg_seq, o.source_event_id, o.private_user_id, "
 			   "       o.next_attempt_at" LE "pg_catalog.now(), "
@@ -223,8 +227,8 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 		{
 			FanoutItem *it;
 			bool		isnull;
-			bool		due = im_get_bool(i, 5, NULL);
-			int64		private_user_id = im_get_int64(i, 4, &isnull);
+			bool		due = im_get_bool(i, Anum_pending_due, NULL);
+			int64		private_user_id = im_get_int64(i, Anum_pending_private_user_id, &isnull);
 			char	   *kind;
 
 			if (!isnull)
@@ -243,15 +247,15 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 				b->items = repalloc(b->items, sizeof(FanoutItem) * b->maxitems);
 			}
 			it = &b->items[b->nitems++];
-			it->outbox_id = im_get_int64(i, 1, NULL);
+			it->outbox_id = im_get_int64(i, Anum_pending_outbox_id, NULL);
 			it->conversation_id = convs[c];
-			it->msg_seq = im_get_int64(i, 2, NULL);
-			it->source_event_id = im_get_int64(i, 3, NULL);
+			it->msg_seq = im_get_int64(i, Anum_pending_msg_seq, NULL);
+			it->source_event_id = im_get_int64(i, Anum_pending_source_event_id, NULL);
 			it->private_user_id = private_user_id;
 			/* no source event: fails as an item (deliver_item), never the batch */
-			kind = im_get_text(i, 6);
+			kind = im_get_text(i, Anum_pending_kind);
 			strlcpy(it->kind, kind ? kind : "", sizeof(it->kind));
-			it->shared_log = im_get_bool(i, 7, NULL);
+			it->shared_log = im_get_bool(i, Anum_pending_shared_log, NULL);
 			note_claimed(claim, it->outbox_id);
 		}
 	}
@@ -608,11 +612,7 @@ deliver_private(FanoutBatch *b, FanoutItem *it)
 			   "                        conversation_id, msg_seq, kind, payload, outbox_id)"
 			   "  SELECT user_id, sync_seq, private_event_id, 0, conversation_id, NULL, kind, payload, outbox_id"
 			   "  FROM src"
-			   "  ON CONFLICT (user_id, source_event_id, delivery_scope) DO NOTHING"
-			   "  RETURNING user_id, sync_seq),"
-			   " hd AS ("
-			   "  UPDATE im.user_head h SET high_watermark = ins.sync_seq FROM ins"
-			   "  WHERE h.user_id" EQ "ins.user_id RETURNING h.user_id)"
+			   IM_INBOX_APPEND_TAIL_SQL
 			   /* one row: the user delivered to (NULL: none) and the duplicates */
 			   "SELECT ins.user_id, (SELECT pg_catalog.count(*) FROM hd),"
 			   "       (SELECT pg_catalog.count(*) FROM src)" MINUS "(SELECT pg_catalog.count(*) FROM ins)"

@@ -7,6 +7,7 @@
 #define IM_FANOUT_H
 
 #include "im_sync.h"
+#include "im_sql.h"
 
 #include "lib/stringinfo.h"
 
@@ -57,5 +58,19 @@ extern void im_send_hints(StringInfo hints);
 extern void im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 								  StringInfo hints, int64 **users, int *nusers);
 extern void im_shared_log_mode_delivered(int64 message_id);
+
+/*
+ * The tail of a statement that appends one event per user to the log: a
+ * CTE `ins AS (INSERT INTO im.inbox … SELECT …` is closed by this fragment,
+ * which skips an event the log already holds (the inbox key) and moves the
+ * head of every user it appended to (CTE `hd`).  The caller holds the
+ * heads and numbered the event head + 1.
+ */
+#define IM_INBOX_APPEND_TAIL_SQL \
+	"  ON CONFLICT (user_id, source_event_id, delivery_scope) DO NOTHING" \
+	"  RETURNING user_id, sync_seq)," \
+	" hd AS (" \
+	"  UPDATE im.user_head h SET high_watermark = ins.sync_seq FROM ins" \
+	"  WHERE h.user_id" EQ "ins.user_id RETURNING h.user_id)"
 
 #endif							/* IM_FANOUT_H */

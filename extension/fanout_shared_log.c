@@ -81,11 +81,7 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 			   "                                       'dirty_version', upd.dirty_version)"
 			   "  FROM upd JOIN im.user_head h ON h.user_id" EQ "upd.user_id"
 			   "  WHERE NOT upd.was_dirty"
-			   "  ON CONFLICT (user_id, source_event_id, delivery_scope) DO NOTHING"
-			   "  RETURNING user_id, sync_seq),"
-			   " hd AS ("
-			   "  UPDATE im.user_head h SET high_watermark = ins.sync_seq FROM ins"
-			   "  WHERE h.user_id" EQ "ins.user_id RETURNING h.user_id)"
+			   IM_INBOX_APPEND_TAIL_SQL
 			   "SELECT ins.user_id, (SELECT pg_catalog.count(*) FROM hd),"
 			   "       (SELECT pg_catalog.max(e.msg_seq) FROM im.event e"
 			   "         WHERE e.message_id" EQ "ANY ($2::pg_catalog.int8[]))"

@@ -1,11 +1,11 @@
 /*
  * im_sql.h — SQL fragments shared by the extension's statements.
  *
- * Every statement runs with the caller's search_path pinned to the
- * extension's, but operators are still schema-qualified: an operator found
- * through search_path could be a user's overload.  These macros spell them
- * once.  Each macro is a string literal with spaces around it, so it
- * concatenates into a statement: "WHERE a" EQ "$1".
+ * Operators are schema-qualified in every statement: the workers run with
+ * a default search_path, and an operator found through a search_path could
+ * be a user's overload.  These macros spell them once.  Each is a string
+ * literal with spaces around it, so it concatenates into a statement:
+ * "WHERE a" EQ "$1".
  */
 #ifndef IM_SQL_H
 #define IM_SQL_H

@@ -1,26 +1,20 @@
 /*
- * im_sync.h — shared declarations of the im_sync extension.
- *
- * One concept per file (see README "Code map"):
- *   im_sync.c      _PG_init: GUCs, shared memory, hooks; nothing else
- *   common.c       SPI plan cache, argument checks, SRF output, lock helpers
- *   conversation.c create/direct/join/leave/mode, conversation_list
- *   append.c       the single-writer append of a position + its outbox item
- *   send.c         send/recall/edit
- *   fanout.c       outbox -> per-user logs (the only writer of sync_seq)
- *   fanout_shared_log.c  fanout of shared_log groups: dirty markers
- *   shmem.c        shared memory: worker latches, commit-time wake-up, counters
- *   worker.c       fanout background workers: registration and loop
- *   device.c       devices, connection epochs, device tokens, audit
- *   token.c        HMAC-SHA256 signed tokens and the key ring
- *   sync.c         sync_changes, ack_sync, recovery sessions
- *   snapshot.c     begin/fetch/ack_snapshot
- *   history.c      fetch_messages (contract §1 visibility)
- *   read_state.c   report_read, delete_for_me, message_status, clear_dirty
- *   gc.c           gc_inbox and its fence, in chunks
- *   maintenance.c  retention of done/expired rows; what maintenance runs
- *   reconcile.c    im.reconcile
- *   metrics.c      im.metrics
+ * im_sync.h — the extension's settings and error codes.  Every subsystem has
+ * its own header (README "Code map": which side each file is on):
+ *   shmem.h        shared memory: worker latches, commit-time wake-up, counters
+ *   common.h       SPI plans and getters, argument checks, SRF, lock helpers
+ *   im_sql.h       SQL fragments: operator macros, period covers, recount, …
+ *   append.h       the single-writer append of a position + its outbox item
+ *                  (append.c; used by send.c and conversation.c)
+ *   fanout.h       outbox -> per-user logs (fanout.c, fanout_shared_log.c)
+ *   worker.h       fanout background workers: registration and loop
+ *   device.h       devices, connection epochs, device tokens, audit
+ *   device_state.h lock, generation, leases, touch of one device
+ *   token.h        signed tokens, the key ring, im_token_check
+ *   read_state.h   private events of report_read / delete_for_me
+ *   maintenance.h  gc_inbox chunks (gc.c), key ring and retention
+ * API files without a header of their own: conversation.c, send.c, sync.c,
+ * snapshot.c, history.c, reconcile.c, metrics.c.
  */
 #ifndef IM_SYNC_H
 #define IM_SYNC_H

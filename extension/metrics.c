@@ -27,7 +27,6 @@
  */
 #include "im_sync.h"
 #include "common.h"
-#include "fanout.h"
 #include "im_sql.h"
 #include "shmem.h"
 

@@ -49,9 +49,12 @@
  * inbox.created_at and outbox.processed_at come from the same fanout
  * transaction, so "processed strictly after the oldest retained event" means
  * the item's event, if delivered, is still in the log.
- * Columns: 1 outbox_id, 2 conversation_id, 3 msg_seq, 4 source_event_id,
- * 5 user_id, 6 scope, 7 problem, 8 kind, 9 overlap (the user has overlapping
- * periods in the conversation).
+ * Columns: the Anum_audit_* enum below (outbox_id, conversation_id,
+ * msg_seq, source_event_id, user_id, scope, problem, kind, overlap: the user
+ * has overlapping periods in the conversation).
+ * The expected recipients are derived here on their own, with the period
+ * predicate written out rather than fanout's RECIPIENTS_SQL or
+ * IM_PERIOD_COVERS_SQL: a checker must not share the code it checks.
  */
 #define DELIVERY_AUDIT_SQL \
 	"WITH item AS (" \

@@ -186,6 +186,16 @@ compute_digest(SendRequest *req)
 	req->digest = d;
 }
 
+/* Result columns of the idempotency lookup. */
+enum
+{
+	Anum_existing_message_id = 1,
+	Anum_existing_msg_seq,
+	Anum_existing_request_digest,
+	Anum_existing_kind,
+	Anum_existing_conversation_id
+};
+
 /*
  * Idempotency: if (sender, client_msg_id) exists, return true with the
  * original's ids when the request matches it, raise IS409 when it does not.
@@ -207,9 +217,10 @@ lookup_existing(SendRequest *req, int64 *message_id, int64 *msg_seq)
 	args[1] = CStringGetTextDatum(req->client_msg_id);
 	if (im_exec(plan, args, NULL, 0) == 0)
 		return false;
-	*message_id = im_get_int64(0, 1, NULL);
-	*msg_seq = im_get_int64(0, 2, NULL);
-	stored = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	*message_id = im_get_int64(0, Anum_existing_message_id, NULL);
+	*msg_seq = im_get_int64(0, Anum_existing_msg_seq, NULL);
+	stored = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+						   Anum_existing_request_digest, &isnull);
 	if (isnull || VARSIZE_ANY_EXHDR(DatumGetByteaPP(stored)) != PG_SHA256_DIGEST_LENGTH ||
 		memcmp(VARDATA_ANY(DatumGetByteaPP(stored)), VARDATA(req->digest),
 			   PG_SHA256_DIGEST_LENGTH) != 0)
@@ -218,7 +229,8 @@ lookup_existing(SendRequest *req, int64 *message_id, int64 *msg_seq)
 				 errmsg("client_msg_id \"%s\" of sender " INT64_FORMAT " was already used for a different request",
 						req->client_msg_id, req->sender_id),
 				 errdetail("The key was first used for message " INT64_FORMAT " (kind %s) in conversation " INT64_FORMAT ".",
-						   *message_id, im_get_text(0, 4), im_get_int64(0, 5, NULL)),
+						   *message_id, im_get_text(0, Anum_existing_kind),
+						   im_get_int64(0, Anum_existing_conversation_id, NULL)),
 				 errhint("Use a new client_msg_id for a new message; reuse one only to retry the same request.")));
 	return true;
 }

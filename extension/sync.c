@@ -178,6 +178,15 @@ force_reset(ImDevice *dev)
  * taken, so every page makes progress.  Returns the jsonb (copied to the
  * upper context) and sets *last to the last sync_seq consumed and *more.
  */
+/* Result columns of read_page's statement. */
+enum
+{
+	Anum_page_events = 1,		/* the page's events as a jsonb array */
+	Anum_page_last,				/* last sync_seq consumed */
+	Anum_page_taken,			/* rows in the page */
+	Anum_page_read				/* rows read before the byte cut */
+};
+
 static Datum
 read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 		  int64 *last, bool *more)
@@ -225,10 +234,10 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 	args[3] = Int32GetDatum(limit);
 	args[4] = Int64GetDatum((int64) im_max_page_bytes);
 	im_exec(plan, args, NULL, 1);
-	events = im_get_datum_copy(0, 1, &isnull);
-	*last = im_get_int64(0, 2, NULL);
-	taken = im_get_int64(0, 3, NULL);
-	n = im_get_int64(0, 4, NULL);
+	events = im_get_datum_copy(0, Anum_page_events, &isnull);
+	*last = im_get_int64(0, Anum_page_last, NULL);
+	taken = im_get_int64(0, Anum_page_taken, NULL);
+	n = im_get_int64(0, Anum_page_read, NULL);
 	/*
 	 * Cut by bytes: the rows left out are <= the watermark, so more remain.
 	 * Otherwise the log is gap-free in (gc_floor, high watermark]: a full
@@ -303,6 +312,16 @@ typedef struct RecoverySession
 	TimestampTz expires_at;
 } RecoverySession;
 
+/* Result columns of active_session. */
+enum
+{
+	Anum_session_id = 1,
+	Anum_session_generation,
+	Anum_session_resume_from,
+	Anum_session_watermark,
+	Anum_session_expires_at
+};
+
 static bool
 active_session(int64 user_id, const char *device_id, RecoverySession *s)
 {
@@ -319,12 +338,13 @@ active_session(int64 user_id, const char *device_id, RecoverySession *s)
 	device_args(args, user_id, device_id);
 	if (im_exec(plan, args, NULL, 1) != 1)
 		return false;
-	s->id = im_get_int64(0, 1, NULL);
-	s->generation = im_get_int32(0, 2, NULL);
-	s->resume_from = im_get_int64(0, 3, NULL);
-	s->watermark = im_get_int64(0, 4, NULL);
+	s->id = im_get_int64(0, Anum_session_id, NULL);
+	s->generation = im_get_int32(0, Anum_session_generation, NULL);
+	s->resume_from = im_get_int64(0, Anum_session_resume_from, NULL);
+	s->watermark = im_get_int64(0, Anum_session_watermark, NULL);
 	s->expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
-													  SPI_tuptable->tupdesc, 5, &isnull));
+													  SPI_tuptable->tupdesc, Anum_session_expires_at,
+													  &isnull));
 	return true;
 }
 
