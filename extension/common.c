@@ -4,6 +4,8 @@
  * and the lock helpers that fix the lock order of contract §4.
  */
 #include "im_sync.h"
+#include "common.h"
+#include "im_sql.h"
 
 #include <stdarg.h>
 
@@ -352,6 +354,17 @@ im_int8_array(const int64 *ids, int n)
 	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
 }
 
+void
+im_int64_push(int64 **array, int *n, int *max, int64 v)
+{
+	if (*n == *max)
+	{
+		*max *= 2;
+		*array = repalloc(*array, sizeof(int64) * *max);
+	}
+	(*array)[(*n)++] = v;
+}
+
 /* ---- locks ------------------------------------------------------------ */
 
 static void
@@ -370,7 +383,7 @@ im_require_conversation(int64 conversation_id, ImConversation *conv)
 
 	im_prepare(&plan,
 			   "SELECT kind, mode, head_msg_seq FROM im.conversation "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1",
+			   "WHERE conversation_id" EQ "$1",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	if (im_exec(plan, args, NULL, 1) != 1)
@@ -392,7 +405,7 @@ im_lock_conversation(int64 conversation_id, ImConversation *conv)
 
 	im_prepare(&plan,
 			   "SELECT kind, mode, head_msg_seq FROM im.conversation "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE",
+			   "WHERE conversation_id" EQ "$1 FOR NO KEY UPDATE",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	if (im_exec(plan, args, NULL, 0) != 1)
@@ -439,7 +452,7 @@ im_lock_user_heads(int64 *user_ids, int n)
 	args[0] = im_int8_array(user_ids, n);
 	im_prepare(&lock,
 			   "SELECT user_id FROM im.user_head "
-			   "WHERE user_id OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.int8[]) "
+			   "WHERE user_id" EQ "ANY ($1::pg_catalog.int8[]) "
 			   "ORDER BY user_id FOR UPDATE",
 			   1, INT8ARRAYOID);
 	/* Heads normally exist (create, join and register make them). */
@@ -456,35 +469,6 @@ im_lock_user_heads(int64 *user_ids, int n)
 	im_exec(lock, args, NULL, 0);
 }
 
-void
-im_lock_device(int64 user_id, const char *device_id, ImDevice *dev)
-{
-	static SPIPlanPtr plan;
-	Datum		args[2];
-
-	im_prepare(&plan,
-			   "SELECT state, sync_generation, acked_sync_seq, issued_sync_seq, "
-			   "       connection_epoch, registration "
-			   "FROM im.device WHERE user_id OPERATOR(pg_catalog.=) $1 "
-			   "AND device_id OPERATOR(pg_catalog.=) $2 FOR UPDATE",
-			   2, INT8OID, TEXTOID);
-	args[0] = Int64GetDatum(user_id);
-	args[1] = CStringGetTextDatum(device_id);
-	if (im_exec(plan, args, NULL, 0) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("device \"%s\" of user " INT64_FORMAT " is not registered",
-						device_id, user_id)));
-	dev->user_id = user_id;
-	strlcpy(dev->device_id, device_id, sizeof(dev->device_id));
-	strlcpy(dev->state, im_get_text(0, 1), sizeof(dev->state));
-	dev->sync_generation = im_get_int32(0, 2, NULL);
-	dev->acked_sync_seq = im_get_int64(0, 3, NULL);
-	dev->issued_sync_seq = im_get_int64(0, 4, NULL);
-	dev->connection_epoch = im_get_int64(0, 5, NULL);
-	dev->registration = im_get_int32(0, 6, NULL);
-}
-
 /*
  * 42501 unless the user has or had a membership period in the conversation
  * (contract §6 fetch_messages, §7 report_read); detail says what was refused.
@@ -497,8 +481,8 @@ im_require_ever_member(int64 user_id, int64 conversation_id, const char *detail)
 
 	im_prepare(&plan,
 			   "SELECT 1 FROM im.membership_period "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $2 "
-			   "AND user_id OPERATOR(pg_catalog.=) $1 LIMIT 1",
+			   "WHERE conversation_id" EQ "$2 "
+			   "AND user_id" EQ "$1 LIMIT 1",
 			   2, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(conversation_id);

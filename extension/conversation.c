@@ -1,5 +1,7 @@
 /*
- * conversation.c — create/direct/join/leave and conversation_list.
+ * conversation.c — the single-writer conversation operations other than
+ * send: create/direct/join/leave, the shared_log mode switch, and
+ * conversation_list/members (conversation side).
  *
  * Membership is a set of periods [join_seq, leave_seq] per (conversation,
  * user); every join and leave is a position appended by the conversation's
@@ -12,6 +14,9 @@
  * states (contract §4).
  */
 #include "im_sync.h"
+#include "common.h"
+#include "append.h"
+#include "im_sql.h"
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"
@@ -117,8 +122,8 @@ create_conversation(const char *kind, int64 *members, int n)
 		{
 			im_prepare(&get_direct,
 					   "SELECT conversation_id FROM im.conversation "
-					   "WHERE direct_user_lo OPERATOR(pg_catalog.=) $1 "
-					   "AND direct_user_hi OPERATOR(pg_catalog.=) $2",
+					   "WHERE direct_user_lo" EQ "$1 "
+					   "AND direct_user_hi" EQ "$2",
 					   2, INT8OID, INT8OID);
 			if (im_exec(get_direct, args, NULL, 0) != 1)
 				elog(ERROR, "im_sync: direct conversation of " INT64_FORMAT " and " INT64_FORMAT " vanished",
@@ -240,7 +245,7 @@ open_period(int64 conversation_id, int64 user_id, int64 *period_id, int64 *join_
 
 	im_prepare(&plan,
 			   "SELECT membership_period_id, join_seq FROM im.membership_period "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1 AND user_id OPERATOR(pg_catalog.=) $2 "
+			   "WHERE conversation_id" EQ "$1 AND user_id" EQ "$2 "
 			   "AND leave_seq IS NULL",
 			   2, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
@@ -268,6 +273,93 @@ append_membership_event(ImConversation *conv, const char *kind, int64 user_id,
 	ev.subject_user_id = user_id;
 	if (!im_append_event(conv, &ev, message_id, msg_seq))
 		elog(ERROR, "im_sync: %s event was not appended", kind);
+}
+
+/* ---- shared_log mode switch (contract §2; fanout_shared_log.c delivers) */
+
+/*
+ * Switch the mode of a conversation whose row the caller has locked (the
+ * single writer): update the row and append the `mode` event, which carries
+ * the new mode so it is the first position fanned out in that mode.
+ * Returns false when the mode is already in force (no event).
+ */
+static bool
+switch_mode_locked(ImConversation *conv, const char *mode)
+{
+	static SPIPlanPtr upd;
+	ImNewEvent	ev;
+	Datum		args[2];
+	char		body[64];
+	int64		message_id;
+	int64		msg_seq;
+
+	if (strcmp(conv->mode, mode) == 0)
+		return false;
+	im_prepare(&upd,
+			   "UPDATE im.conversation SET mode = $2 WHERE conversation_id" EQ "$1",
+			   2, INT8OID, TEXTOID);
+	args[0] = Int64GetDatum(conv->conversation_id);
+	args[1] = CStringGetTextDatum(mode);
+	im_exec(upd, args, NULL, 0);
+	strlcpy(conv->mode, mode, sizeof(conv->mode));
+
+	memset(&ev, 0, sizeof(ev));
+	ev.kind = "mode";
+	snprintf(body, sizeof(body), "{\"mode\": \"%s\"}", mode);
+	ev.body = im_jsonb_from_cstring(body);
+	if (!im_append_event(conv, &ev, &message_id, &msg_seq))
+		elog(ERROR, "im_sync: mode event was not appended");
+	conv->head_msg_seq = msg_seq;
+	return true;
+}
+
+/*
+ * Called by join (under the conversation lock): im_sync.shared_log_min_members
+ * switches a fanout group to shared_log when its active members reach it.
+ * Nothing switches back automatically.
+ */
+static void
+maybe_switch_to_shared_log_on_join(ImConversation *conv)
+{
+	static SPIPlanPtr count;
+	Datum		args[1];
+
+	if (im_shared_log_min_members <= 0 || strcmp(conv->kind, "group") != 0 ||
+		strcmp(conv->mode, "fanout") != 0)
+		return;
+	im_prepare(&count,
+			   "SELECT pg_catalog.count(*) FROM im.membership_period "
+			   "WHERE conversation_id" EQ "$1 AND leave_seq IS NULL",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(conv->conversation_id);
+	im_exec(count, args, NULL, 0);
+	if (im_get_int64(0, 1, NULL) >= im_shared_log_min_members)
+		switch_mode_locked(conv, "shared_log");
+}
+
+/* im.set_conversation_mode(conversation_id, mode) -> the mode now in force */
+PG_FUNCTION_INFO_V1(im_set_conversation_mode);
+Datum
+im_set_conversation_mode(PG_FUNCTION_ARGS)
+{
+	int64		conversation_id = im_arg_id(fcinfo, 0, "conversation_id");
+	char	   *mode = im_arg_text(fcinfo, 1, "mode", 16);
+	ImConversation conv;
+
+	if (strcmp(mode, "fanout") != 0 && strcmp(mode, "shared_log") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("mode must be 'fanout' or 'shared_log', got \"%s\"", mode)));
+	im_spi_connect();
+	im_lock_conversation(conversation_id, &conv);
+	if (strcmp(conv.kind, "group") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cannot change the mode of direct conversation " INT64_FORMAT, conversation_id),
+				 errdetail("Only group conversations can use shared_log mode.")));
+	switch_mode_locked(&conv, mode);
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(mode));
 }
 
 /* im.join_conversation(conversation_id, user_id)
@@ -314,7 +406,7 @@ im_join_conversation(PG_FUNCTION_ARGS)
 		created = true;
 
 		/* im_sync.shared_log_min_members: large groups switch on join */
-		im_shared_log_maybe_switch_on_join(&conv);
+		maybe_switch_to_shared_log_on_join(&conv);
 	}
 	SPI_finish();
 
@@ -359,7 +451,7 @@ im_leave_conversation(PG_FUNCTION_ARGS)
 
 	im_prepare(&close_period,
 			   "UPDATE im.membership_period SET leave_seq = $2, leave_event_id = $3 "
-			   "WHERE membership_period_id OPERATOR(pg_catalog.=) $1",
+			   "WHERE membership_period_id" EQ "$1",
 			   3, INT8OID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(period_id);
 	args[1] = Int64GetDatum(leave_seq);
@@ -393,12 +485,12 @@ im_conversation_list(PG_FUNCTION_ARGS)
 			   "SELECT c.conversation_id, c.kind, c.mode, uc.last_msg_seq, uc.read_msg_seq, "
 			   "       uc.unread_count, uc.dirty_target_msg_seq, uc.dirty_version, c.head_msg_seq "
 			   "FROM im.user_conversation uc "
-			   "JOIN im.conversation c ON c.conversation_id OPERATOR(pg_catalog.=) uc.conversation_id "
-			   "WHERE uc.user_id OPERATOR(pg_catalog.=) $1 "
-			   "  AND uc.conversation_id OPERATOR(pg_catalog.>) $2 "
+			   "JOIN im.conversation c ON c.conversation_id" EQ "uc.conversation_id "
+			   "WHERE uc.user_id" EQ "$1 "
+			   "  AND uc.conversation_id" GT "$2 "
 			   "  AND EXISTS (SELECT 1 FROM im.membership_period p "
-			   "              WHERE p.user_id OPERATOR(pg_catalog.=) $1 "
-			   "                AND p.conversation_id OPERATOR(pg_catalog.=) uc.conversation_id) "
+			   "              WHERE p.user_id" EQ "$1 "
+			   "                AND p.conversation_id" EQ "uc.conversation_id) "
 			   "ORDER BY uc.conversation_id LIMIT $3",
 			   3, INT8OID, INT8OID, INT4OID);
 	args[0] = Int64GetDatum(user_id);
@@ -430,7 +522,7 @@ im_conversation_members(PG_FUNCTION_ARGS)
 	args[0] = Int64GetDatum(conversation_id);
 	im_prepare(&plan,
 			   "SELECT user_id, membership_period_id, join_seq FROM im.membership_period "
-			   "WHERE conversation_id OPERATOR(pg_catalog.=) $1 AND leave_seq IS NULL "
+			   "WHERE conversation_id" EQ "$1 AND leave_seq IS NULL "
 			   "ORDER BY user_id",
 			   1, INT8OID);
 	im_exec(plan, args, NULL, 0);

@@ -16,6 +16,12 @@
  * Lock order: device row, then the user's head (contract §4).
  */
 #include "im_sync.h"
+#include "common.h"
+#include "device.h"
+#include "device_state.h"
+#include "im_sql.h"
+#include "shmem.h"
+#include "token.h"
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"
@@ -97,17 +103,16 @@ im_register_device(PG_FUNCTION_ARGS)
 		im_lock_device(user_id, device_id, &dev);
 		if (strcmp(dev.state, "REVOKED") == 0)
 		{
+			/* a new registration: a new generation and nothing acknowledged */
+			im_device_bump_generation(&dev, "NEW");
 			im_prepare(&again,
-					   "UPDATE im.device SET state = 'NEW', "
-					   "  sync_generation = sync_generation OPERATOR(pg_catalog.+) 1, "
-					   "  registration = registration OPERATOR(pg_catalog.+) 1, "
+					   "UPDATE im.device SET "
+					   "  registration = registration" PLUS "1, "
 					   "  acked_sync_seq = 0, acked_at = NULL, revoked_at = NULL, "
-					   "  registered_at = pg_catalog.now(), last_seen_at = pg_catalog.now() "
-					   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
+					   "  registered_at = pg_catalog.now() "
+					   "WHERE user_id" EQ "$1 AND device_id" EQ "$2",
 					   2, INT8OID, TEXTOID);
 			im_exec(again, args, NULL, 0);
-			strlcpy(dev.state, "NEW", sizeof(dev.state));
-			dev.sync_generation++;
 			dev.registration++;
 			snprintf(detail, sizeof(detail), "{\"registration\": %d, \"sync_generation\": %d}",
 					 dev.registration, dev.sync_generation);
@@ -134,8 +139,6 @@ Datum
 im_revoke_device(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr upd;
-	static SPIPlanPtr end_rs;
-	static SPIPlanPtr end_snap;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	Datum		args[2];
@@ -151,21 +154,10 @@ im_revoke_device(PG_FUNCTION_ARGS)
 		args[1] = CStringGetTextDatum(device_id);
 		im_prepare(&upd,
 				   "UPDATE im.device SET state = 'REVOKED', revoked_at = pg_catalog.now() "
-				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
+				   "WHERE user_id" EQ "$1 AND device_id" EQ "$2",
 				   2, INT8OID, TEXTOID);
 		im_exec(upd, args, NULL, 0);
-		im_prepare(&end_rs,
-				   "UPDATE im.recovery_session SET state = 'ENDED', ended_at = pg_catalog.now() "
-				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-				   "AND state OPERATOR(pg_catalog.=) 'ACTIVE'",
-				   2, INT8OID, TEXTOID);
-		im_exec(end_rs, args, NULL, 0);
-		im_prepare(&end_snap,
-				   "UPDATE im.snapshot SET state = 'ABANDONED' "
-				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-				   "AND state OPERATOR(pg_catalog.=) ANY ('{READY,BUILDING}'::pg_catalog.text[])",
-				   2, INT8OID, TEXTOID);
-		im_exec(end_snap, args, NULL, 0);
+		im_device_end_leases(user_id, device_id);
 		snprintf(detail, sizeof(detail), "{\"registration\": %d}", dev.registration);
 		audit("revoke_device", user_id, device_id, detail);
 		notify_device(user_id, device_id, dev.connection_epoch, "REVOKED");
@@ -174,6 +166,16 @@ im_revoke_device(PG_FUNCTION_ARGS)
 	SPI_finish();
 	PG_RETURN_BOOL(revoked);
 }
+
+/* Result columns of device_session's statement. */
+enum
+{
+	Anum_session_state = 1,
+	Anum_session_sync_generation,
+	Anum_session_acked_sync_seq,
+	Anum_session_user_high_watermark,
+	Anum_session_current_epoch
+};
 
 PG_FUNCTION_INFO_V1(im_device_session);
 /*
@@ -202,9 +204,9 @@ im_device_session(PG_FUNCTION_ARGS)
 	im_prepare(&plan,
 			   "SELECT d.state, d.sync_generation, d.acked_sync_seq, "
 			   "       COALESCE(h.high_watermark, 0), "
-			   "       d.connection_epoch OPERATOR(pg_catalog.=) $3 "
-			   "FROM im.device d LEFT JOIN im.user_head h ON h.user_id OPERATOR(pg_catalog.=) d.user_id "
-			   "WHERE d.user_id OPERATOR(pg_catalog.=) $1 AND d.device_id OPERATOR(pg_catalog.=) $2",
+			   "       d.connection_epoch" EQ "$3 "
+			   "FROM im.device d LEFT JOIN im.user_head h ON h.user_id" EQ "d.user_id "
+			   "WHERE d.user_id" EQ "$1 AND d.device_id" EQ "$2",
 			   3, INT8OID, TEXTOID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = CStringGetTextDatum(device_id);
@@ -215,12 +217,13 @@ im_device_session(PG_FUNCTION_ARGS)
 				 errmsg("device \"%s\" of user " INT64_FORMAT " is not registered",
 						device_id, user_id)));
 	{
-		char	   *state = im_get_text(0, 1);	/* upper context */
+		/* the statement's columns are the result's, in order */
+		char	   *state = im_get_text(0, Anum_session_state);	/* upper context */
 
-		values[1] = Int32GetDatum(im_get_int32(0, 2, NULL));
-		values[2] = Int64GetDatum(im_get_int64(0, 3, NULL));
-		values[3] = Int64GetDatum(im_get_int64(0, 4, NULL));
-		values[4] = BoolGetDatum(im_get_bool(0, 5, NULL));
+		values[1] = Int32GetDatum(im_get_int32(0, Anum_session_sync_generation, NULL));
+		values[2] = Int64GetDatum(im_get_int64(0, Anum_session_acked_sync_seq, NULL));
+		values[3] = Int64GetDatum(im_get_int64(0, Anum_session_user_high_watermark, NULL));
+		values[4] = BoolGetDatum(im_get_bool(0, Anum_session_current_epoch, NULL));
 		SPI_finish();
 		values[0] = CStringGetTextDatum(state);
 	}
@@ -380,7 +383,7 @@ IM_SENSITIVE_FUNCTION(im_authenticate)
 	im_spi_connect();
 	im_prepare(&sel,
 			   "SELECT state, registration FROM im.device "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+			   "WHERE user_id" EQ "$1 AND device_id" EQ "$2 "
 			   "FOR UPDATE",
 			   2, INT8OID, TEXTOID);
 	args[0] = Int64GetDatum(c.user_id);
@@ -397,9 +400,9 @@ IM_SENSITIVE_FUNCTION(im_authenticate)
 		auth_fail(&c, "token has expired");
 
 	im_prepare(&bump,
-			   "UPDATE im.device SET connection_epoch = connection_epoch OPERATOR(pg_catalog.+) 1, "
+			   "UPDATE im.device SET connection_epoch = connection_epoch" PLUS "1, "
 			   "  last_seen_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+			   "WHERE user_id" EQ "$1 AND device_id" EQ "$2 "
 			   "RETURNING connection_epoch",
 			   2, INT8OID, TEXTOID);
 	im_exec(bump, args, NULL, 0);

@@ -8,9 +8,11 @@
  *     lock, and the inbox row, the head and the user's conversation state
  *     change in one statement of one transaction;
  *   - recipients come from membership periods, never the current member list;
- *   - redelivery changes nothing: the inbox key (user_id, source_event_id,
- *     delivery_scope) with ON CONFLICT DO NOTHING, and only newly inserted
- *     rows move heads, states and unread counts;
+ *   - redelivery changes nothing: an event a user's log already holds
+ *     (same user_id, source_event_id, delivery_scope) is filtered out before
+ *     numbering and counted as a duplicate delivery (im.metrics), so only
+ *     new events move heads, states and unread counts; the unique inbox key
+ *     still guards the insert (a duplicate raises, never a second event);
  *   - one conversation's items are delivered in msg_seq order, also with
  *     several workers: a per-conversation advisory lock, items in msg_seq
  *     order, and a failing item holds back the later ones until it succeeds
@@ -28,6 +30,10 @@
  *     conversations are always served.
  */
 #include "im_sync.h"
+#include "common.h"
+#include "fanout.h"
+#include "im_sql.h"
+#include "shmem.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -37,15 +43,6 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
-
-/* Operators, schema-qualified: the worker runs with a default search_path. */
-#define EQ " OPERATOR(pg_catalog.=) "
-#define NE " OPERATOR(pg_catalog.<>) "
-#define LT " OPERATOR(pg_catalog.<) "
-#define LE " OPERATOR(pg_catalog.<=) "
-#define GT " OPERATOR(pg_catalog.>) "
-#define GE " OPERATOR(pg_catalog.>=) "
-#define PLUS " OPERATOR(pg_catalog.+) "
 
 /*
  * Advisory lock class of the per-conversation fanout lock (two-int4 form:
@@ -90,12 +87,7 @@ typedef struct FanoutBatch
 static void
 note_user(FanoutBatch *b, int64 user_id)
 {
-	if (b->nusers == b->maxusers)
-	{
-		b->maxusers *= 2;
-		b->users = repalloc(b->users, sizeof(int64) * b->maxusers);
-	}
-	b->users[b->nusers++] = user_id;
+	im_int64_push(&b->users, &b->nusers, &b->maxusers, user_id);
 }
 
 void
@@ -107,16 +99,24 @@ im_fanout_claim_init(ImFanoutClaim *claim, MemoryContext cxt)
 	claim->n = 0;
 }
 
+/* repalloc keeps the array in claim->cxt, which outlives the batch */
 static void
 note_claimed(ImFanoutClaim *claim, int64 outbox_id)
 {
-	if (claim->n == claim->max)
-	{
-		claim->max *= 2;
-		claim->ids = repalloc(claim->ids, sizeof(int64) * claim->max);
-	}
-	claim->ids[claim->n++] = outbox_id;
+	im_int64_push(&claim->ids, &claim->n, &claim->max, outbox_id);
 }
+
+/* Result columns of a conversation's pending items (claim_items). */
+enum
+{
+	Anum_pending_outbox_id = 1,
+	Anum_pending_msg_seq,
+	Anum_pending_source_event_id,
+	Anum_pending_private_user_id,
+	Anum_pending_due,
+	Anum_pending_kind,
+	Anum_pending_shared_log
+};
 
 /*
  * Claim due work: for each conversation with due work (oldest first) that
@@ -175,6 +175,7 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 	im_prepare(&trylock,
 			   "SELECT pg_catalog.pg_try_advisory_xact_lock($1, $2)",
 			   2, INT4OID, INT4OID);
+	/* columns: the Anum_pending_* enum above */
 	im_prepare(&pending,
 			   "SELECT o.outbox_id, o.msg_seq, o.source_event_id, o.private_user_id, "
 			   "       o.next_attempt_at" LE "pg_catalog.now(), "
@@ -189,9 +190,9 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 			   2, INT8OID, INT4OID);
 
 	im_prepare(&members,
-			   "SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) $2 FROM ("
+			   "SELECT pg_catalog.count(*)" GT "$2 FROM ("
 			   "  SELECT 1 FROM im.membership_period WHERE conversation_id" EQ "$1"
-			   "  AND leave_seq IS NULL LIMIT $2 OPERATOR(pg_catalog.+) 1) m",
+			   "  AND leave_seq IS NULL LIMIT $2" PLUS "1) m",
 			   2, INT8OID, INT4OID);
 
 	for (int c = 0; c < nconvs && b->nitems < max_items && !solo; c++)
@@ -226,8 +227,8 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 		{
 			FanoutItem *it;
 			bool		isnull;
-			bool		due = im_get_bool(i, 5, NULL);
-			int64		private_user_id = im_get_int64(i, 4, &isnull);
+			bool		due = im_get_bool(i, Anum_pending_due, NULL);
+			int64		private_user_id = im_get_int64(i, Anum_pending_private_user_id, &isnull);
 			char	   *kind;
 
 			if (!isnull)
@@ -246,15 +247,15 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 				b->items = repalloc(b->items, sizeof(FanoutItem) * b->maxitems);
 			}
 			it = &b->items[b->nitems++];
-			it->outbox_id = im_get_int64(i, 1, NULL);
+			it->outbox_id = im_get_int64(i, Anum_pending_outbox_id, NULL);
 			it->conversation_id = convs[c];
-			it->msg_seq = im_get_int64(i, 2, NULL);
-			it->source_event_id = im_get_int64(i, 3, NULL);
+			it->msg_seq = im_get_int64(i, Anum_pending_msg_seq, NULL);
+			it->source_event_id = im_get_int64(i, Anum_pending_source_event_id, NULL);
 			it->private_user_id = private_user_id;
 			/* no source event: fails as an item (deliver_item), never the batch */
-			kind = im_get_text(i, 6);
+			kind = im_get_text(i, Anum_pending_kind);
 			strlcpy(it->kind, kind ? kind : "", sizeof(it->kind));
-			it->shared_log = im_get_bool(i, 7, NULL);
+			it->shared_log = im_get_bool(i, Anum_pending_shared_log, NULL);
 			note_claimed(claim, it->outbox_id);
 		}
 	}
@@ -272,8 +273,7 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 	"JOIN im.event e ON e.message_id" EQ "o.source_event_id " \
 	"LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
 	"JOIN im.membership_period p ON p.conversation_id" EQ "e.conversation_id " \
-	" AND ((p.join_seq" LE "COALESCE(t.msg_seq, e.msg_seq) " \
-	"       AND (p.leave_seq IS NULL OR p.leave_seq" GE "COALESCE(t.msg_seq, e.msg_seq))) " \
+	" AND (" IM_PERIOD_COVERS_SQL("p", "COALESCE(t.msg_seq, e.msg_seq)") \
 	"      OR (e.kind" EQ "'leave' AND p.leave_event_id" EQ "e.message_id)) " \
 	"WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL "
 
@@ -368,9 +368,12 @@ seen_sources(FanoutItem *items, int count, int *nseen)
  * The two delivery statements below share their tail.  LOG_APPEND_SQL(src)
  * numbers each user's new events from its head in msg_seq order and inserts
  * them; src is a CTE with user_id, period, message_id, conversation_id,
- * msg_seq, kind, outbox_id.  MOVE_USERS_SQL moves each user's head and
- * conversation state once, from a CTE per_user (user_id, hw, last, delta).
- * $2 is the conversation.
+ * msg_seq, kind, outbox_id.  MOVE_USERS_SQL(dups) moves each user's head and
+ * conversation state once, from a CTE per_user (user_id, hw, last, delta),
+ * and returns rows of the Anum_delivery_* columns: one per user delivered
+ * to, or a single row with a NULL user when nobody was; dups is a query of one row, n: the
+ * deliveries left out because the log already held them.  $2 is the
+ * conversation.
  */
 #define LOG_APPEND_SQL(src) \
 	" num AS (" \
@@ -382,7 +385,7 @@ seen_sources(FanoutItem *items, int count, int *nseen)
 	"                        conversation_id, msg_seq, kind, outbox_id)" \
 	"  SELECT user_id, sync_seq, message_id, period, conversation_id, msg_seq, kind, outbox_id" \
 	"  FROM num),"
-#define MOVE_USERS_SQL \
+#define MOVE_USERS_SQL(dups) \
 	" hd AS (" \
 	"  UPDATE im.user_head h SET high_watermark = p.hw FROM per_user p" \
 	"  WHERE h.user_id" EQ "p.user_id)," \
@@ -395,7 +398,17 @@ seen_sources(FanoutItem *items, int count, int *nseen)
 	"  WHERE u.user_id" EQ "p.user_id AND u.conversation_id" EQ "$2" \
 	"  RETURNING 1)" \
 	/* data-modifying CTEs run whether read or not */ \
-	"SELECT p.user_id, (SELECT pg_catalog.count(*) FROM uc), p.doubled FROM per_user p"
+	"SELECT p.user_id, (SELECT pg_catalog.count(*) FROM uc), p.doubled, d.n" \
+	"  FROM (" dups ") d LEFT JOIN per_user p ON true"
+
+/* Result columns of the delivery statements (MOVE_USERS_SQL). */
+enum
+{
+	Anum_delivery_user_id = 1,
+	Anum_delivery_states_updated,
+	Anum_delivery_doubled,
+	Anum_delivery_duplicates
+};
 
 /*
  * The common case of a run, kept lean: several plain `message` items of a
@@ -442,18 +455,19 @@ lean_run_plan(void)
 					  "         p.user_id, p.membership_period_id AS period"
 					  "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
 					  "  JOIN im.membership_period p ON p.conversation_id" EQ "$2"
-					  "   AND p.join_seq" LE "e.msg_seq AND (p.leave_seq IS NULL OR p.leave_seq" GE "e.msg_seq)"
+					  "   AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq")
 					  "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[])),"
 					  LOG_APPEND_SQL("r")
 					  " per_user AS ("
 					  "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last,"
-					  "         pg_catalog.count(*) OPERATOR(pg_catalog.-) pg_catalog.count(DISTINCT num.outbox_id) AS doubled,"
+					  "         pg_catalog.count(*)" MINUS "pg_catalog.count(DISTINCT num.outbox_id) AS doubled,"
 					  "         pg_catalog.count(*) FILTER (WHERE num.sender_id" NE "num.user_id"
 					  "                                AND num.msg_seq" GT "u.read_msg_seq) AS delta"
 					  "  FROM num LEFT JOIN im.user_conversation u"
 					  "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2"
 					  "  GROUP BY num.user_id),"
-					  MOVE_USERS_SQL,
+					  /* no log holds any of the run's events (lean_run_possible) */
+					  MOVE_USERS_SQL("SELECT 0::pg_catalog.int8 AS n"),
 					  2, INT8ARRAYOID, INT8OID);
 }
 
@@ -493,12 +507,13 @@ general_run_plan(void)
 					  "  INSERT INTO im.fanout_quarantine (outbox_id, user_id, periods)"
 					  "  SELECT g.outbox_id, g.user_id, g.periods FROM g WHERE pg_catalog.cardinality(g.periods)" GT "1"
 					  "  ON CONFLICT (outbox_id, user_id) DO NOTHING RETURNING 1),"
-					  " fresh AS ("
-					  "  SELECT g.user_id, g.periods[1] AS period, it.*"
+					  " cand AS ("
+					  "  SELECT g.user_id, g.periods[1] AS period, it.*,"
+					  "         (it.seen AND EXISTS (SELECT 1 FROM im.inbox i WHERE i.user_id" EQ "g.user_id"
+					  "          AND i.source_event_id" EQ "it.message_id AND i.delivery_scope" EQ "g.periods[1])) AS held"
 					  "  FROM g JOIN it ON it.outbox_id" EQ "g.outbox_id"
-					  "  WHERE pg_catalog.cardinality(g.periods)" EQ "1"
-					  "    AND (NOT it.seen OR NOT EXISTS (SELECT 1 FROM im.inbox i WHERE i.user_id" EQ "g.user_id"
-					  "         AND i.source_event_id" EQ "it.message_id AND i.delivery_scope" EQ "g.periods[1]))),"
+					  "  WHERE pg_catalog.cardinality(g.periods)" EQ "1),"
+					  " fresh AS (SELECT * FROM cand WHERE NOT cand.held),"
 					  LOG_APPEND_SQL("fresh")
 					  " per_user AS ("
 					  "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last, 0 AS doubled,"
@@ -518,14 +533,15 @@ general_run_plan(void)
 					  "  LEFT JOIN im.deleted_for_me dt"
 					  "    ON dt.user_id" EQ "num.user_id AND dt.message_id" EQ "num.target_message_id"
 					  "  GROUP BY num.user_id),"
-					  MOVE_USERS_SQL,
+					  MOVE_USERS_SQL("SELECT pg_catalog.count(*) AS n FROM cand WHERE cand.held"),
 					  3, INT8ARRAYOID, INT8OID, INT8ARRAYOID);
 }
 
 /*
  * Deliver a run of position items (see the comment above the statements):
- * the lean statement when it applies, else the general one.  Either returns
- * (user_id, states updated, doubly covered events) per user delivered to.
+ * the lean statement when it applies, else the general one.  Deliveries a
+ * log already held are counted as duplicates when the batch commits (a
+ * batch that rolls back is retried and would count them again).
  */
 static void
 deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
@@ -543,53 +559,72 @@ deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
 	args[2] = seen_sources(items, count, &nseen);
 	lean = lean_run_possible(items, count, nseen);
 	n = im_exec(lean ? lean_run_plan() : general_run_plan(), args, NULL, 0);
-	if (n > 0 && im_get_int64(0, 2, NULL) != (int64) n)
-		elog(ERROR, "im_sync: delivery of outbox item " INT64_FORMAT " found no user state for some recipients",
-			 items[0].outbox_id);
+	if (n < 1)
+		elog(ERROR, "im_sync: delivery statement returned no row");
+	im_counter_add_at_commit(IM_COUNTER_DUPLICATE_DELIVERIES,
+							 im_get_int64(0, Anum_delivery_duplicates, NULL));
 	for (uint64 i = 0; i < n; i++)
 	{
-		if (im_get_int64(i, 3, NULL) != 0)
+		bool		nobody;
+		int64		user_id = im_get_int64(i, Anum_delivery_user_id, &nobody);
+
+		if (nobody)
+			continue;			/* the single row of a run delivered to nobody */
+		if (im_get_int64(i, Anum_delivery_states_updated, NULL) != (int64) n)
+			elog(ERROR, "im_sync: delivery of outbox item " INT64_FORMAT " found no user state for some recipients",
+				 items[0].outbox_id);
+		if (im_get_int64(i, Anum_delivery_doubled, NULL) != 0)
 			elog(ERROR, "im_sync: user " INT64_FORMAT " is covered by two periods in conversation " INT64_FORMAT,
-				 im_get_int64(i, 1, NULL), items[0].conversation_id);
-		note_user(b, im_get_int64(i, 1, NULL));
+				 user_id, items[0].conversation_id);
+		note_user(b, user_id);
 	}
 }
 
 /*
  * A private event (read_cursor, delete_for_me) into its user's log, scope 0.
  * The user's conversation state was already changed by the recording
- * transaction; only the log and the head move here.
+ * transaction; only the log and the head move here.  An event the log
+ * already holds (the item queued again) is a duplicate delivery: not
+ * written again, counted when the batch commits.
  */
 static void
 deliver_private(FanoutBatch *b, FanoutItem *it)
 {
 	static SPIPlanPtr plan;
 	Datum		args[1];
+	bool		nobody;
+	int64		user_id;
 
 	im_prepare(&plan,
-			   "WITH ins AS ("
-			   "  INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope,"
-			   "                        conversation_id, msg_seq, kind, payload, outbox_id)"
-			   "  SELECT pe.user_id, h.high_watermark" PLUS "1, pe.private_event_id, 0,"
-			   "         pe.conversation_id, NULL, pe.kind,"
+			   "WITH src AS ("
+			   "  SELECT pe.user_id, h.high_watermark" PLUS "1 AS sync_seq, pe.private_event_id,"
+			   "         pe.conversation_id, pe.kind,"
 			   "         CASE pe.kind WHEN 'read_cursor'"
 			   "              THEN pg_catalog.jsonb_build_object('read_msg_seq', pe.read_msg_seq)"
-			   "              ELSE pg_catalog.jsonb_build_object('message_id', pe.message_id) END,"
+			   "              ELSE pg_catalog.jsonb_build_object('message_id', pe.message_id) END AS payload,"
 			   "         o.outbox_id"
 			   "  FROM im.outbox o"
 			   "  JOIN im.private_event pe ON pe.private_event_id" EQ "o.source_event_id"
 			   "  JOIN im.user_head h ON h.user_id" EQ "pe.user_id"
-			   "  WHERE o.outbox_id" EQ "$1"
-			   "  ON CONFLICT (user_id, source_event_id, delivery_scope) DO NOTHING"
-			   "  RETURNING user_id, sync_seq),"
-			   " hd AS ("
-			   "  UPDATE im.user_head h SET high_watermark = ins.sync_seq FROM ins"
-			   "  WHERE h.user_id" EQ "ins.user_id RETURNING h.user_id)"
-			   "SELECT ins.user_id, (SELECT pg_catalog.count(*) FROM hd) FROM ins",
+			   "  WHERE o.outbox_id" EQ "$1),"
+			   " ins AS ("
+			   "  INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope,"
+			   "                        conversation_id, msg_seq, kind, payload, outbox_id)"
+			   "  SELECT user_id, sync_seq, private_event_id, 0, conversation_id, NULL, kind, payload, outbox_id"
+			   "  FROM src"
+			   IM_INBOX_APPEND_TAIL_SQL
+			   /* one row: the user delivered to (NULL: none) and the duplicates */
+			   "SELECT ins.user_id, (SELECT pg_catalog.count(*) FROM hd),"
+			   "       (SELECT pg_catalog.count(*) FROM src)" MINUS "(SELECT pg_catalog.count(*) FROM ins)"
+			   "FROM (SELECT 1) one LEFT JOIN ins ON true",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(it->outbox_id);
-	if (im_exec(plan, args, NULL, 0) == 1)
-		note_user(b, im_get_int64(0, 1, NULL));
+	if (im_exec(plan, args, NULL, 0) != 1)
+		elog(ERROR, "im_sync: private delivery statement returned no row");
+	im_counter_add_at_commit(IM_COUNTER_DUPLICATE_DELIVERIES, im_get_int64(0, 3, NULL));
+	user_id = im_get_int64(0, 1, &nobody);
+	if (!nobody)
+		note_user(b, user_id);
 }
 
 static void
@@ -685,7 +720,7 @@ record_failure(const int64 *ids, int n, ErrorData *edata)
 	im_prepare(&charged_plan,
 			   "UPDATE im.outbox SET attempts = attempts" PLUS "1, last_error = $2,"
 			   "  next_attempt_at = pg_catalog.now()" PLUS
-			   "    pg_catalog.make_interval(secs => 10 OPERATOR(pg_catalog.*) pg_catalog.power(2, LEAST(attempts, 5))),"
+			   "    pg_catalog.make_interval(secs => 10" OP_TIMES "pg_catalog.power(2, LEAST(attempts, 5))),"
 			   "  state = CASE WHEN attempts" PLUS "1" GE "$3 THEN 'dead' ELSE 'pending' END "
 			   "WHERE outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND state" EQ "'pending' "
 			   "RETURNING state",

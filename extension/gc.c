@@ -27,6 +27,10 @@
  * same users.
  */
 #include "im_sync.h"
+#include "common.h"
+#include "im_sql.h"
+#include "maintenance.h"
+#include "shmem.h"
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
@@ -54,7 +58,7 @@ chunk_users(int max_users, int64 **ids, bool *round_done)
 	{
 		im_prepare(&all_users,
 				   "SELECT user_id FROM im.user_head "
-				   "WHERE high_watermark OPERATOR(pg_catalog.>) gc_floor ORDER BY user_id", 0);
+				   "WHERE high_watermark" GT "gc_floor ORDER BY user_id", 0);
 		n = im_exec(all_users, NULL, NULL, 0);
 	}
 	else
@@ -68,8 +72,8 @@ chunk_users(int max_users, int64 **ids, bool *round_done)
 
 		im_prepare(&after_plan,
 				   "SELECT user_id FROM im.user_head "
-				   "WHERE high_watermark OPERATOR(pg_catalog.>) gc_floor "
-				   "AND user_id OPERATOR(pg_catalog.>) $1 ORDER BY user_id LIMIT $2",
+				   "WHERE high_watermark" GT "gc_floor "
+				   "AND user_id" GT "$1 ORDER BY user_id LIMIT $2",
 				   2, INT8OID, INT4OID);
 		args[0] = Int64GetDatum(cursor);
 		args[1] = Int32GetDatum(max_users);
@@ -91,7 +95,7 @@ chunk_users(int max_users, int64 **ids, bool *round_done)
 		/* a round ends with the cursor at 0, so the next chunk starts over */
 		im_prepare(&move_plan,
 				   "UPDATE im.maintenance_state SET value = $1, at = pg_catalog.now() "
-				   "WHERE name OPERATOR(pg_catalog.=) 'gc_cursor'", 1, INT8OID);
+				   "WHERE name" EQ "'gc_cursor'", 1, INT8OID);
 		args[0] = Int64GetDatum(n < (uint64) max_users ? 0 : (*ids)[n - 1]);
 		im_exec(move_plan, args, NULL, 0);
 	}
@@ -122,32 +126,32 @@ im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo)
 
 	im_prepare(&lock,
 			   "SELECT gc_floor, high_watermark FROM im.user_head "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+			   "WHERE user_id" EQ "$1 FOR UPDATE",
 			   1, INT8OID);
 	im_prepare(&fence_plan,
 			   "SELECT LEAST($2::pg_catalog.int8, "
 			   " (SELECT pg_catalog.min(d.acked_sync_seq) FROM im.device d "
-			   "   WHERE d.user_id OPERATOR(pg_catalog.=) $1 "
-			   "   AND d.state OPERATOR(pg_catalog.=) ANY ('{ACTIVE,RECOVERING}'::pg_catalog.text[]) "
-			   "   AND d.last_seen_at OPERATOR(pg_catalog.>) (pg_catalog.now() OPERATOR(pg_catalog.-) "
+			   "   WHERE d.user_id" EQ "$1 "
+			   "   AND d.state" EQ "ANY ('{ACTIVE,RECOVERING}'::pg_catalog.text[]) "
+			   "   AND d.last_seen_at" GT "(pg_catalog.now()" MINUS
 			   "       pg_catalog.make_interval(secs => $3))), "
 			   " (SELECT pg_catalog.min(s.resume_from) FROM im.recovery_session s "
-			   "   WHERE s.user_id OPERATOR(pg_catalog.=) $1 AND s.state OPERATOR(pg_catalog.=) 'ACTIVE' "
-			   "   AND s.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()), "
+			   "   WHERE s.user_id" EQ "$1 AND s.state" EQ "'ACTIVE' "
+			   "   AND s.expires_at" GT "pg_catalog.now()), "
 			   " (SELECT pg_catalog.min(p.base_sync_seq) FROM im.snapshot p "
-			   "   WHERE p.user_id OPERATOR(pg_catalog.=) $1 "
-			   "   AND p.state OPERATOR(pg_catalog.=) ANY ('{READY,BUILDING}'::pg_catalog.text[]) "
-			   "   AND p.expires_at OPERATOR(pg_catalog.>) pg_catalog.now()), "
-			   " (SELECT pg_catalog.min(i.sync_seq) OPERATOR(pg_catalog.-) 1 FROM im.inbox i "
-			   "   WHERE i.user_id OPERATOR(pg_catalog.=) $1 "
-			   "   AND i.created_at OPERATOR(pg_catalog.>=) (pg_catalog.now() OPERATOR(pg_catalog.-) "
+			   "   WHERE p.user_id" EQ "$1 "
+			   "   AND p.state" EQ "ANY ('{READY,BUILDING}'::pg_catalog.text[]) "
+			   "   AND p.expires_at" GT "pg_catalog.now()), "
+			   " (SELECT pg_catalog.min(i.sync_seq)" MINUS "1 FROM im.inbox i "
+			   "   WHERE i.user_id" EQ "$1 "
+			   "   AND i.created_at" GE "(pg_catalog.now()" MINUS
 			   "       pg_catalog.make_interval(secs => $4))))",
 			   4, INT8OID, INT8OID, FLOAT8OID, FLOAT8OID);
 	im_prepare(&collect,
-			   "WITH d AS (DELETE FROM im.inbox WHERE user_id OPERATOR(pg_catalog.=) $1 "
-			   "           AND sync_seq OPERATOR(pg_catalog.<=) $2 RETURNING 1), "
-			   "u AS (UPDATE im.user_head SET gc_floor = $2 WHERE user_id OPERATOR(pg_catalog.=) $1 "
-			   "      AND gc_floor OPERATOR(pg_catalog.<) $2 RETURNING 1) "
+			   "WITH d AS (DELETE FROM im.inbox WHERE user_id" EQ "$1 "
+			   "           AND sync_seq" LE "$2 RETURNING 1), "
+			   "u AS (UPDATE im.user_head SET gc_floor = $2 WHERE user_id" EQ "$1 "
+			   "      AND gc_floor" LT "$2 RETURNING 1) "
 			   "SELECT pg_catalog.count(*) FROM d",
 			   2, INT8OID, INT8OID);
 
@@ -192,7 +196,7 @@ im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo)
 	}
 	SPI_finish();
 	if (total > 0)
-		im_counter_add(IM_COUNTER_GC_DELETED, total);
+		im_counter_add_at_commit(IM_COUNTER_GC_DELETED, total);
 	return round_done;
 }
 

@@ -10,6 +10,8 @@
  * list, so it is the same rule fanout and snapshots apply.
  */
 #include "im_sync.h"
+#include "common.h"
+#include "im_sql.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -42,34 +44,33 @@
 #define HISTORY_VISIBLE_POSITIONS_SQL \
 	"per AS (" \
 	"  SELECT p.join_seq, p.leave_seq, p.leave_event_id FROM im.membership_period p " \
-	"  WHERE p.conversation_id OPERATOR(pg_catalog.=) $2 AND p.user_id OPERATOR(pg_catalog.=) $1), " \
+	"  WHERE p.conversation_id" EQ "$2 AND p.user_id" EQ "$1), " \
 	"visible AS (" \
 	"  SELECT x.message_id, x.msg_seq FROM per p CROSS JOIN LATERAL (" \
 	"    SELECT e.message_id, e.msg_seq FROM im.event e " \
-	"    LEFT JOIN im.event t ON t.message_id OPERATOR(pg_catalog.=) e.target_message_id " \
-	"    WHERE e.conversation_id OPERATOR(pg_catalog.=) $2 " \
-	"      AND e.msg_seq OPERATOR(pg_catalog.>) GREATEST($3, p.join_seq OPERATOR(pg_catalog.-) 1) " \
-	"      AND e.msg_seq OPERATOR(pg_catalog.<=) LEAST($4, COALESCE(p.leave_seq, $4)) " \
+	"    LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
+	"    WHERE e.conversation_id" EQ "$2 " \
+	"      AND e.msg_seq" GT "GREATEST($3, p.join_seq" MINUS "1) " \
+	"      AND e.msg_seq" LE "LEAST($4, COALESCE(p.leave_seq, $4)) " \
 	"      AND (e.target_message_id IS NULL OR EXISTS (SELECT 1 FROM per q " \
-	"            WHERE q.join_seq OPERATOR(pg_catalog.<=) t.msg_seq " \
-	"              AND (q.leave_seq IS NULL OR q.leave_seq OPERATOR(pg_catalog.>=) t.msg_seq))) " \
+	"            WHERE " IM_PERIOD_COVERS_SQL("q", "t.msg_seq") ")) " \
 	"      AND " IM_NOT_DELETED_FOR_ME_SQL("$1") \
-	"    ORDER BY e.msg_seq LIMIT $5 OPERATOR(pg_catalog.+) 1) x " \
+	"    ORDER BY e.msg_seq LIMIT $5" PLUS "1) x " \
 	"  UNION " \
 	"  SELECT e.message_id, e.msg_seq FROM im.event e " \
-	"  WHERE e.target_message_id OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+	"  WHERE e.target_message_id" EQ "ANY (ARRAY(" \
 	"          SELECT t.message_id FROM per p JOIN im.event t " \
-	"            ON t.conversation_id OPERATOR(pg_catalog.=) $2 " \
-	"           AND t.msg_seq OPERATOR(pg_catalog.>=) p.join_seq " \
-	"           AND t.msg_seq OPERATOR(pg_catalog.<=) p.leave_seq " \
-	"          WHERE p.leave_seq IS NOT NULL AND t.kind OPERATOR(pg_catalog.=) 'message')) " \
-	"    AND e.msg_seq OPERATOR(pg_catalog.>) $3 AND e.msg_seq OPERATOR(pg_catalog.<=) $4 " \
+	"            ON t.conversation_id" EQ "$2 " \
+	"           AND t.msg_seq" GE "p.join_seq " \
+	"           AND t.msg_seq" LE "p.leave_seq " \
+	"          WHERE p.leave_seq IS NOT NULL AND t.kind" EQ "'message')) " \
+	"    AND e.msg_seq" GT "$3 AND e.msg_seq" LE "$4 " \
 	"    AND " IM_NOT_DELETED_FOR_ME_SQL("$1") \
 	"  UNION " \
 	"  SELECT e.message_id, e.msg_seq FROM im.event e " \
-	"  WHERE e.message_id OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+	"  WHERE e.message_id" EQ "ANY (ARRAY(" \
 	"          SELECT p.leave_event_id FROM per p WHERE p.leave_event_id IS NOT NULL)) " \
-	"    AND e.msg_seq OPERATOR(pg_catalog.>) $3 AND e.msg_seq OPERATOR(pg_catalog.<=) $4 " \
+	"    AND e.msg_seq" GT "$3 AND e.msg_seq" LE "$4 " \
 	"    AND " IM_NOT_DELETED_FOR_ME_SQL("$1") ")"
 
 PG_FUNCTION_INFO_V1(im_fetch_messages);
@@ -127,19 +128,19 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 	im_prepare(&page_plan,
 			   "WITH " HISTORY_VISIBLE_POSITIONS_SQL ", "
 			   "top AS (SELECT v.message_id, v.msg_seq FROM visible v "
-			   "        ORDER BY v.msg_seq LIMIT $5 OPERATOR(pg_catalog.+) 1), "
+			   "        ORDER BY v.msg_seq LIMIT $5" PLUS "1), "
 			   "ev AS (SELECT e.msg_seq, " IM_EVENT_JSON_SQL " AS ev, "
 			   "              pg_catalog.row_number() OVER (ORDER BY e.msg_seq) AS rn "
-			   "       FROM im.event e WHERE e.message_id OPERATOR(pg_catalog.=) "
+			   "       FROM im.event e WHERE e.message_id" EQ
 			   "            ANY (ARRAY(SELECT top.message_id FROM top))), "
 			   "sized AS (SELECT ev.*, pg_catalog.sum(" IM_PAGE_BYTES_SQL("ev.ev") ") "
 			   "                 OVER (ORDER BY ev.msg_seq) AS bytes FROM ev), "
-			   "page AS (SELECT s.msg_seq, s.ev FROM sized s WHERE s.rn OPERATOR(pg_catalog.<=) $5 "
-			   "         AND (s.rn OPERATOR(pg_catalog.=) 1 OR s.bytes OPERATOR(pg_catalog.<=) $6)) "
+			   "page AS (SELECT s.msg_seq, s.ev FROM sized s WHERE s.rn" LE "$5 "
+			   "         AND (s.rn" EQ "1 OR s.bytes" LE "$6)) "
 			   "SELECT COALESCE((SELECT pg_catalog.jsonb_agg(p.ev ORDER BY p.msg_seq) FROM page p), "
 			   "                '[]'::pg_catalog.jsonb), "
 			   "       COALESCE((SELECT pg_catalog.max(p.msg_seq) FROM page p), $3), "
-			   "       (SELECT pg_catalog.count(*) FROM ev) OPERATOR(pg_catalog.>) "
+			   "       (SELECT pg_catalog.count(*) FROM ev)" GT
 			   "       (SELECT pg_catalog.count(*) FROM page)",
 			   6, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);

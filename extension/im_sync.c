@@ -4,6 +4,11 @@
  * Each part's behaviour lives in its own file (see im_sync.h).
  */
 #include "im_sync.h"
+#include "device.h"
+#include "shmem.h"
+#include "worker.h"
+
+#include <limits.h>
 
 #include "miscadmin.h"
 #include "storage/ipc.h"

@@ -27,6 +27,10 @@
  * sessions and private events a log still holds are never touched.
  */
 #include "im_sync.h"
+#include "common.h"
+#include "im_sql.h"
+#include "maintenance.h"
+#include "token.h"
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
@@ -46,15 +50,15 @@ typedef struct RetentionStep
 } RetentionStep;
 
 #define AGO(param) \
-	"(pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.make_interval(secs => " param "))"
+	"(pg_catalog.now()" MINUS "pg_catalog.make_interval(secs => " param "))"
 
 static const RetentionStep steps[] = {
 	{"outbox",
 	 "WITH c AS (SELECT o.outbox_id FROM im.outbox o "
-	 "  WHERE o.state OPERATOR(pg_catalog.=) 'done' AND o.processed_at OPERATOR(pg_catalog.<) " AGO("$2")
-	 "    AND NOT EXISTS (SELECT 1 FROM im.fanout_quarantine q WHERE q.outbox_id OPERATOR(pg_catalog.=) o.outbox_id) "
+	 "  WHERE o.state" EQ "'done' AND o.processed_at" LT AGO("$2")
+	 "    AND NOT EXISTS (SELECT 1 FROM im.fanout_quarantine q WHERE q.outbox_id" EQ "o.outbox_id) "
 	 "  ORDER BY o.processed_at LIMIT $1), "
-	 "d AS (DELETE FROM im.outbox o USING c WHERE o.outbox_id OPERATOR(pg_catalog.=) c.outbox_id RETURNING 1), "
+	 "d AS (DELETE FROM im.outbox o USING c WHERE o.outbox_id" EQ "c.outbox_id RETURNING 1), "
 	 /* the cutoff reconcile trusts: only moves forward, only when used */
 	 "m AS (INSERT INTO im.maintenance_state AS m (name, at) "
 	 "  SELECT 'outbox_collected_before', " AGO("$2") " WHERE EXISTS (SELECT 1 FROM d) "
@@ -64,50 +68,50 @@ static const RetentionStep steps[] = {
 	 IM_RETENTION_BATCH},
 	{"private_event",
 	 "WITH c AS (SELECT pe.private_event_id FROM im.private_event pe "
-	 "  WHERE pe.created_at OPERATOR(pg_catalog.<) " AGO("$2")
+	 "  WHERE pe.created_at" LT AGO("$2")
 	 "    AND NOT EXISTS (SELECT 1 FROM im.outbox o "
-	 "                    WHERE o.source_event_id OPERATOR(pg_catalog.=) pe.private_event_id) "
-	 "    AND NOT EXISTS (SELECT 1 FROM im.inbox i WHERE i.user_id OPERATOR(pg_catalog.=) pe.user_id "
-	 "                    AND i.source_event_id OPERATOR(pg_catalog.=) pe.private_event_id) "
+	 "                    WHERE o.source_event_id" EQ "pe.private_event_id) "
+	 "    AND NOT EXISTS (SELECT 1 FROM im.inbox i WHERE i.user_id" EQ "pe.user_id "
+	 "                    AND i.source_event_id" EQ "pe.private_event_id) "
 	 "  ORDER BY pe.created_at LIMIT $1), "
 	 "d AS (DELETE FROM im.private_event pe USING c "
-	 "  WHERE pe.private_event_id OPERATOR(pg_catalog.=) c.private_event_id RETURNING 1) "
+	 "  WHERE pe.private_event_id" EQ "c.private_event_id RETURNING 1) "
 	 "SELECT pg_catalog.count(*) FROM d",
 	 IM_RETENTION_BATCH},
 	{"snapshot_abandon",
 	 "WITH d AS (UPDATE im.snapshot SET state = 'ABANDONED' "
-	 "  WHERE state OPERATOR(pg_catalog.=) ANY ('{READY,BUILDING}'::pg_catalog.text[]) "
-	 "    AND expires_at OPERATOR(pg_catalog.<) pg_catalog.now() RETURNING 1) "
+	 "  WHERE state" EQ "ANY ('{READY,BUILDING}'::pg_catalog.text[]) "
+	 "    AND expires_at" LT "pg_catalog.now() RETURNING 1) "
 	 "SELECT pg_catalog.count(*) FROM d",
 	 0},
 	{"snapshot",
 	 "WITH c AS (SELECT s.snapshot_id FROM im.snapshot s "
-	 "  WHERE s.state OPERATOR(pg_catalog.=) ANY ('{INSTALLED,ABANDONED}'::pg_catalog.text[]) "
-	 "    AND s.expires_at OPERATOR(pg_catalog.<) " AGO("$5")
+	 "  WHERE s.state" EQ "ANY ('{INSTALLED,ABANDONED}'::pg_catalog.text[]) "
+	 "    AND s.expires_at" LT AGO("$5")
 	 "  ORDER BY s.expires_at LIMIT $1), "
 	 "d AS (DELETE FROM im.snapshot s USING c "
-	 "  WHERE s.snapshot_id OPERATOR(pg_catalog.=) c.snapshot_id RETURNING 1) "
+	 "  WHERE s.snapshot_id" EQ "c.snapshot_id RETURNING 1) "
 	 "SELECT pg_catalog.count(*) FROM d",
 	 IM_RETENTION_SNAPSHOT_BATCH},
 	{"recovery_session_expire",
 	 "WITH d AS (UPDATE im.recovery_session SET state = 'EXPIRED', ended_at = pg_catalog.now() "
-	 "  WHERE state OPERATOR(pg_catalog.=) 'ACTIVE' AND expires_at OPERATOR(pg_catalog.<) " AGO("$3")
+	 "  WHERE state" EQ "'ACTIVE' AND expires_at" LT AGO("$3")
 	 "  RETURNING 1) "
 	 "SELECT pg_catalog.count(*) FROM d",
 	 0},
 	{"recovery_session",
 	 "WITH c AS (SELECT r.recovery_session_id FROM im.recovery_session r "
-	 "  WHERE r.state OPERATOR(pg_catalog.<>) 'ACTIVE' "
-	 "    AND COALESCE(r.ended_at, r.expires_at) OPERATOR(pg_catalog.<) " AGO("GREATEST($3, $4)")
+	 "  WHERE r.state" NE "'ACTIVE' "
+	 "    AND COALESCE(r.ended_at, r.expires_at)" LT AGO("GREATEST($3, $4)")
 	 "  ORDER BY r.recovery_session_id LIMIT $1), "
 	 "d AS (DELETE FROM im.recovery_session r USING c "
-	 "  WHERE r.recovery_session_id OPERATOR(pg_catalog.=) c.recovery_session_id RETURNING 1) "
+	 "  WHERE r.recovery_session_id" EQ "c.recovery_session_id RETURNING 1) "
 	 "SELECT pg_catalog.count(*) FROM d",
 	 IM_RETENTION_BATCH},
 	{"audit",
-	 "WITH c AS (SELECT a.audit_id FROM im.audit a WHERE a.at OPERATOR(pg_catalog.<) " AGO("$6")
+	 "WITH c AS (SELECT a.audit_id FROM im.audit a WHERE a.at" LT AGO("$6")
 	 "  ORDER BY a.at LIMIT $1), "
-	 "d AS (DELETE FROM im.audit a USING c WHERE a.audit_id OPERATOR(pg_catalog.=) c.audit_id RETURNING 1) "
+	 "d AS (DELETE FROM im.audit a USING c WHERE a.audit_id" EQ "c.audit_id RETURNING 1) "
 	 "SELECT pg_catalog.count(*) FROM d",
 	 IM_RETENTION_BATCH},
 };

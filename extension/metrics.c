@@ -26,6 +26,9 @@
  *       acknowledged by the device (latest ACK per device).
  */
 #include "im_sync.h"
+#include "common.h"
+#include "im_sql.h"
+#include "shmem.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -47,54 +50,54 @@ static const double buckets[] = {
 /* Gauges from tables: (name, value, help). */
 static const char *gauges_sql =
 "SELECT 'im_outbox_pending', (SELECT pg_catalog.count(*) FROM im.outbox o "
-"   WHERE o.state OPERATOR(pg_catalog.=) 'pending')::float8, "
+"   WHERE o.state" EQ "'pending')::float8, "
 "  'Outbox items accepted and not yet fanned out.' "
 "UNION ALL SELECT 'im_outbox_oldest_pending_age_seconds', "
-"  COALESCE((SELECT EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.created_at)) "
-"     FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'pending'), 0)::float8, "
+"  COALESCE((SELECT EXTRACT(epoch FROM pg_catalog.now()" MINUS "pg_catalog.min(o.created_at)) "
+"     FROM im.outbox o WHERE o.state" EQ "'pending'), 0)::float8, "
 "  'Age of the oldest pending outbox item (0 when none).' "
 "UNION ALL SELECT 'im_fanout_lag_seconds', "
-"  COALESCE((SELECT EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.created_at)) "
-"     FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'pending' "
-"       AND o.next_attempt_at OPERATOR(pg_catalog.<=) pg_catalog.now()), 0)::float8, "
+"  COALESCE((SELECT EXTRACT(epoch FROM pg_catalog.now()" MINUS "pg_catalog.min(o.created_at)) "
+"     FROM im.outbox o WHERE o.state" EQ "'pending' "
+"       AND o.next_attempt_at" LE "pg_catalog.now()), 0)::float8, "
 "  'How far fanout is behind: now minus the acceptance time of the oldest pending item that is ready to run (items waiting for a retry backoff excluded; 0 when none).' "
 "UNION ALL SELECT 'im_outbox_backing_off', (SELECT pg_catalog.count(*) FROM im.outbox o "
-"   WHERE o.state OPERATOR(pg_catalog.=) 'pending' AND o.next_attempt_at OPERATOR(pg_catalog.>) pg_catalog.now())::float8, "
+"   WHERE o.state" EQ "'pending' AND o.next_attempt_at" GT "pg_catalog.now())::float8, "
 "  'Pending outbox items waiting out a retry backoff after a failure (they and the later items of their conversation wait).' "
 "UNION ALL SELECT 'im_outbox_transient_retrying', (SELECT pg_catalog.count(*) FROM im.outbox o "
-"   WHERE o.state OPERATOR(pg_catalog.=) 'pending' AND o.transient_failures OPERATOR(pg_catalog.>) 0)::float8, "
+"   WHERE o.state" EQ "'pending' AND o.transient_failures" GT "0)::float8, "
 "  'Pending outbox items that failed transiently (lock timeout, disk full, ...) at least once: retried without limit, never dead letters for it.' "
 "UNION ALL SELECT 'im_fanout_quarantined_items', "
 "  (SELECT pg_catalog.count(*) FROM im.fanout_quarantine)::float8, "
 "  'Item-user pairs covered by two membership periods: kept, not delivered, need review.' "
 "UNION ALL SELECT 'im_fanout_dead_letters', (SELECT pg_catalog.count(*) FROM im.outbox o "
-"   WHERE o.state OPERATOR(pg_catalog.=) 'dead')::float8, "
+"   WHERE o.state" EQ "'dead')::float8, "
 "  'Outbox items that failed im_sync.fanout_max_attempts times (see im.reconcile).' "
-"UNION ALL SELECT 'im_inbox_events', (SELECT COALESCE(pg_catalog.sum(h.high_watermark OPERATOR(pg_catalog.-) h.gc_floor), 0) "
+"UNION ALL SELECT 'im_inbox_events', (SELECT COALESCE(pg_catalog.sum(h.high_watermark" MINUS "h.gc_floor), 0) "
 "   FROM im.user_head h)::float8, "
 "  'Events retained in all user logs (sum of high_watermark - gc_floor).' "
 "UNION ALL SELECT 'im_user_watermark_spread', (SELECT COALESCE(pg_catalog.percentile_disc(0.99) "
-"   WITHIN GROUP (ORDER BY h.high_watermark OPERATOR(pg_catalog.-) h.gc_floor), 0) FROM im.user_head h)::float8, "
+"   WITHIN GROUP (ORDER BY h.high_watermark" MINUS "h.gc_floor), 0) FROM im.user_head h)::float8, "
 "  'p99 over users of the retained log length (high_watermark - gc_floor).' "
 "UNION ALL SELECT 'im_devices_behind', (SELECT pg_catalog.count(*) FROM im.device d "
-"   JOIN im.user_head h ON h.user_id OPERATOR(pg_catalog.=) d.user_id "
-"   WHERE d.state OPERATOR(pg_catalog.=) ANY ('{ACTIVE,RECOVERING}'::text[]) "
-"     AND (h.high_watermark OPERATOR(pg_catalog.-) d.acked_sync_seq) OPERATOR(pg_catalog.>) "
+"   JOIN im.user_head h ON h.user_id" EQ "d.user_id "
+"   WHERE d.state" EQ "ANY ('{ACTIVE,RECOVERING}'::text[]) "
+"     AND (h.high_watermark" MINUS "d.acked_sync_seq)" GT
 XSTR(IM_DEVICES_BEHIND_THRESHOLD) ")::float8, "
 "  'ACTIVE or RECOVERING devices whose ACK is more than " XSTR(IM_DEVICES_BEHIND_THRESHOLD)
 " events behind their user''s high watermark.' "
 "UNION ALL SELECT 'im_recovery_sessions_active', (SELECT pg_catalog.count(*) FROM im.recovery_session r "
-"   WHERE r.state OPERATOR(pg_catalog.=) 'ACTIVE' AND r.expires_at OPERATOR(pg_catalog.>) pg_catalog.now())::float8, "
+"   WHERE r.state" EQ "'ACTIVE' AND r.expires_at" GT "pg_catalog.now())::float8, "
 "  'Unexpired recovery sessions (each holds a retention lease).' "
 "UNION ALL SELECT 'im_recovery_session_oldest_age_seconds', "
-"  COALESCE((SELECT EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(r.created_at)) "
-"     FROM im.recovery_session r WHERE r.state OPERATOR(pg_catalog.=) 'ACTIVE'), 0)::float8, "
+"  COALESCE((SELECT EXTRACT(epoch FROM pg_catalog.now()" MINUS "pg_catalog.min(r.created_at)) "
+"     FROM im.recovery_session r WHERE r.state" EQ "'ACTIVE'), 0)::float8, "
 "  'Age of the oldest ACTIVE recovery session (0 when none).' "
 "UNION ALL SELECT 'im_snapshots_building', (SELECT pg_catalog.count(*) FROM im.snapshot s "
-"   WHERE s.state OPERATOR(pg_catalog.=) 'BUILDING')::float8, "
+"   WHERE s.state" EQ "'BUILDING')::float8, "
 "  'Snapshots being built.' "
 "UNION ALL SELECT 'im_snapshots_ready', (SELECT pg_catalog.count(*) FROM im.snapshot s "
-"   WHERE s.state OPERATOR(pg_catalog.=) 'READY' AND s.expires_at OPERATOR(pg_catalog.>) pg_catalog.now())::float8, "
+"   WHERE s.state" EQ "'READY' AND s.expires_at" GT "pg_catalog.now())::float8, "
 "  'Unexpired snapshots built and not yet installed (each holds the retention fence).'";
 
 /* Histogram samples: one float8 column `secs` each. */
@@ -109,24 +112,24 @@ static const Stage stages[] = {
 	{"im_stage_accept_to_fanout_seconds",
 	 "Stage accepted -> fanned out: outbox processed_at - created_at over the newest "
 	 XSTR(IM_METRICS_SAMPLE) " processed items.",
-	 "SELECT EXTRACT(epoch FROM o.processed_at OPERATOR(pg_catalog.-) o.created_at)::float8 AS secs "
-	 "FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'done' AND o.processed_at IS NOT NULL "
+	 "SELECT EXTRACT(epoch FROM o.processed_at" MINUS "o.created_at)::float8 AS secs "
+	 "FROM im.outbox o WHERE o.state" EQ "'done' AND o.processed_at IS NOT NULL "
 	 "ORDER BY o.outbox_id DESC LIMIT " XSTR(IM_METRICS_SAMPLE)},
 	{"im_stage_accept_to_log_seconds",
 	 "Stage accepted -> in the user's log: inbox created_at - outbox created_at, per recipient event, "
 	 "for the newest 1000 processed items (at most " XSTR(IM_METRICS_SAMPLE) " events).",
-	 "SELECT EXTRACT(epoch FROM b.created_at OPERATOR(pg_catalog.-) o.created_at)::float8 AS secs "
+	 "SELECT EXTRACT(epoch FROM b.created_at" MINUS "o.created_at)::float8 AS secs "
 	 "FROM (SELECT o.source_event_id, o.created_at FROM im.outbox o "
-	 "      WHERE o.state OPERATOR(pg_catalog.=) 'done' ORDER BY o.outbox_id DESC LIMIT 1000) o "
-	 "JOIN im.inbox b ON b.source_event_id OPERATOR(pg_catalog.=) o.source_event_id "
+	 "      WHERE o.state" EQ "'done' ORDER BY o.outbox_id DESC LIMIT 1000) o "
+	 "JOIN im.inbox b ON b.source_event_id" EQ "o.source_event_id "
 	 "LIMIT " XSTR(IM_METRICS_SAMPLE)},
 	{"im_stage_log_to_ack_seconds",
 	 "Stage in the user's log -> acknowledged by a device: device acked_at - inbox created_at "
 	 "of the acknowledged event (latest ACK of at most " XSTR(IM_METRICS_SAMPLE) " devices).",
-	 "SELECT EXTRACT(epoch FROM d.acked_at OPERATOR(pg_catalog.-) b.created_at)::float8 AS secs "
-	 "FROM im.device d JOIN im.inbox b ON b.user_id OPERATOR(pg_catalog.=) d.user_id "
-	 "  AND b.sync_seq OPERATOR(pg_catalog.=) d.acked_sync_seq "
-	 "WHERE d.acked_at IS NOT NULL AND d.acked_sync_seq OPERATOR(pg_catalog.>) 0 "
+	 "SELECT EXTRACT(epoch FROM d.acked_at" MINUS "b.created_at)::float8 AS secs "
+	 "FROM im.device d JOIN im.inbox b ON b.user_id" EQ "d.user_id "
+	 "  AND b.sync_seq" EQ "d.acked_sync_seq "
+	 "WHERE d.acked_at IS NOT NULL AND d.acked_sync_seq" GT "0 "
 	 "LIMIT " XSTR(IM_METRICS_SAMPLE)},
 };
 

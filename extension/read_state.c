@@ -1,7 +1,9 @@
 /*
  * read_state.c — the user's read cursor (report_read), deletions for oneself
  * (delete_for_me), the private events that carry both to the user's other
- * devices, and message_status (contract §7, design §13, §12.4, §0.1).
+ * devices, message_status, and clear_dirty, the version CAS on a
+ * shared_log dirty marker (contract §7, design §13, §12.4, §0.1, §10.3);
+ * user side.
  *
  * Invariants protected:
  *   - the read cursor is per user and only moves forward, clamped to what
@@ -15,6 +17,10 @@
  *   - lock order (contract §4): the user head, then the user's state row.
  */
 #include "im_sync.h"
+#include "common.h"
+#include "im_sql.h"
+#include "read_state.h"
+#include "shmem.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -106,8 +112,8 @@ im_report_read(PG_FUNCTION_ARGS)
 	im_prepare(&state_plan,
 			   "SELECT last_msg_seq, read_msg_seq, unread_count, dirty_target_msg_seq "
 			   "FROM im.user_conversation "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 "
-			   "AND conversation_id OPERATOR(pg_catalog.=) $2 FOR UPDATE",
+			   "WHERE user_id" EQ "$1 "
+			   "AND conversation_id" EQ "$2 FOR UPDATE",
 			   2, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(conversation_id);
@@ -138,9 +144,9 @@ im_report_read(PG_FUNCTION_ARGS)
 			im_prepare(&update_plan,
 					   "UPDATE im.user_conversation "
 					   "SET read_msg_seq = $3, unread_count = $4, "
-					   "    version = version OPERATOR(pg_catalog.+) 1 "
-					   "WHERE user_id OPERATOR(pg_catalog.=) $1 "
-					   "AND conversation_id OPERATOR(pg_catalog.=) $2",
+					   "    version = version" PLUS "1 "
+					   "WHERE user_id" EQ "$1 "
+					   "AND conversation_id" EQ "$2",
 					   4, INT8OID, INT8OID, INT8OID, INT8OID);
 			args[2] = Int64GetDatum(read_msg_seq);
 			args[3] = Int64GetDatum(unread_count);
@@ -186,13 +192,12 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 	/* A `message` of this conversation inside one of the user's periods. */
 	im_prepare(&visible_plan,
 			   "SELECT 1 FROM im.event e JOIN im.membership_period p "
-			   "  ON p.conversation_id OPERATOR(pg_catalog.=) e.conversation_id "
-			   " AND p.user_id OPERATOR(pg_catalog.=) $1 "
-			   " AND p.join_seq OPERATOR(pg_catalog.<=) e.msg_seq "
-			   " AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) e.msg_seq) "
-			   "WHERE e.message_id OPERATOR(pg_catalog.=) $3 "
-			   "  AND e.conversation_id OPERATOR(pg_catalog.=) $2 "
-			   "  AND e.kind OPERATOR(pg_catalog.=) 'message'",
+			   "  ON p.conversation_id" EQ "e.conversation_id "
+			   " AND p.user_id" EQ "$1 "
+			   " AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") " "
+			   "WHERE e.message_id" EQ "$3 "
+			   "  AND e.conversation_id" EQ "$2 "
+			   "  AND e.kind" EQ "'message'",
 			   3, INT8OID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(conversation_id);
@@ -228,16 +233,16 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 		im_prepare(&recount_plan,
 				   "UPDATE im.user_conversation uc "
 				   "SET unread_count = (" IM_UNREAD_RECOUNT_SQL "), "
-				   "    version = uc.version OPERATOR(pg_catalog.+) 1 "
-				   "WHERE uc.user_id OPERATOR(pg_catalog.=) $1 "
-				   "AND uc.conversation_id OPERATOR(pg_catalog.=) $2 "
-				   "AND uc.read_msg_seq OPERATOR(pg_catalog.=) $3",
+				   "    version = uc.version" PLUS "1 "
+				   "WHERE uc.user_id" EQ "$1 "
+				   "AND uc.conversation_id" EQ "$2 "
+				   "AND uc.read_msg_seq" EQ "$3",
 				   3, INT8OID, INT8OID, INT8OID);
 		/* The cursor cannot move meanwhile: we hold the user head. */
 		im_prepare(&cursor_plan,
 				   "SELECT read_msg_seq FROM im.user_conversation "
-				   "WHERE user_id OPERATOR(pg_catalog.=) $1 "
-				   "AND conversation_id OPERATOR(pg_catalog.=) $2 FOR UPDATE",
+				   "WHERE user_id" EQ "$1 "
+				   "AND conversation_id" EQ "$2 FOR UPDATE",
 				   2, INT8OID, INT8OID);
 		args[1] = Int64GetDatum(conversation_id);
 		if (im_exec(cursor_plan, args, NULL, 1) == 1)
@@ -286,7 +291,7 @@ im_message_status(PG_FUNCTION_ARGS)
 	im_spi_connect();
 
 	im_prepare(&exists_plan,
-			   "SELECT 1 FROM im.event WHERE message_id OPERATOR(pg_catalog.=) $1",
+			   "SELECT 1 FROM im.event WHERE message_id" EQ "$1",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(message_id);
 	if (im_exec(exists_plan, args, NULL, 1) != 1)
@@ -298,46 +303,109 @@ im_message_status(PG_FUNCTION_ARGS)
 			   "WITH e AS ("
 			   "  SELECT e.*, COALESCE(t.msg_seq, e.msg_seq) AS cover_seq "
 			   "  FROM im.event e LEFT JOIN im.event t "
-			   "    ON t.message_id OPERATOR(pg_catalog.=) e.target_message_id "
-			   "  WHERE e.message_id OPERATOR(pg_catalog.=) $1), "
+			   "    ON t.message_id" EQ "e.target_message_id "
+			   "  WHERE e.message_id" EQ "$1), "
 			   "u AS ("
 			   "  SELECT DISTINCT p.user_id FROM e JOIN im.membership_period p "
-			   "    ON p.conversation_id OPERATOR(pg_catalog.=) e.conversation_id "
-			   "  WHERE ((p.join_seq OPERATOR(pg_catalog.<=) e.cover_seq "
-			   "          AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) e.cover_seq)) "
-			   "         OR p.leave_event_id OPERATOR(pg_catalog.=) e.message_id) "
+			   "    ON p.conversation_id" EQ "e.conversation_id "
+			   "  WHERE (" IM_PERIOD_COVERS_SQL("p", "e.cover_seq")
+			   "         OR p.leave_event_id" EQ "e.message_id) "
 			   "    AND " IM_NOT_DELETED_FOR_ME_SQL("p.user_id") "), "
 			   "s AS ("
 			   "  SELECT u.user_id, "
 			   "    (NOT EXISTS (SELECT 1 FROM im.outbox o "
-			   "                 WHERE o.source_event_id OPERATOR(pg_catalog.=) $1 "
-			   "                   AND o.state OPERATOR(pg_catalog.<>) 'done') "
+			   "                 WHERE o.source_event_id" EQ "$1 "
+			   "                   AND o.state" NE "'done') "
 			   "     AND NOT EXISTS (SELECT 1 FROM im.outbox o JOIN im.fanout_quarantine q "
-			   "                   ON q.outbox_id OPERATOR(pg_catalog.=) o.outbox_id "
-			   "                 WHERE o.source_event_id OPERATOR(pg_catalog.=) $1 "
-			   "                   AND q.user_id OPERATOR(pg_catalog.=) u.user_id)) AS in_scope "
+			   "                   ON q.outbox_id" EQ "o.outbox_id "
+			   "                 WHERE o.source_event_id" EQ "$1 "
+			   "                   AND q.user_id" EQ "u.user_id)) AS in_scope "
 			   "  FROM u) "
 			   "SELECT s.user_id, d.device_id, true, s.in_scope, "
-			   "  CASE WHEN e.kind OPERATOR(pg_catalog.=) 'message' "
-			   "            AND e.mode OPERATOR(pg_catalog.=) 'shared_log' THEN NULL "
+			   "  CASE WHEN e.kind" EQ "'message' "
+			   "            AND e.mode" EQ "'shared_log' THEN NULL "
 			   "       WHEN NOT s.in_scope THEN false "
 			   "       ELSE COALESCE("
-			   "         (SELECT pg_catalog.min(i.sync_seq) OPERATOR(pg_catalog.<=) d.acked_sync_seq "
-			   "          FROM im.inbox i WHERE i.user_id OPERATOR(pg_catalog.=) s.user_id "
-			   "            AND i.source_event_id OPERATOR(pg_catalog.=) $1), "
-			   "         COALESCE(h.gc_floor, 0) OPERATOR(pg_catalog.>) 0 "
-			   "         AND d.acked_sync_seq OPERATOR(pg_catalog.>=) h.gc_floor) END, "
-			   "  COALESCE(uc.read_msg_seq OPERATOR(pg_catalog.>=) e.msg_seq, false) "
+			   "         (SELECT pg_catalog.min(i.sync_seq)" LE "d.acked_sync_seq "
+			   "          FROM im.inbox i WHERE i.user_id" EQ "s.user_id "
+			   "            AND i.source_event_id" EQ "$1), "
+			   "         COALESCE(h.gc_floor, 0)" GT "0 "
+			   "         AND d.acked_sync_seq" GE "h.gc_floor) END, "
+			   "  COALESCE(uc.read_msg_seq" GE "e.msg_seq, false) "
 			   "FROM s CROSS JOIN e "
-			   "JOIN im.device d ON d.user_id OPERATOR(pg_catalog.=) s.user_id "
-			   "               AND d.state OPERATOR(pg_catalog.<>) 'REVOKED' "
-			   "LEFT JOIN im.user_head h ON h.user_id OPERATOR(pg_catalog.=) s.user_id "
-			   "LEFT JOIN im.user_conversation uc ON uc.user_id OPERATOR(pg_catalog.=) s.user_id "
-			   "      AND uc.conversation_id OPERATOR(pg_catalog.=) e.conversation_id "
+			   "JOIN im.device d ON d.user_id" EQ "s.user_id "
+			   "               AND d.state" NE "'REVOKED' "
+			   "LEFT JOIN im.user_head h ON h.user_id" EQ "s.user_id "
+			   "LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "s.user_id "
+			   "      AND uc.conversation_id" EQ "e.conversation_id "
 			   "ORDER BY s.user_id, d.device_id",
 			   1, INT8OID);
 	im_exec(status_plan, args, NULL, 0);
 	im_srf_rows_from_spi(fcinfo, 6);
 	SPI_finish();
 	return (Datum) 0;
+}
+
+/*
+ * im.clear_dirty(user_id, conversation_id, observed_version,
+ *                saved_last_msg_seq) -> (cleared, dirty_target_msg_seq, dirty_version)
+ * Clears only when the version is unchanged (no newer message raced the
+ * client) and the client's saved position reaches the target.  Takes the
+ * user's head first, in lock order, like every change to a user's state.
+ */
+PG_FUNCTION_INFO_V1(im_clear_dirty);
+Datum
+im_clear_dirty(PG_FUNCTION_ARGS)
+{
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
+	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
+	int64		observed_version;
+	int64		saved;
+	static SPIPlanPtr plan;
+	Datum		args[4];
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	if (PG_ARGISNULL(2) || PG_GETARG_INT64(2) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("observed_version must be a non-negative number")));
+	if (PG_ARGISNULL(3) || PG_GETARG_INT64(3) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("saved_last_msg_seq must be a non-negative number")));
+	observed_version = PG_GETARG_INT64(2);
+	saved = PG_GETARG_INT64(3);
+
+	im_srf_begin(fcinfo);
+	im_spi_connect();
+
+	im_require_conversation(conversation_id, NULL);
+	im_require_ever_member(user_id, conversation_id,
+						   "Only a member or past member of the conversation has a dirty marker to clear.");
+
+	im_lock_user_heads(&user_id, 1);
+	im_prepare(&plan,
+			   "WITH s AS (SELECT dirty_target_msg_seq, dirty_version FROM im.user_conversation"
+			   "           WHERE user_id" EQ "$1 AND conversation_id" EQ "$2 FOR UPDATE),"
+			   " c AS (UPDATE im.user_conversation u SET dirty = false, version = u.version" PLUS "1"
+			   "       FROM s WHERE u.user_id" EQ "$1 AND u.conversation_id" EQ "$2"
+			   "         AND s.dirty_version" EQ "$3 AND $4" GE "s.dirty_target_msg_seq"
+			   "       RETURNING 1)"
+			   "SELECT EXISTS (SELECT 1 FROM c), s.dirty_target_msg_seq, s.dirty_version FROM s",
+			   4, INT8OID, INT8OID, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = Int64GetDatum(conversation_id);
+	args[2] = Int64GetDatum(observed_version);
+	args[3] = Int64GetDatum(saved);
+	/* every period opens its user's state row (conversation.c) */
+	if (im_exec(plan, args, NULL, 0) != 1)
+		elog(ERROR, "im_sync: user " INT64_FORMAT " has a period but no state in conversation " INT64_FORMAT,
+			 user_id, conversation_id);
+	values[0] = BoolGetDatum(im_get_bool(0, 1, NULL));
+	values[1] = Int64GetDatum(im_get_int64(0, 2, NULL));
+	values[2] = Int64GetDatum(im_get_int64(0, 3, NULL));
+	SPI_finish();
+	im_srf_row(fcinfo, values, nulls);
+	PG_RETURN_NULL();
 }

@@ -29,6 +29,9 @@
  * delivery nobody should have — is only reported for manual review (§18.3).
  */
 #include "im_sync.h"
+#include "common.h"
+#include "im_sql.h"
+#include "shmem.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -46,70 +49,73 @@
  * inbox.created_at and outbox.processed_at come from the same fanout
  * transaction, so "processed strictly after the oldest retained event" means
  * the item's event, if delivered, is still in the log.
- * Columns: 1 outbox_id, 2 conversation_id, 3 msg_seq, 4 source_event_id,
- * 5 user_id, 6 scope, 7 problem, 8 kind, 9 overlap (the user has overlapping
- * periods in the conversation).
+ * Columns: the Anum_audit_* enum below (outbox_id, conversation_id,
+ * msg_seq, source_event_id, user_id, scope, problem, kind, overlap: the user
+ * has overlapping periods in the conversation).
+ * The expected recipients are derived here on their own, with the period
+ * predicate written out rather than fanout's RECIPIENTS_SQL or
+ * IM_PERIOD_COVERS_SQL: a checker must not share the code it checks.
  */
 #define DELIVERY_AUDIT_SQL \
 	"WITH item AS (" \
 	"  SELECT o.outbox_id, o.conversation_id, o.msg_seq, o.source_event_id, o.processed_at, " \
 	"         o.private_user_id, COALESCE(e.kind, pe.kind) AS kind, " \
-	"         (e.kind OPERATOR(pg_catalog.=) 'message' AND e.mode OPERATOR(pg_catalog.=) 'shared_log') IS TRUE AS shared, " \
+	"         (e.kind" EQ "'message' AND e.mode" EQ "'shared_log') IS TRUE AS shared, " \
 	"         COALESCE(t.msg_seq, e.msg_seq) AS vis_seq " \
 	"  FROM im.outbox o " \
-	"  LEFT JOIN im.event e ON o.private_user_id IS NULL AND e.message_id OPERATOR(pg_catalog.=) o.source_event_id " \
-	"  LEFT JOIN im.event t ON t.message_id OPERATOR(pg_catalog.=) e.target_message_id " \
+	"  LEFT JOIN im.event e ON o.private_user_id IS NULL AND e.message_id" EQ "o.source_event_id " \
+	"  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
 	"  LEFT JOIN im.private_event pe ON o.private_user_id IS NOT NULL " \
-	"       AND pe.private_event_id OPERATOR(pg_catalog.=) o.source_event_id " \
-	"  WHERE o.state OPERATOR(pg_catalog.=) 'done'), " \
+	"       AND pe.private_event_id" EQ "o.source_event_id " \
+	"  WHERE o.state" EQ "'done'), " \
 	"exp AS (" \
 	"  SELECT i.outbox_id, p.user_id, p.membership_period_id AS scope " \
-	"  FROM item i JOIN im.membership_period p ON p.conversation_id OPERATOR(pg_catalog.=) i.conversation_id " \
-	"   AND p.join_seq OPERATOR(pg_catalog.<=) i.vis_seq " \
-	"   AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) i.vis_seq) " \
+	"  FROM item i JOIN im.membership_period p ON p.conversation_id" EQ "i.conversation_id " \
+	"   AND p.join_seq" LE "i.vis_seq " \
+	"   AND (p.leave_seq IS NULL OR p.leave_seq" GE "i.vis_seq) " \
 	"  WHERE i.private_user_id IS NULL " \
 	"  UNION " \
 	"  SELECT i.outbox_id, p.user_id, p.membership_period_id " \
-	"  FROM item i JOIN im.membership_period p ON p.leave_event_id OPERATOR(pg_catalog.=) i.source_event_id " \
-	"  WHERE i.kind OPERATOR(pg_catalog.=) 'leave' " \
+	"  FROM item i JOIN im.membership_period p ON p.leave_event_id" EQ "i.source_event_id " \
+	"  WHERE i.kind" EQ "'leave' " \
 	"  UNION " \
 	"  SELECT i.outbox_id, i.private_user_id, 0 FROM item i WHERE i.private_user_id IS NOT NULL), " \
 	"act AS (" \
 	"  SELECT i.outbox_id, b.user_id, b.delivery_scope AS scope " \
-	"  FROM item i JOIN im.inbox b ON b.source_event_id OPERATOR(pg_catalog.=) i.source_event_id), " \
+	"  FROM item i JOIN im.inbox b ON b.source_event_id" EQ "i.source_event_id), " \
 	"gc AS (" \
 	"  SELECT h.user_id, (SELECT pg_catalog.min(b.created_at) FROM im.inbox b " \
-	"                     WHERE b.user_id OPERATOR(pg_catalog.=) h.user_id) AS first_at " \
-	"  FROM im.user_head h WHERE h.gc_floor OPERATOR(pg_catalog.>) 0), " \
+	"                     WHERE b.user_id" EQ "h.user_id) AS first_at " \
+	"  FROM im.user_head h WHERE h.gc_floor" GT "0), " \
 	"cmp AS (" \
 	"  SELECT COALESCE(x.outbox_id, a.outbox_id) AS outbox_id, COALESCE(x.user_id, a.user_id) AS user_id, " \
 	"         COALESCE(x.scope, a.scope) AS scope, x.outbox_id IS NOT NULL AS expected, " \
 	"         a.outbox_id IS NOT NULL AS delivered " \
 	"  FROM (SELECT * FROM exp WHERE NOT EXISTS (SELECT 1 FROM im.fanout_quarantine q " \
-	"        WHERE q.outbox_id OPERATOR(pg_catalog.=) exp.outbox_id AND q.user_id OPERATOR(pg_catalog.=) exp.user_id)) x " \
-	"  FULL JOIN act a ON a.outbox_id OPERATOR(pg_catalog.=) x.outbox_id AND a.user_id OPERATOR(pg_catalog.=) x.user_id " \
-	"   AND a.scope OPERATOR(pg_catalog.=) x.scope) " \
+	"        WHERE q.outbox_id" EQ "exp.outbox_id AND q.user_id" EQ "exp.user_id)) x " \
+	"  FULL JOIN act a ON a.outbox_id" EQ "x.outbox_id AND a.user_id" EQ "x.user_id " \
+	"   AND a.scope" EQ "x.scope) " \
 	"SELECT i.outbox_id, i.conversation_id, i.msg_seq, i.source_event_id, c.user_id, c.scope, " \
 	"  CASE WHEN NOT c.expected THEN 'extra' " \
 	"       WHEN NOT i.shared AND g.user_id IS NOT NULL " \
-	"            AND NOT COALESCE(i.processed_at OPERATOR(pg_catalog.>) g.first_at, false) THEN 'unverifiable' " \
+	"            AND NOT COALESCE(i.processed_at" GT "g.first_at, false) THEN 'unverifiable' " \
 	"       ELSE 'missing' END AS problem, " \
 	"  i.kind, " \
 	"  EXISTS (SELECT 1 FROM im.membership_period p1 JOIN im.membership_period p2 " \
-	"          ON p2.conversation_id OPERATOR(pg_catalog.=) p1.conversation_id " \
-	"         AND p2.user_id OPERATOR(pg_catalog.=) p1.user_id " \
-	"         AND p2.membership_period_id OPERATOR(pg_catalog.>) p1.membership_period_id " \
-	"         AND pg_catalog.int8range(p1.join_seq, p1.leave_seq, '[]') OPERATOR(pg_catalog.&&) " \
+	"          ON p2.conversation_id" EQ "p1.conversation_id " \
+	"         AND p2.user_id" EQ "p1.user_id " \
+	"         AND p2.membership_period_id" GT "p1.membership_period_id " \
+	"         AND pg_catalog.int8range(p1.join_seq, p1.leave_seq, '[]')" OP_OVERLAP \
 	"             pg_catalog.int8range(p2.join_seq, p2.leave_seq, '[]') " \
-	"          WHERE p1.conversation_id OPERATOR(pg_catalog.=) i.conversation_id " \
-	"            AND p1.user_id OPERATOR(pg_catalog.=) c.user_id) AS overlap " \
-	"FROM cmp c JOIN item i ON i.outbox_id OPERATOR(pg_catalog.=) c.outbox_id " \
-	"LEFT JOIN gc g ON g.user_id OPERATOR(pg_catalog.=) c.user_id " \
+	"          WHERE p1.conversation_id" EQ "i.conversation_id " \
+	"            AND p1.user_id" EQ "c.user_id) AS overlap " \
+	"FROM cmp c JOIN item i ON i.outbox_id" EQ "c.outbox_id " \
+	"LEFT JOIN gc g ON g.user_id" EQ "c.user_id " \
 	"WHERE NOT (c.expected AND c.delivered) " \
 	"  AND NOT (c.expected AND i.shared AND EXISTS (SELECT 1 FROM im.user_conversation uc " \
-	"           WHERE uc.user_id OPERATOR(pg_catalog.=) c.user_id " \
-	"             AND uc.conversation_id OPERATOR(pg_catalog.=) i.conversation_id " \
-	"             AND uc.dirty_target_msg_seq OPERATOR(pg_catalog.>=) i.msg_seq))"
+	"           WHERE uc.user_id" EQ "c.user_id " \
+	"             AND uc.conversation_id" EQ "i.conversation_id " \
+	"             AND uc.dirty_target_msg_seq" GE "i.msg_seq))"
 
 /*
  * The checks of §18.3 that are one set-based query each.  Every query takes
@@ -134,22 +140,22 @@ static const ReconcileCheck checks[] = {
 	 "SELECT 'message_without_outbox', 'error', e.conversation_id, e.sender_id, "
 	 "  pg_catalog.jsonb_build_object('message_id', e.message_id, 'msg_seq', e.msg_seq, 'kind', e.kind) "
 	 "FROM im.event e WHERE NOT EXISTS (SELECT 1 FROM im.outbox o "
-	 "  WHERE o.source_event_id OPERATOR(pg_catalog.=) e.message_id) "
-	 "  AND e.created_at OPERATOR(pg_catalog.>=) COALESCE((SELECT m.at FROM im.maintenance_state m "
-	 "      WHERE m.name OPERATOR(pg_catalog.=) 'outbox_collected_before'), '-infinity') "
+	 "  WHERE o.source_event_id" EQ "e.message_id) "
+	 "  AND e.created_at" GE "COALESCE((SELECT m.at FROM im.maintenance_state m "
+	 "      WHERE m.name" EQ "'outbox_collected_before'), '-infinity') "
 	 "ORDER BY e.conversation_id, e.msg_seq"},
 	/* Stored but not propagating: the outbox is stuck or the workers are down. */
 	{"outbox_pending_too_old",
 	 "SELECT 'outbox_pending_too_old', 'warning', o.conversation_id, o.private_user_id, "
 	 "  pg_catalog.jsonb_build_object('outbox_id', o.outbox_id, 'msg_seq', o.msg_seq, "
 	 "    'attempts', o.attempts, 'age_seconds', "
-	 "    pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.now() OPERATOR(pg_catalog.-) o.created_at))::bigint) "
+	 "    pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.now()" MINUS "o.created_at))::bigint) "
 	 /* an item that failed says why and when it runs next (e.g. a transient outage backing off) */
-	 "  OPERATOR(pg_catalog.||) CASE WHEN o.last_error IS NULL THEN '{}'::pg_catalog.jsonb "
+	 " " OP_CONCAT "CASE WHEN o.last_error IS NULL THEN '{}'::pg_catalog.jsonb "
 	 "    ELSE pg_catalog.jsonb_build_object('last_error', o.last_error, "
 	 "      'transient_failures', o.transient_failures, 'next_attempt_at', o.next_attempt_at) END "
-	 "FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'pending' "
-	 "  AND o.created_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "
+	 "FROM im.outbox o WHERE o.state" EQ "'pending' "
+	 "  AND o.created_at" LT "(pg_catalog.now()" MINUS
 	 "      pg_catalog.make_interval(secs => $1)) "
 	 "ORDER BY o.conversation_id, o.outbox_id"},
 	/* Fanout hit exactly the periods covering each position (§18.3 line 3). */
@@ -159,21 +165,21 @@ static const ReconcileCheck checks[] = {
 	 "  d.conversation_id, d.user_id, "
 	 "  pg_catalog.jsonb_build_object('outbox_id', d.outbox_id, 'msg_seq', d.msg_seq, "
 	 "    'source_event_id', d.source_event_id, 'delivery_scope', d.scope, 'kind', d.kind) "
-	 "FROM (" DELIVERY_AUDIT_SQL ") d WHERE d.problem OPERATOR(pg_catalog.<>) 'unverifiable' "
+	 "FROM (" DELIVERY_AUDIT_SQL ") d WHERE d.problem" NE "'unverifiable' "
 	 "ORDER BY d.conversation_id, d.user_id, d.outbox_id, d.scope"},
 	/* An item covered by two periods of one user: kept, not delivered. */
 	{"fanout_quarantined",
 	 "SELECT 'fanout_quarantined', 'critical', o.conversation_id, q.user_id, "
 	 "  pg_catalog.jsonb_build_object('outbox_id', q.outbox_id, 'msg_seq', o.msg_seq, "
 	 "    'source_event_id', o.source_event_id, 'periods', pg_catalog.to_jsonb(q.periods)) "
-	 "FROM im.fanout_quarantine q JOIN im.outbox o ON o.outbox_id OPERATOR(pg_catalog.=) q.outbox_id "
+	 "FROM im.fanout_quarantine q JOIN im.outbox o ON o.outbox_id" EQ "q.outbox_id "
 	 "ORDER BY o.conversation_id, q.user_id, q.outbox_id"},
 	/* Failed fanout_max_attempts times; the conversation moved on without it. */
 	{"dead_letter",
 	 "SELECT 'dead_letter', 'error', o.conversation_id, o.private_user_id, "
 	 "  pg_catalog.jsonb_build_object('outbox_id', o.outbox_id, 'msg_seq', o.msg_seq, "
 	 "    'source_event_id', o.source_event_id, 'attempts', o.attempts, 'last_error', o.last_error) "
-	 "FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'dead' "
+	 "FROM im.outbox o WHERE o.state" EQ "'dead' "
 	 "ORDER BY o.conversation_id, o.outbox_id"},
 	/* The exclusion constraint should make this impossible; check anyway. */
 	{"overlapping_periods",
@@ -184,10 +190,10 @@ static const ReconcileCheck checks[] = {
 	 "    pg_catalog.jsonb_build_object('membership_period_id', p2.membership_period_id, "
 	 "      'join_seq', p2.join_seq, 'leave_seq', p2.leave_seq))) "
 	 "FROM im.membership_period p1 JOIN im.membership_period p2 "
-	 "  ON p2.conversation_id OPERATOR(pg_catalog.=) p1.conversation_id "
-	 " AND p2.user_id OPERATOR(pg_catalog.=) p1.user_id "
-	 " AND p2.membership_period_id OPERATOR(pg_catalog.>) p1.membership_period_id "
-	 " AND pg_catalog.int8range(p1.join_seq, p1.leave_seq, '[]') OPERATOR(pg_catalog.&&) "
+	 "  ON p2.conversation_id" EQ "p1.conversation_id "
+	 " AND p2.user_id" EQ "p1.user_id "
+	 " AND p2.membership_period_id" GT "p1.membership_period_id "
+	 " AND pg_catalog.int8range(p1.join_seq, p1.leave_seq, '[]')" OP_OVERLAP
 	 "     pg_catalog.int8range(p2.join_seq, p2.leave_seq, '[]') "
 	 "ORDER BY p1.conversation_id, p1.user_id, p1.membership_period_id, p2.membership_period_id"},
 	/* A user event must point at an existing fact (message + msg_seq). */
@@ -196,20 +202,20 @@ static const ReconcileCheck checks[] = {
 	 "  pg_catalog.jsonb_build_object('sync_seq', b.sync_seq, 'source_event_id', b.source_event_id, "
 	 "    'msg_seq', b.msg_seq, 'kind', b.kind) "
 	 "FROM im.inbox b "
-	 "LEFT JOIN im.event e ON b.msg_seq IS NOT NULL AND e.message_id OPERATOR(pg_catalog.=) b.source_event_id "
-	 "LEFT JOIN im.private_event pe ON b.msg_seq IS NULL AND pe.private_event_id OPERATOR(pg_catalog.=) b.source_event_id "
+	 "LEFT JOIN im.event e ON b.msg_seq IS NOT NULL AND e.message_id" EQ "b.source_event_id "
+	 "LEFT JOIN im.private_event pe ON b.msg_seq IS NULL AND pe.private_event_id" EQ "b.source_event_id "
 	 "WHERE CASE WHEN b.msg_seq IS NOT NULL "
-	 "  THEN e.message_id IS NULL OR e.conversation_id OPERATOR(pg_catalog.<>) b.conversation_id "
-	 "       OR e.msg_seq OPERATOR(pg_catalog.<>) b.msg_seq "
-	 "  ELSE b.kind OPERATOR(pg_catalog.<>) 'conversation_dirty' AND pe.private_event_id IS NULL END "
+	 "  THEN e.message_id IS NULL OR e.conversation_id" NE "b.conversation_id "
+	 "       OR e.msg_seq" NE "b.msg_seq "
+	 "  ELSE b.kind" NE "'conversation_dirty' AND pe.private_event_id IS NULL END "
 	 "ORDER BY b.conversation_id, b.user_id, b.sync_seq"},
 	/* §18.3: a device ACK never exceeds the user's committed log. */
 	{"ack_beyond_watermark",
 	 "SELECT 'ack_beyond_watermark', 'critical', NULL::bigint, d.user_id, "
 	 "  pg_catalog.jsonb_build_object('device_id', d.device_id, 'acked_sync_seq', d.acked_sync_seq, "
 	 "    'high_watermark', COALESCE(h.high_watermark, 0)) "
-	 "FROM im.device d LEFT JOIN im.user_head h ON h.user_id OPERATOR(pg_catalog.=) d.user_id "
-	 "WHERE d.acked_sync_seq OPERATOR(pg_catalog.>) COALESCE(h.high_watermark, 0) "
+	 "FROM im.device d LEFT JOIN im.user_head h ON h.user_id" EQ "d.user_id "
+	 "WHERE d.acked_sync_seq" GT "COALESCE(h.high_watermark, 0) "
 	 "ORDER BY d.user_id, d.device_id"},
 	/* The single writer's counter equals the facts, and msg_seq is gap-free. */
 	{"conversation_head",
@@ -218,8 +224,8 @@ static const ReconcileCheck checks[] = {
 	 "    'positions', s.n) "
 	 "FROM im.conversation c, LATERAL (SELECT COALESCE(pg_catalog.max(e.msg_seq), 0) AS max_seq, "
 	 "    pg_catalog.count(*) AS n FROM im.event e "
-	 "    WHERE e.conversation_id OPERATOR(pg_catalog.=) c.conversation_id) s "
-	 "WHERE c.head_msg_seq OPERATOR(pg_catalog.<>) s.max_seq OR s.n OPERATOR(pg_catalog.<>) s.max_seq "
+	 "    WHERE e.conversation_id" EQ "c.conversation_id) s "
+	 "WHERE c.head_msg_seq" NE "s.max_seq OR s.n" NE "s.max_seq "
 	 "ORDER BY c.conversation_id"},
 	/* sync_seq is gap-free per user: the log holds exactly (gc_floor, high_watermark]. */
 	{"sync_seq_gap",
@@ -228,10 +234,10 @@ static const ReconcileCheck checks[] = {
 	 "    'retained_events', s.n, 'max_sync_seq', s.max_seq) "
 	 "FROM im.user_head h, LATERAL (SELECT pg_catalog.count(*) AS n, "
 	 "    COALESCE(pg_catalog.max(b.sync_seq), 0) AS max_seq FROM im.inbox b "
-	 "    WHERE b.user_id OPERATOR(pg_catalog.=) h.user_id "
-	 "      AND b.sync_seq OPERATOR(pg_catalog.>) h.gc_floor) s "
-	 "WHERE s.n OPERATOR(pg_catalog.<>) (h.high_watermark OPERATOR(pg_catalog.-) h.gc_floor) "
-	 "   OR s.max_seq OPERATOR(pg_catalog.>) h.high_watermark "
+	 "    WHERE b.user_id" EQ "h.user_id "
+	 "      AND b.sync_seq" GT "h.gc_floor) s "
+	 "WHERE s.n" NE "(h.high_watermark" MINUS "h.gc_floor) "
+	 "   OR s.max_seq" GT "h.high_watermark "
 	 "ORDER BY h.user_id"},
 	/*
 	 * A session still ACTIVE after its lease and the last batch token it
@@ -242,8 +248,8 @@ static const ReconcileCheck checks[] = {
 	 "SELECT 'recovery_session_stuck', 'warning', NULL::bigint, r.user_id, "
 	 "  pg_catalog.jsonb_build_object('recovery_session_id', r.recovery_session_id, "
 	 "    'device_id', r.device_id, 'sync_generation', r.sync_generation) "
-	 "FROM im.recovery_session r WHERE r.state OPERATOR(pg_catalog.=) 'ACTIVE' "
-	 "  AND r.expires_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "
+	 "FROM im.recovery_session r WHERE r.state" EQ "'ACTIVE' "
+	 "  AND r.expires_at" LT "(pg_catalog.now()" MINUS
 	 "      pg_catalog.make_interval(secs => $2)) "
 	 "ORDER BY r.user_id, r.recovery_session_id"},
 	/*
@@ -254,8 +260,8 @@ static const ReconcileCheck checks[] = {
 	 "SELECT 'snapshot_stuck', 'warning', NULL::bigint, s.user_id, "
 	 "  pg_catalog.jsonb_build_object('snapshot_id', s.snapshot_id, 'device_id', s.device_id, "
 	 "    'state', s.state, 'sync_generation', s.sync_generation) "
-	 "FROM im.snapshot s WHERE s.state OPERATOR(pg_catalog.=) ANY ('{READY,BUILDING}'::text[]) "
-	 "  AND s.installed_at IS NULL AND s.expires_at OPERATOR(pg_catalog.<) pg_catalog.now() "
+	 "FROM im.snapshot s WHERE s.state" EQ "ANY ('{READY,BUILDING}'::text[]) "
+	 "  AND s.installed_at IS NULL AND s.expires_at" LT "pg_catalog.now() "
 	 "ORDER BY s.user_id, s.snapshot_id"},
 };
 
@@ -280,8 +286,8 @@ check_unread(FunctionCallInfo fcinfo)
 	im_prepare(&rows_plan,
 			   "SELECT uc.user_id, uc.conversation_id, uc.read_msg_seq, uc.unread_count "
 			   "FROM im.user_conversation uc JOIN im.conversation c "
-			   "  ON c.conversation_id OPERATOR(pg_catalog.=) uc.conversation_id "
-			   "WHERE c.mode OPERATOR(pg_catalog.=) 'fanout' "
+			   "  ON c.conversation_id" EQ "uc.conversation_id "
+			   "WHERE c.mode" EQ "'fanout' "
 			   "ORDER BY uc.conversation_id, uc.user_id", 0);
 	im_prepare(&recount_plan, IM_UNREAD_RECOUNT_SQL, 3, INT8OID, INT8OID, INT8OID);
 
@@ -391,168 +397,229 @@ repair_row(FunctionCallInfo fcinfo, const char *action, int64 outbox_id,
  * after).  Dead letters are retried only when asked (retry_dead): the
  * operator fixes the cause first.
  */
-PG_FUNCTION_INFO_V1(im_repair_fanout);
-Datum
-im_repair_fanout(PG_FUNCTION_ARGS)
+/* Result columns of the delivery audit (DELIVERY_AUDIT_SQL), in order. */
+enum
 {
-	static SPIPlanPtr audit_plan;
-	static SPIPlanPtr requeue_plan;
-	static SPIPlanPtr audit_row_plan;
-	static SPIPlanPtr dead_plan;
-	static SPIPlanPtr quarantine_plan;
-	bool		retry_dead = PG_ARGISNULL(0) ? false : PG_GETARG_BOOL(0);
-	bool		dry_run = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
+	Anum_audit_outbox_id = 1,
+	Anum_audit_conversation_id,
+	Anum_audit_msg_seq,
+	Anum_audit_source_event_id,
+	Anum_audit_user_id,
+	Anum_audit_scope,
+	Anum_audit_problem,
+	Anum_audit_kind,
+	Anum_audit_overlap
+};
+
+/* One difference the delivery audit found (one user of one item). */
+typedef struct AuditRow
+{
+	int64		outbox_id;
+	int64		conversation_id;
+	int64		msg_seq;
+	bool		msg_seq_null;
+	int64		source_event_id;
+	int64		user_id;
+	int64		scope;
+	char	   *problem;		/* missing | extra | unverifiable */
+	char	   *kind;
+	bool		overlap;
+} AuditRow;
+
+/*
+ * The differences of the delivery audit, the rows of one item adjacent.
+ * Collected history (unverifiable) only matters for items that also miss
+ * something: it blocks their requeue.  Returns the count, rows palloc'd.
+ */
+static uint64
+read_delivery_audit(AuditRow **rows)
+{
+	static SPIPlanPtr plan;
 	uint64		n;
-	int64	   *outbox;
-	int64	   *conv;
-	int64	   *msgseq;
-	bool	   *msgseq_null;
-	int64	   *source;
-	int64	   *user;
-	int64	   *scope;
-	char	  **problem;
-	char	  **kind;
-	bool	   *overlap;
-	bool		requeued_any = false;
+	AuditRow   *r;
 
-	im_srf_begin(fcinfo);
-	im_spi_connect();
-
-	/*
-	 * Rows of one item are adjacent.  Collected history (unverifiable) only
-	 * matters for items that also miss something: it blocks their requeue.
-	 */
-	im_prepare(&audit_plan,
-			   "SELECT * FROM (SELECT d.*, pg_catalog.bool_or(d.problem OPERATOR(pg_catalog.=) 'missing') "
+	im_prepare(&plan,
+			   "SELECT * FROM (SELECT d.*, pg_catalog.bool_or(d.problem" EQ "'missing') "
 			   "    OVER (PARTITION BY d.outbox_id) AS item_missing "
 			   "  FROM (" DELIVERY_AUDIT_SQL ") d) z "
-			   "WHERE z.problem OPERATOR(pg_catalog.<>) 'unverifiable' OR z.item_missing "
+			   "WHERE z.problem" NE "'unverifiable' OR z.item_missing "
 			   "ORDER BY z.outbox_id, z.user_id, z.scope", 0);
-	n = im_exec(audit_plan, NULL, NULL, 0);
-
-	outbox = palloc0(sizeof(int64) * (n + 1));
-	conv = palloc0(sizeof(int64) * (n + 1));
-	msgseq = palloc0(sizeof(int64) * (n + 1));
-	msgseq_null = palloc0(sizeof(bool) * (n + 1));
-	source = palloc0(sizeof(int64) * (n + 1));
-	user = palloc0(sizeof(int64) * (n + 1));
-	scope = palloc0(sizeof(int64) * (n + 1));
-	problem = palloc0(sizeof(char *) * (n + 1));
-	kind = palloc0(sizeof(char *) * (n + 1));
-	overlap = palloc0(sizeof(bool) * (n + 1));
-	for (uint64 r = 0; r < n; r++)
+	n = im_exec(plan, NULL, NULL, 0);
+	r = palloc0(sizeof(AuditRow) * (n + 1));
+	for (uint64 i = 0; i < n; i++)
 	{
-		outbox[r] = im_get_int64(r, 1, NULL);
-		conv[r] = im_get_int64(r, 2, NULL);
-		msgseq[r] = im_get_int64(r, 3, &msgseq_null[r]);
-		source[r] = im_get_int64(r, 4, NULL);
-		user[r] = im_get_int64(r, 5, NULL);
-		scope[r] = im_get_int64(r, 6, NULL);
-		problem[r] = im_get_text(r, 7);
-		kind[r] = im_get_text(r, 8);
-		overlap[r] = im_get_bool(r, 9, NULL);
+		r[i].outbox_id = im_get_int64(i, Anum_audit_outbox_id, NULL);
+		r[i].conversation_id = im_get_int64(i, Anum_audit_conversation_id, NULL);
+		r[i].msg_seq = im_get_int64(i, Anum_audit_msg_seq, &r[i].msg_seq_null);
+		r[i].source_event_id = im_get_int64(i, Anum_audit_source_event_id, NULL);
+		r[i].user_id = im_get_int64(i, Anum_audit_user_id, NULL);
+		r[i].scope = im_get_int64(i, Anum_audit_scope, NULL);
+		r[i].problem = im_get_text(i, Anum_audit_problem);
+		r[i].kind = im_get_text(i, Anum_audit_kind);
+		r[i].overlap = im_get_bool(i, Anum_audit_overlap, NULL);
 	}
+	*rows = r;
+	return n;
+}
 
-	im_prepare(&requeue_plan,
+/* Put one item back to pending if it is still in from_state. */
+static bool
+requeue_item(int64 outbox_id, const char *from_state)
+{
+	static SPIPlanPtr plan;
+	Datum		a[2];
+
+	im_prepare(&plan,
 			   "UPDATE im.outbox SET state = 'pending', attempts = 0, last_error = NULL, "
 			   "  next_attempt_at = pg_catalog.now() "
-			   "WHERE outbox_id OPERATOR(pg_catalog.=) $1 AND state OPERATOR(pg_catalog.=) $2",
+			   "WHERE outbox_id" EQ "$1 AND state" EQ "$2",
 			   2, INT8OID, TEXTOID);
-	im_prepare(&audit_row_plan,
-			   "INSERT INTO im.audit (action, user_id, detail) VALUES ('repair_fanout', $1, $2)",
-			   2, INT8OID, JSONBOID);
+	a[0] = Int64GetDatum(outbox_id);
+	a[1] = CStringGetTextDatum(from_state);
+	return im_exec(plan, a, NULL, 0) == 1;
+}
+
+/*
+ * The detail of one audited difference, built by SQL (every string is
+ * escaped by jsonb): kind, source_event_id, delivery_scope, problem, and
+ * msg_seq, reason and the state change only when they apply.
+ */
+static Datum
+repair_detail(const AuditRow *r, const char *reason, bool requeued)
+{
+	static SPIPlanPtr plan;
+	Datum		a[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	bool		isnull;
+
+	im_prepare(&plan,
+			   "SELECT pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object("
+			   "  'kind', COALESCE($1, ''), 'source_event_id', $2, 'delivery_scope', $3, "
+			   "  'problem', $4, 'msg_seq', $5, 'reason', $6, "
+			   "  'state_before', CASE WHEN $7 THEN 'done' END, "
+			   "  'state_after', CASE WHEN $7 THEN 'pending' END))",
+			   7, TEXTOID, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BOOLOID);
+	a[0] = r->kind ? CStringGetTextDatum(r->kind) : (Datum) 0;
+	nulls[0] = r->kind ? ' ' : 'n';
+	a[1] = Int64GetDatum(r->source_event_id);
+	a[2] = Int64GetDatum(r->scope);
+	a[3] = CStringGetTextDatum(r->problem);
+	a[4] = Int64GetDatum(r->msg_seq);
+	nulls[4] = r->msg_seq_null ? 'n' : ' ';
+	a[5] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
+	nulls[5] = reason ? ' ' : 'n';
+	a[6] = BoolGetDatum(requeued);
+	im_exec(plan, a, nulls, 1);
+	return im_get_datum_copy(0, 1, &isnull);
+}
+
+/* The im.audit row of a requeue: which item, user, and the detail. */
+static void
+audit_requeue(const AuditRow *r, Datum detail)
+{
+	static SPIPlanPtr plan;
+	Datum		a[4];
+
+	im_prepare(&plan,
+			   "INSERT INTO im.audit (action, user_id, detail) VALUES ('repair_fanout', $1, "
+			   "  pg_catalog.jsonb_build_object('outbox_id', $2, 'conversation_id', $3, 'detail', $4))",
+			   4, INT8OID, INT8OID, INT8OID, JSONBOID);
+	a[0] = Int64GetDatum(r->user_id);
+	a[1] = Int64GetDatum(r->outbox_id);
+	a[2] = Int64GetDatum(r->conversation_id);
+	a[3] = detail;
+	im_exec(plan, a, NULL, 0);
+}
+
+/* Why an item that misses a delivery cannot be requeued safely. */
+static const char *
+manual_review_reason(const AuditRow *r)
+{
+	if (strcmp(r->problem, "extra") == 0)
+		return "unexpected_delivery";
+	if (strcmp(r->problem, "unverifiable") == 0)
+		return "history_collected";
+	if (r->overlap)
+		return "overlapping_periods";
+	return "other_recipient_not_safe";
+}
+
+/*
+ * Phase 1: items that miss a delivery.  An item is safe when every one of
+ * its rows is a missing event without overlapping periods; a safe item is
+ * requeued (unless dry_run), every other is reported for manual review.
+ * Returns true when something was requeued.
+ */
+static bool
+requeue_missing(FunctionCallInfo fcinfo, bool dry_run)
+{
+	AuditRow   *rows;
+	uint64		n = read_delivery_audit(&rows);
+	bool		requeued_any = false;
 
 	for (uint64 first = 0; first < n;)
 	{
 		uint64		last = first;
 		bool		has_missing = false;
 		bool		safe = true;
+		bool		done = false;
 
-		while (last + 1 < n && outbox[last + 1] == outbox[first])
+		while (last + 1 < n && rows[last + 1].outbox_id == rows[first].outbox_id)
 			last++;
 		for (uint64 r = first; r <= last; r++)
 		{
-			if (strcmp(problem[r], "missing") == 0)
+			if (strcmp(rows[r].problem, "missing") == 0)
 			{
 				has_missing = true;
-				if (overlap[r])
+				if (rows[r].overlap)
 					safe = false;
 			}
 			else
 				safe = false;	/* extra or unverifiable */
 		}
-		if (has_missing)
+		if (has_missing && safe && !dry_run)
 		{
-			bool		done = false;
+			done = requeue_item(rows[first].outbox_id, "done");
+			requeued_any |= done;
+		}
+		for (uint64 r = first; has_missing && r <= last; r++)
+		{
+			const char *action;
+			const char *reason = NULL;
+			Datum		detail;
 
-			if (safe && !dry_run)
+			if (!safe)
 			{
-				Datum		a[2];
-
-				a[0] = Int64GetDatum(outbox[first]);
-				a[1] = CStringGetTextDatum("done");
-				done = im_exec(requeue_plan, a, NULL, 0) == 1;
-				requeued_any |= done;
+				action = "manual_review";
+				reason = manual_review_reason(&rows[r]);
 			}
-			for (uint64 r = first; r <= last; r++)
-			{
-				StringInfoData d;
-				const char *action;
-				const char *reason = NULL;
-				Datum		detail;
-
-				if (!safe)
-				{
-					action = "manual_review";
-					if (strcmp(problem[r], "extra") == 0)
-						reason = "unexpected_delivery";
-					else if (strcmp(problem[r], "unverifiable") == 0)
-						reason = "history_collected";
-					else if (overlap[r])
-						reason = "overlapping_periods";
-					else
-						reason = "other_recipient_not_safe";
-				}
-				else
-					action = dry_run ? "would_requeue" : (done ? "requeued" : "skipped_changed");
-
-				initStringInfo(&d);
-				appendStringInfo(&d, "{\"kind\": \"%s\", \"source_event_id\": " INT64_FORMAT
-								 ", \"delivery_scope\": " INT64_FORMAT ", \"problem\": \"%s\"",
-								 kind[r] ? kind[r] : "", source[r], scope[r], problem[r]);
-				if (!msgseq_null[r])
-					appendStringInfo(&d, ", \"msg_seq\": " INT64_FORMAT, msgseq[r]);
-				if (reason)
-					appendStringInfo(&d, ", \"reason\": \"%s\"", reason);
-				if (done)
-					appendStringInfoString(&d, ", \"state_before\": \"done\", \"state_after\": \"pending\"");
-				appendStringInfoChar(&d, '}');
-				detail = DirectFunctionCall1(jsonb_in, CStringGetDatum(d.data));
-
-				if (done)
-				{
-					Datum		a[2];
-
-					a[0] = Int64GetDatum(user[r]);
-					a[1] = DirectFunctionCall1(jsonb_in, CStringGetDatum(
-							psprintf("{\"outbox_id\": " INT64_FORMAT ", \"conversation_id\": " INT64_FORMAT
-									 ", \"detail\": %s}", outbox[r], conv[r], d.data)));
-					im_exec(audit_row_plan, a, NULL, 0);
-				}
-				repair_row(fcinfo, action, outbox[r], conv[r], false, user[r], detail);
-			}
+			else
+				action = dry_run ? "would_requeue" : (done ? "requeued" : "skipped_changed");
+			detail = repair_detail(&rows[r], reason, done);
+			if (done)
+				audit_requeue(&rows[r], detail);
+			repair_row(fcinfo, action, rows[r].outbox_id, rows[r].conversation_id,
+					   false, rows[r].user_id, detail);
 		}
 		first = last + 1;
 	}
+	return requeued_any;
+}
 
-	/* Quarantined pairs: two periods cover the item; a person decides. */
-	im_prepare(&quarantine_plan,
+/* Phase 2: quarantined pairs (two periods cover the item); a person decides. */
+static void
+report_quarantine(FunctionCallInfo fcinfo)
+{
+	static SPIPlanPtr plan;
+	uint64		n;
+
+	im_prepare(&plan,
 			   "SELECT q.outbox_id, o.conversation_id, q.user_id, "
 			   "  pg_catalog.jsonb_build_object('reason', 'quarantined', 'msg_seq', o.msg_seq, "
 			   "    'periods', pg_catalog.to_jsonb(q.periods)) "
-			   "FROM im.fanout_quarantine q JOIN im.outbox o ON o.outbox_id OPERATOR(pg_catalog.=) q.outbox_id "
+			   "FROM im.fanout_quarantine q JOIN im.outbox o ON o.outbox_id" EQ "q.outbox_id "
 			   "ORDER BY q.outbox_id, q.user_id", 0);
-	n = im_exec(quarantine_plan, NULL, NULL, 0);
+	n = im_exec(plan, NULL, NULL, 0);
 	for (uint64 r = 0; r < n; r++)
 	{
 		bool		isnull;
@@ -560,55 +627,82 @@ im_repair_fanout(PG_FUNCTION_ARGS)
 		repair_row(fcinfo, "manual_review", im_get_int64(r, 1, NULL), im_get_int64(r, 2, NULL),
 				   false, im_get_int64(r, 3, NULL), im_get_datum_copy(r, 4, &isnull));
 	}
+}
 
-	/* Dead letters: retried only on request, through the same fanout. */
-	im_prepare(&dead_plan,
+/*
+ * Phase 3: dead letters, retried through the same fanout only on request
+ * (retry_dead: the operator fixed the cause first).  Returns true when
+ * something was requeued.
+ */
+static bool
+retry_dead_letters(FunctionCallInfo fcinfo, bool retry_dead, bool dry_run)
+{
+	static SPIPlanPtr plan;
+	uint64		n;
+	int64	   *ids;
+	int64	   *convs;
+	int64	   *users;
+	bool	   *users_null;
+	Datum	   *details;
+	bool		requeued_any = false;
+
+	im_prepare(&plan,
 			   "SELECT o.outbox_id, o.conversation_id, o.private_user_id, "
 			   "  pg_catalog.jsonb_build_object('reason', 'dead_letter', 'msg_seq', o.msg_seq, "
 			   "    'source_event_id', o.source_event_id, 'attempts', o.attempts) "
-			   "FROM im.outbox o WHERE o.state OPERATOR(pg_catalog.=) 'dead' ORDER BY o.outbox_id", 0);
-	n = im_exec(dead_plan, NULL, NULL, 0);
-	if (n > 0)
+			   "FROM im.outbox o WHERE o.state" EQ "'dead' ORDER BY o.outbox_id", 0);
+	n = im_exec(plan, NULL, NULL, 0);
+	if (n == 0)
+		return false;
+	/* copied first: requeue_item runs statements of its own */
+	ids = palloc(sizeof(int64) * n);
+	convs = palloc(sizeof(int64) * n);
+	users = palloc(sizeof(int64) * n);
+	users_null = palloc(sizeof(bool) * n);
+	details = palloc(sizeof(Datum) * n);
+	for (uint64 r = 0; r < n; r++)
 	{
-		int64	   *ids = palloc(sizeof(int64) * n);
-		int64	   *convs = palloc(sizeof(int64) * n);
-		int64	   *users = palloc(sizeof(int64) * n);
-		bool	   *users_null = palloc(sizeof(bool) * n);
-		Datum	   *details = palloc(sizeof(Datum) * n);
+		bool		isnull;
 
-		for (uint64 r = 0; r < n; r++)
-		{
-			bool		isnull;
-
-			ids[r] = im_get_int64(r, 1, NULL);
-			convs[r] = im_get_int64(r, 2, NULL);
-			users[r] = im_get_int64(r, 3, &users_null[r]);
-			details[r] = im_get_datum_copy(r, 4, &isnull);
-		}
-		for (uint64 r = 0; r < n; r++)
-		{
-			const char *action = "manual_review";
-
-			if (retry_dead && dry_run)
-				action = "would_requeue";
-			else if (retry_dead)
-			{
-				Datum		a[2];
-
-				a[0] = Int64GetDatum(ids[r]);
-				a[1] = CStringGetTextDatum("dead");
-				if (im_exec(requeue_plan, a, NULL, 0) == 1)
-				{
-					action = "requeued";
-					requeued_any = true;
-				}
-				else
-					action = "skipped_changed";
-			}
-			repair_row(fcinfo, action, ids[r], convs[r], users_null[r], users[r], details[r]);
-		}
+		ids[r] = im_get_int64(r, 1, NULL);
+		convs[r] = im_get_int64(r, 2, NULL);
+		users[r] = im_get_int64(r, 3, &users_null[r]);
+		details[r] = im_get_datum_copy(r, 4, &isnull);
 	}
+	for (uint64 r = 0; r < n; r++)
+	{
+		const char *action = "manual_review";
 
+		if (retry_dead && dry_run)
+			action = "would_requeue";
+		else if (retry_dead)
+		{
+			if (requeue_item(ids[r], "dead"))
+			{
+				action = "requeued";
+				requeued_any = true;
+			}
+			else
+				action = "skipped_changed";
+		}
+		repair_row(fcinfo, action, ids[r], convs[r], users_null[r], users[r], details[r]);
+	}
+	return requeued_any;
+}
+
+PG_FUNCTION_INFO_V1(im_repair_fanout);
+Datum
+im_repair_fanout(PG_FUNCTION_ARGS)
+{
+	bool		retry_dead = PG_ARGISNULL(0) ? false : PG_GETARG_BOOL(0);
+	bool		dry_run = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
+	bool		requeued_any;
+
+	im_srf_begin(fcinfo);
+	im_spi_connect();
+	requeued_any = requeue_missing(fcinfo, dry_run);
+	report_quarantine(fcinfo);
+	requeued_any |= retry_dead_letters(fcinfo, retry_dead, dry_run);
 	SPI_finish();
 	if (requeued_any)
 		im_wake_fanout_at_commit();

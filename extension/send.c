@@ -1,11 +1,8 @@
 /*
- * send.c — send/recall/edit and the single-writer append every position
- * writer uses.
+ * send.c — send/recall/edit: request checks, the idempotency lookup and the
+ * recall/edit of a target; positions are appended through append.c.
  *
  * Invariants protected here (design §2.3, contract §1/§3):
- *   - msg_seq is gap-free and unique per conversation: every position is
- *     assigned as head + 1 while holding the conversation row lock, and the
- *     event, the new head and its outbox item are written in one statement;
  *   - one (sender_id, client_msg_id) never makes two events: the idempotency
  *     lookup comes first, and the UNIQUE constraint plus ON CONFLICT DO
  *     NOTHING catches a concurrent duplicate (even in another conversation);
@@ -16,6 +13,9 @@
  * through commit); workers are woken with a latch at commit.
  */
 #include "im_sync.h"
+#include "common.h"
+#include "append.h"
+#include "im_sql.h"
 
 #include <math.h>
 
@@ -31,83 +31,6 @@
 
 #define IM_MAX_CLIENT_MSG_ID 128
 #define IM_MAX_CONTENT_TYPE 64
-
-Datum
-im_jsonb_from_cstring(const char *json)
-{
-	return DirectFunctionCall1(jsonb_in, CStringGetDatum(json));
-}
-
-bool
-im_append_event(ImConversation *conv, const ImNewEvent *ev,
-				int64 *message_id, int64 *msg_seq)
-{
-	static SPIPlanPtr plan;
-	Datum		args[11];
-	char		nulls[11];
-
-	/*
-	 * One statement: if the event insert is suppressed by the idempotency
-	 * key, the head and outbox CTEs see no row and change nothing, so a
-	 * suppressed append leaves no gap.
-	 */
-	im_prepare(&plan,
-			   "WITH ins AS ("
-			   "  INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id,"
-			   "                        request_digest, content_type, body, target_message_id,"
-			   "                        subject_user_id, mode)"
-			   "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
-			   "  ON CONFLICT (sender_id, client_msg_id) DO NOTHING"
-			   "  RETURNING message_id, msg_seq),"
-			   " head AS ("
-			   "  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins"
-			   "  WHERE c.conversation_id OPERATOR(pg_catalog.=) $1 RETURNING 1),"
-			   " ob AS ("
-			   "  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)"
-			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"
-			   "SELECT ins.message_id, ins.msg_seq, (SELECT pg_catalog.count(*) FROM head),"
-			   "       (SELECT pg_catalog.count(*) FROM ob) FROM ins",
-			   11, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
-			   JSONBOID, INT8OID, INT8OID, TEXTOID);
-
-	memset(nulls, ' ', sizeof(nulls));
-	args[0] = Int64GetDatum(conv->conversation_id);
-	args[1] = Int64GetDatum(conv->head_msg_seq + 1);
-	args[2] = CStringGetTextDatum(ev->kind);
-	args[3] = Int64GetDatum(ev->sender_id);
-	if (ev->sender_id == 0)
-		nulls[3] = 'n';
-	args[4] = ev->client_msg_id ? CStringGetTextDatum(ev->client_msg_id) : (Datum) 0;
-	if (ev->client_msg_id == NULL)
-		nulls[4] = 'n';
-	args[5] = PointerGetDatum(ev->request_digest);
-	if (ev->request_digest == NULL)
-		nulls[5] = 'n';
-	args[6] = ev->content_type ? CStringGetTextDatum(ev->content_type) : (Datum) 0;
-	if (ev->content_type == NULL)
-		nulls[6] = 'n';
-	args[7] = ev->body;
-	if (ev->body == (Datum) 0)
-		nulls[7] = 'n';
-	args[8] = Int64GetDatum(ev->target_message_id);
-	if (ev->target_message_id == 0)
-		nulls[8] = 'n';
-	args[9] = Int64GetDatum(ev->subject_user_id);
-	if (ev->subject_user_id == 0)
-		nulls[9] = 'n';
-	args[10] = CStringGetTextDatum(conv->mode);
-
-	if (im_exec(plan, args, nulls, 0) == 0)
-		return false;
-	*message_id = im_get_int64(0, 1, NULL);
-	*msg_seq = im_get_int64(0, 2, NULL);
-	if (im_get_int64(0, 3, NULL) != 1 || im_get_int64(0, 4, NULL) != 1)
-		elog(ERROR, "im_sync: append to conversation " INT64_FORMAT " did not write head and outbox",
-			 conv->conversation_id);
-	conv->head_msg_seq = *msg_seq;
-	im_wake_fanout_at_commit();
-	return true;
-}
 
 /* ---- request checks and digest ---------------------------------------- */
 
@@ -263,6 +186,16 @@ compute_digest(SendRequest *req)
 	req->digest = d;
 }
 
+/* Result columns of the idempotency lookup. */
+enum
+{
+	Anum_existing_message_id = 1,
+	Anum_existing_msg_seq,
+	Anum_existing_request_digest,
+	Anum_existing_kind,
+	Anum_existing_conversation_id
+};
+
 /*
  * Idempotency: if (sender, client_msg_id) exists, return true with the
  * original's ids when the request matches it, raise IS409 when it does not.
@@ -278,15 +211,16 @@ lookup_existing(SendRequest *req, int64 *message_id, int64 *msg_seq)
 
 	im_prepare(&plan,
 			   "SELECT message_id, msg_seq, request_digest, kind, conversation_id FROM im.event "
-			   "WHERE sender_id OPERATOR(pg_catalog.=) $1 AND client_msg_id OPERATOR(pg_catalog.=) $2",
+			   "WHERE sender_id" EQ "$1 AND client_msg_id" EQ "$2",
 			   2, INT8OID, TEXTOID);
 	args[0] = Int64GetDatum(req->sender_id);
 	args[1] = CStringGetTextDatum(req->client_msg_id);
 	if (im_exec(plan, args, NULL, 0) == 0)
 		return false;
-	*message_id = im_get_int64(0, 1, NULL);
-	*msg_seq = im_get_int64(0, 2, NULL);
-	stored = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	*message_id = im_get_int64(0, Anum_existing_message_id, NULL);
+	*msg_seq = im_get_int64(0, Anum_existing_msg_seq, NULL);
+	stored = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+						   Anum_existing_request_digest, &isnull);
 	if (isnull || VARSIZE_ANY_EXHDR(DatumGetByteaPP(stored)) != PG_SHA256_DIGEST_LENGTH ||
 		memcmp(VARDATA_ANY(DatumGetByteaPP(stored)), VARDATA(req->digest),
 			   PG_SHA256_DIGEST_LENGTH) != 0)
@@ -295,7 +229,8 @@ lookup_existing(SendRequest *req, int64 *message_id, int64 *msg_seq)
 				 errmsg("client_msg_id \"%s\" of sender " INT64_FORMAT " was already used for a different request",
 						req->client_msg_id, req->sender_id),
 				 errdetail("The key was first used for message " INT64_FORMAT " (kind %s) in conversation " INT64_FORMAT ".",
-						   *message_id, im_get_text(0, 4), im_get_int64(0, 5, NULL)),
+						   *message_id, im_get_text(0, Anum_existing_kind),
+						   im_get_int64(0, Anum_existing_conversation_id, NULL)),
 				 errhint("Use a new client_msg_id for a new message; reuse one only to retry the same request.")));
 	return true;
 }
@@ -307,8 +242,8 @@ require_active_member(int64 conversation_id, int64 user_id)
 	Datum		args[2];
 
 	im_prepare(&plan,
-			   "SELECT 1 FROM im.membership_period WHERE conversation_id OPERATOR(pg_catalog.=) $1 "
-			   "AND user_id OPERATOR(pg_catalog.=) $2 AND leave_seq IS NULL",
+			   "SELECT 1 FROM im.membership_period WHERE conversation_id" EQ "$1 "
+			   "AND user_id" EQ "$2 AND leave_seq IS NULL",
 			   2, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	args[1] = Int64GetDatum(user_id);
@@ -336,7 +271,7 @@ check_target(SendRequest *req)
 
 	im_prepare(&plan,
 			   "SELECT kind, conversation_id, sender_id, recalled FROM im.event "
-			   "WHERE message_id OPERATOR(pg_catalog.=) $1",
+			   "WHERE message_id" EQ "$1",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(req->target_message_id);
 	if (im_exec(plan, args, NULL, 0) == 1)
@@ -377,8 +312,8 @@ tombstone_target(int64 target_message_id)
 
 	im_prepare(&plan,
 			   "UPDATE im.event SET recalled = true, body = NULL "
-			   "WHERE message_id OPERATOR(pg_catalog.=) $1 "
-			   "   OR (target_message_id OPERATOR(pg_catalog.=) $1 AND kind OPERATOR(pg_catalog.=) 'edit')",
+			   "WHERE message_id" EQ "$1 "
+			   "   OR (target_message_id" EQ "$1 AND kind" EQ "'edit')",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(target_message_id);
 	im_exec(plan, args, NULL, 0);
@@ -391,7 +326,7 @@ replace_target_body(int64 target_message_id, Datum body)
 	Datum		args[2];
 
 	im_prepare(&plan,
-			   "UPDATE im.event SET body = $2 WHERE message_id OPERATOR(pg_catalog.=) $1",
+			   "UPDATE im.event SET body = $2 WHERE message_id" EQ "$1",
 			   2, INT8OID, JSONBOID);
 	args[0] = Int64GetDatum(target_message_id);
 	args[1] = body;

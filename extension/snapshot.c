@@ -22,6 +22,10 @@
  *     so a client can re-download a page and the digests still prove it.
  */
 #include "im_sync.h"
+#include "common.h"
+#include "device_state.h"
+#include "im_sql.h"
+#include "token.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -60,30 +64,28 @@
  */
 #define SNAPSHOT_ITEMS_SQL \
 	"WITH per AS (" \
-	"  SELECT p.* FROM im.membership_period p WHERE p.user_id OPERATOR(pg_catalog.=) $1), " \
+	"  SELECT p.* FROM im.membership_period p WHERE p.user_id" EQ "$1), " \
 	"pos AS (" \
 	"  SELECT e.conversation_id, e.message_id, e.msg_seq, e.kind, e.target_message_id, " \
-	"         CASE WHEN e.kind OPERATOR(pg_catalog.=) 'mode' THEN e.body OPERATOR(pg_catalog.->>) 'mode' " \
+	"         CASE WHEN e.kind" EQ "'mode' THEN e.body" OP_GET_TEXT "'mode' " \
 	"              ELSE e.mode END AS mode, " \
 	"         (e.kind NOT IN ('recall', 'edit') AND EXISTS (SELECT 1 FROM per p " \
-	"            WHERE p.conversation_id OPERATOR(pg_catalog.=) e.conversation_id " \
-	"              AND p.join_seq OPERATOR(pg_catalog.<=) e.msg_seq " \
-	"              AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) e.msg_seq))) AS own " \
+	"            WHERE p.conversation_id" EQ "e.conversation_id " \
+	"              AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ")) AS own " \
 	"  FROM im.event e " \
-	"  LEFT JOIN im.event t ON t.message_id OPERATOR(pg_catalog.=) e.target_message_id " \
+	"  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
 	"  WHERE e.conversation_id IN (SELECT conversation_id FROM per) " \
 	"    AND (EXISTS (SELECT 1 FROM per p " \
-	"            WHERE p.conversation_id OPERATOR(pg_catalog.=) e.conversation_id " \
-	"              AND p.join_seq OPERATOR(pg_catalog.<=) COALESCE(t.msg_seq, e.msg_seq) " \
-	"              AND (p.leave_seq IS NULL OR p.leave_seq OPERATOR(pg_catalog.>=) COALESCE(t.msg_seq, e.msg_seq))) " \
-	"         OR (e.kind OPERATOR(pg_catalog.=) 'leave' AND EXISTS (SELECT 1 FROM per p " \
-	"            WHERE p.leave_event_id OPERATOR(pg_catalog.=) e.message_id))) " \
+	"            WHERE p.conversation_id" EQ "e.conversation_id " \
+	"              AND " IM_PERIOD_COVERS_SQL("p", "COALESCE(t.msg_seq, e.msg_seq)") ") " \
+	"         OR (e.kind" EQ "'leave' AND EXISTS (SELECT 1 FROM per p " \
+	"            WHERE p.leave_event_id" EQ "e.message_id))) " \
 	"    AND NOT EXISTS (SELECT 1 FROM im.outbox o " \
-	"            WHERE o.source_event_id OPERATOR(pg_catalog.=) e.message_id " \
-	"              AND (o.state OPERATOR(pg_catalog.<>) 'done' " \
+	"            WHERE o.source_event_id" EQ "e.message_id " \
+	"              AND (o.state" NE "'done' " \
 	"                   OR EXISTS (SELECT 1 FROM im.fanout_quarantine q " \
-	"                              WHERE q.outbox_id OPERATOR(pg_catalog.=) o.outbox_id " \
-	"                                AND q.user_id OPERATOR(pg_catalog.=) $1)))), " \
+	"                              WHERE q.outbox_id" EQ "o.outbox_id " \
+	"                                AND q.user_id" EQ "$1)))), " \
 	"conv AS (" \
 	"  SELECT p.conversation_id, " \
 	"         pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(" \
@@ -95,23 +97,23 @@
 	"item AS (" \
 	"  SELECT c.conversation_id, pg_catalog.jsonb_build_object(" \
 	"    'conversation_id', c.conversation_id, 'kind', k.kind, " \
-	"    'mode', COALESCE((SELECT x.mode FROM pos x WHERE x.conversation_id OPERATOR(pg_catalog.=) c.conversation_id " \
+	"    'mode', COALESCE((SELECT x.mode FROM pos x WHERE x.conversation_id" EQ "c.conversation_id " \
 	"                        AND x.own AND x.mode IS NOT NULL ORDER BY x.msg_seq DESC LIMIT 1), k.mode), " \
 	"    'version', COALESCE(uc.version, 0), 'periods', c.periods, " \
 	"    'last_msg_seq', COALESCE((SELECT pg_catalog.max(x.msg_seq) FROM pos x " \
-	"                        WHERE x.conversation_id OPERATOR(pg_catalog.=) c.conversation_id), 0), " \
+	"                        WHERE x.conversation_id" EQ "c.conversation_id), 0), " \
 	"    'read_msg_seq', COALESCE(uc.read_msg_seq, 0), 'unread_count', COALESCE(uc.unread_count, 0), " \
 	"    'dirty_target_msg_seq', COALESCE(uc.dirty_target_msg_seq, 0), " \
 	"    'dirty_version', COALESCE(uc.dirty_version, 0), " \
 	"    'recalled_message_ids', COALESCE((SELECT pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FROM pos x " \
-	"                        WHERE x.conversation_id OPERATOR(pg_catalog.=) c.conversation_id " \
-	"                          AND x.kind OPERATOR(pg_catalog.=) 'recall'), '[]'::pg_catalog.jsonb)) AS body " \
-	"  FROM conv c JOIN im.conversation k ON k.conversation_id OPERATOR(pg_catalog.=) c.conversation_id " \
-	"  LEFT JOIN im.user_conversation uc ON uc.user_id OPERATOR(pg_catalog.=) $1 " \
-	"       AND uc.conversation_id OPERATOR(pg_catalog.=) c.conversation_id), " \
+	"                        WHERE x.conversation_id" EQ "c.conversation_id " \
+	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb)) AS body " \
+	"  FROM conv c JOIN im.conversation k ON k.conversation_id" EQ "c.conversation_id " \
+	"  LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "$1 " \
+	"       AND uc.conversation_id" EQ "c.conversation_id), " \
 	"numbered AS (" \
 	"  SELECT i.conversation_id, " \
-	"         i.body OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('digest', " SHA256_HEX("i.body::pg_catalog.text") ") AS item " \
+	"         i.body" OP_CONCAT "pg_catalog.jsonb_build_object('digest', " SHA256_HEX("i.body::pg_catalog.text") ") AS item " \
 	"  FROM item i) " \
 	"SELECT n.item, " IM_PAGE_BYTES_SQL("n.item") " FROM numbered n ORDER BY n.conversation_id"
 
@@ -225,9 +227,6 @@ Datum
 im_begin_snapshot(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr head_plan;
-	static SPIPlanPtr device_plan;
-	static SPIPlanPtr end_plan;
-	static SPIPlanPtr abandon_plan;
 	static SPIPlanPtr snap_plan;
 	static SPIPlanPtr items_plan;
 	static SPIPlanPtr empty_plan;
@@ -272,42 +271,22 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 	 */
 	cut = RegisterSnapshot(GetTransactionSnapshot());
 	im_prepare(&head_plan,
-			   "SELECT high_watermark FROM im.user_head WHERE user_id OPERATOR(pg_catalog.=) $1",
+			   "SELECT high_watermark FROM im.user_head WHERE user_id" EQ "$1",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	base = exec_in_cut(head_plan, args, cut, 1) == 1 ? im_get_int64(0, 1, NULL) : 0;
 
-	/* Bumping the generation kills every older token of this device. */
-	im_prepare(&device_plan,
-			   "UPDATE im.device SET sync_generation = sync_generation OPERATOR(pg_catalog.+) 1, "
-			   "  state = 'RESETTING', "
-			   "  issued_sync_seq = GREATEST(issued_sync_seq, $3), last_seen_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-			   "RETURNING sync_generation",
-			   3, INT8OID, TEXTOID, INT8OID);
-	args[1] = CStringGetTextDatum(device_id);
-	args[2] = Int64GetDatum(base);
-	if (im_exec(device_plan, args, NULL, 0) != 1)
-		elog(ERROR, "im_sync: device row vanished while locked");
-	generation = im_get_int32(0, 1, NULL);
-
 	/*
-	 * A recovery session of an older generation can never complete now;
-	 * end it so its lease stops holding the GC fence.  Older snapshots of
-	 * the device can never be installed either.
+	 * Bumping the generation kills every older token of this device.  A
+	 * recovery session of an older generation can never complete now, and
+	 * older snapshots of the device can never be installed: end them so
+	 * their leases stop holding the GC fence.
 	 */
-	im_prepare(&end_plan,
-			   "UPDATE im.recovery_session SET state = 'ENDED', ended_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-			   "AND state OPERATOR(pg_catalog.=) 'ACTIVE'",
-			   2, INT8OID, TEXTOID);
-	im_exec(end_plan, args, NULL, 0);
-	im_prepare(&abandon_plan,
-			   "UPDATE im.snapshot SET state = 'ABANDONED' "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-			   "AND state IN ('BUILDING', 'READY')",
-			   2, INT8OID, TEXTOID);
-	im_exec(abandon_plan, args, NULL, 0);
+	im_device_bump_generation(&dev, "RESETTING");
+	im_device_note_issued(&dev, base);
+	im_device_end_leases(user_id, device_id);
+	generation = dev.sync_generation;
+	args[1] = CStringGetTextDatum(device_id);
 
 	/* BUILDING until every page is written, then sealed READY (§7.5). */
 	im_prepare(&snap_plan,
@@ -341,8 +320,8 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 			   "UPDATE im.snapshot s SET state = 'READY', page_count = g.n, manifest_digest = g.d "
 			   "FROM (SELECT pg_catalog.count(*)::pg_catalog.int4 AS n, "
 			   "        " SHA256_HEX("pg_catalog.string_agg(page_digest, '' ORDER BY page_no)") " AS d "
-			   "      FROM im.snapshot_page WHERE snapshot_id OPERATOR(pg_catalog.=) $1) g "
-			   "WHERE s.snapshot_id OPERATOR(pg_catalog.=) $1 "
+			   "      FROM im.snapshot_page WHERE snapshot_id" EQ "$1) g "
+			   "WHERE s.snapshot_id" EQ "$1 "
 			   "RETURNING s.page_count, s.manifest_digest",
 			   1, INT8OID);
 	if (im_exec(seal_plan, &args[1], NULL, 0) != 1)
@@ -375,7 +354,7 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 }
 
 /*
- * The common checks of contract §5, in its order, for a snapshot token
+ * The common checks of contract §5 (im_token_check) for a snapshot token
  * presented by (user_id, device_id).  Locks the device row (P0002 if never
  * registered).  Returns NULL when the token may be used, else the status.
  * A token issued to an earlier registration of the device was revoked with
@@ -386,17 +365,8 @@ check_snapshot_token(int64 user_id, const char *device_id, const char *token,
 					 ImDevice *dev, ImTokenClaims *claims)
 {
 	im_lock_device(user_id, device_id, dev);
-	if (!im_token_verify(token, IM_TOKEN_SNAPSHOT, claims))
-		return "INVALID_TOKEN";
-	if (claims->user_id != user_id || strcmp(claims->device_id, device_id) != 0)
-		return "INVALID_TOKEN";
-	if (strcmp(dev->state, "REVOKED") == 0 || claims->registration != dev->registration)
-		return "DEVICE_REVOKED";
-	if (claims->sync_generation != dev->sync_generation)
-		return "STALE_GENERATION";
-	if (claims->expires_at <= GetCurrentTimestamp())
-		return "EXPIRED";
-	return NULL;
+	return im_token_check(token, IM_TOKEN_SNAPSHOT, user_id, dev,
+						  IM_EARLIER_REGISTRATION_REVOKED, claims);
 }
 
 static char *
@@ -449,9 +419,9 @@ IM_SENSITIVE_FUNCTION(im_fetch_snapshot)
 
 	im_prepare(&page_plan,
 			   "SELECT s.page_count, p.items, p.page_digest FROM im.snapshot s "
-			   "LEFT JOIN im.snapshot_page p ON p.snapshot_id OPERATOR(pg_catalog.=) s.snapshot_id "
-			   "     AND p.page_no OPERATOR(pg_catalog.=) $2 "
-			   "WHERE s.snapshot_id OPERATOR(pg_catalog.=) $1",
+			   "LEFT JOIN im.snapshot_page p ON p.snapshot_id" EQ "s.snapshot_id "
+			   "     AND p.page_no" EQ "$2 "
+			   "WHERE s.snapshot_id" EQ "$1",
 			   2, INT8OID, INT4OID);
 	args[0] = Int64GetDatum(claims.snapshot_id);
 	args[1] = Int32GetDatum(page_no);
@@ -520,7 +490,7 @@ IM_SENSITIVE_FUNCTION(im_ack_snapshot)
 	{
 		im_prepare(&digest_plan,
 				   "SELECT manifest_digest FROM im.snapshot "
-				   "WHERE snapshot_id OPERATOR(pg_catalog.=) $1",
+				   "WHERE snapshot_id" EQ "$1",
 				   1, INT8OID);
 		args[0] = Int64GetDatum(claims.snapshot_id);
 		if (im_exec(digest_plan, args, NULL, 1) != 1)
@@ -548,7 +518,7 @@ IM_SENSITIVE_FUNCTION(im_ack_snapshot)
 				   "UPDATE im.device SET state = 'ACTIVE', acked_sync_seq = $3, "
 				   "  issued_sync_seq = GREATEST(issued_sync_seq, $3), "
 				   "  acked_at = pg_catalog.now(), last_seen_at = pg_catalog.now() "
-				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
+				   "WHERE user_id" EQ "$1 AND device_id" EQ "$2 "
 				   "RETURNING acked_sync_seq",
 				   3, INT8OID, TEXTOID, INT8OID);
 		args[0] = Int64GetDatum(user_id);
@@ -560,7 +530,7 @@ IM_SENSITIVE_FUNCTION(im_ack_snapshot)
 
 		im_prepare(&mark_plan,
 				   "UPDATE im.snapshot SET state = 'INSTALLED', installed_at = pg_catalog.now() "
-				   "WHERE snapshot_id OPERATOR(pg_catalog.=) $1",
+				   "WHERE snapshot_id" EQ "$1",
 				   1, INT8OID);
 		args[0] = Int64GetDatum(claims.snapshot_id);
 		im_exec(mark_plan, args, NULL, 0);

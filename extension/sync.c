@@ -19,6 +19,11 @@
  * on the same row and computes its fence after getting it.
  */
 #include "im_sync.h"
+#include "common.h"
+#include "device_state.h"
+#include "im_sql.h"
+#include "shmem.h"
+#include "token.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -124,7 +129,7 @@ share_user_head(int64 user_id, UserHead *h)
 
 	im_prepare(&plan,
 			   "SELECT high_watermark, gc_floor FROM im.user_head "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 FOR SHARE",
+			   "WHERE user_id" EQ "$1 FOR SHARE",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	if (im_exec(plan, args, NULL, 1) != 1)
@@ -146,7 +151,7 @@ user_hw_now(int64 user_id)
 	Datum		args[1];
 
 	im_prepare(&plan,
-			   "SELECT high_watermark FROM im.user_head WHERE user_id OPERATOR(pg_catalog.=) $1",
+			   "SELECT high_watermark FROM im.user_head WHERE user_id" EQ "$1",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	if (im_exec(plan, args, NULL, 1) != 1)
@@ -154,89 +159,13 @@ user_hw_now(int64 user_id)
 	return im_get_int64(0, 1, NULL);
 }
 
-static void
-touch_device(int64 user_id, const char *device_id)
-{
-	static SPIPlanPtr plan;
-	Datum		args[2];
-
-	im_prepare(&plan,
-			   "UPDATE im.device SET last_seen_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
-			   2, INT8OID, TEXTOID);
-	device_args(args, user_id, device_id);
-	im_exec(plan, args, NULL, 0);
-}
-
-/*
- * End the device's active recovery sessions with `how` (ENDED when replaced
- * or revoked, EXPIRED when its lease ran out).  Releases their GC leases.
- */
-static void
-end_sessions(int64 user_id, const char *device_id, const char *how)
-{
-	static SPIPlanPtr plan;
-	Datum		args[3];
-
-	im_prepare(&plan,
-			   "UPDATE im.recovery_session SET state = $3, ended_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-			   "AND state OPERATOR(pg_catalog.=) 'ACTIVE'",
-			   3, INT8OID, TEXTOID, TEXTOID);
-	device_args(args, user_id, device_id);
-	args[2] = CStringGetTextDatum(how);
-	im_exec(plan, args, NULL, 0);
-}
-
-/*
- * "bump": generation + 1 (kills every older token) and the new state.
- * Updates dev in place.
- */
-static void
-bump_generation(ImDevice *dev, const char *new_state)
-{
-	static SPIPlanPtr plan;
-	Datum		args[3];
-
-	im_prepare(&plan,
-			   "UPDATE im.device SET sync_generation = sync_generation OPERATOR(pg_catalog.+) 1, "
-			   "  state = $3, last_seen_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-			   "RETURNING sync_generation",
-			   3, INT8OID, TEXTOID, TEXTOID);
-	device_args(args, dev->user_id, dev->device_id);
-	args[2] = CStringGetTextDatum(new_state);
-	im_exec(plan, args, NULL, 0);
-	dev->sync_generation = im_get_int32(0, 1, NULL);
-	strlcpy(dev->state, new_state, sizeof(dev->state));
-}
-
 /* bump + RESETTING: the device must take a snapshot. */
 static void
 force_reset(ImDevice *dev)
 {
-	end_sessions(dev->user_id, dev->device_id, "ENDED");
-	bump_generation(dev, "RESETTING");
+	im_device_end_recovery_sessions(dev->user_id, dev->device_id, "ENDED");
+	im_device_bump_generation(dev, "RESETTING");
 	im_counter_add(IM_COUNTER_RESETS, 1);
-}
-
-/* issued = max of every watermark ever given to the device. */
-static void
-note_issued(ImDevice *dev, int64 watermark)
-{
-	static SPIPlanPtr plan;
-	Datum		args[3];
-
-	if (watermark <= dev->issued_sync_seq)
-		return;
-	im_prepare(&plan,
-			   "UPDATE im.device SET issued_sync_seq = GREATEST(issued_sync_seq, $3) "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
-			   3, INT8OID, TEXTOID, INT8OID);
-	device_args(args, dev->user_id, dev->device_id);
-	args[2] = Int64GetDatum(watermark);
-	im_exec(plan, args, NULL, 0);
-	dev->issued_sync_seq = watermark;
 }
 
 /*
@@ -249,6 +178,15 @@ note_issued(ImDevice *dev, int64 watermark)
  * taken, so every page makes progress.  Returns the jsonb (copied to the
  * upper context) and sets *last to the last sync_seq consumed and *more.
  */
+/* Result columns of read_page's statement. */
+enum
+{
+	Anum_page_events = 1,		/* the page's events as a jsonb array */
+	Anum_page_last,				/* last sync_seq consumed */
+	Anum_page_taken,			/* rows in the page */
+	Anum_page_read				/* rows read before the byte cut */
+};
+
 static Datum
 read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 		  int64 *last, bool *more)
@@ -263,18 +201,18 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 	im_prepare(&plan,
 			   "WITH r AS ("
 			   "  SELECT i.sync_seq, i.kind, i.conversation_id, i.source_event_id, i.payload "
-			   "  FROM im.inbox i WHERE i.user_id OPERATOR(pg_catalog.=) $1 "
-			   "  AND i.sync_seq OPERATOR(pg_catalog.>) $2 AND i.sync_seq OPERATOR(pg_catalog.<=) $3 "
+			   "  FROM im.inbox i WHERE i.user_id" EQ "$1 "
+			   "  AND i.sync_seq" GT "$2 AND i.sync_seq" LE "$3 "
 			   "  ORDER BY i.sync_seq LIMIT $4), "
 			   "j AS ("
-			   "  SELECT r.sync_seq, CASE WHEN r.kind OPERATOR(pg_catalog.=) ANY "
+			   "  SELECT r.sync_seq, CASE WHEN r.kind" EQ "ANY "
 			   "      ('{read_cursor,delete_for_me,conversation_dirty}'::pg_catalog.text[]) "
 			   "    THEN pg_catalog.jsonb_build_object('sync_seq', r.sync_seq, 'kind', r.kind, "
 			   "           'conversation_id', r.conversation_id) "
-			   "         OPERATOR(pg_catalog.||) COALESCE(r.payload, '{}'::pg_catalog.jsonb) "
+			   "        " OP_CONCAT "COALESCE(r.payload, '{}'::pg_catalog.jsonb) "
 			   "    ELSE (SELECT " IM_EVENT_JSON_SQL
-			   "            OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('sync_seq', r.sync_seq) "
-			   "          FROM im.event e WHERE e.message_id OPERATOR(pg_catalog.=) r.source_event_id "
+			   "           " OP_CONCAT "pg_catalog.jsonb_build_object('sync_seq', r.sync_seq) "
+			   "          FROM im.event e WHERE e.message_id" EQ "r.source_event_id "
 			   "          AND " IM_NOT_DELETED_FOR_ME_SQL("$1") ") "
 			   "    END AS ev FROM r), "
 			   "sized AS ("
@@ -283,8 +221,8 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 			   "  FROM j, LATERAL (SELECT COALESCE(" IM_PAGE_BYTES_SQL("j.ev") ", 0) AS own) s), "
 			   "page AS ("
 			   "  SELECT z.sync_seq, z.ev FROM sized z "
-			   "  WHERE z.bytes OPERATOR(pg_catalog.<=) $5 "
-			   "     OR z.bytes OPERATOR(pg_catalog.-) z.own OPERATOR(pg_catalog.=) 0) "
+			   "  WHERE z.bytes" LE "$5 "
+			   "     OR z.bytes" MINUS "z.own" EQ "0) "
 			   "SELECT COALESCE(pg_catalog.jsonb_agg(ev ORDER BY sync_seq) FILTER (WHERE ev IS NOT NULL), "
 			   "                '[]'::pg_catalog.jsonb), "
 			   "       COALESCE(pg_catalog.max(sync_seq), $2), pg_catalog.count(*), "
@@ -296,10 +234,10 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 	args[3] = Int32GetDatum(limit);
 	args[4] = Int64GetDatum((int64) im_max_page_bytes);
 	im_exec(plan, args, NULL, 1);
-	events = im_get_datum_copy(0, 1, &isnull);
-	*last = im_get_int64(0, 2, NULL);
-	taken = im_get_int64(0, 3, NULL);
-	n = im_get_int64(0, 4, NULL);
+	events = im_get_datum_copy(0, Anum_page_events, &isnull);
+	*last = im_get_int64(0, Anum_page_last, NULL);
+	taken = im_get_int64(0, Anum_page_taken, NULL);
+	n = im_get_int64(0, Anum_page_read, NULL);
 	/*
 	 * Cut by bytes: the rows left out are <= the watermark, so more remain.
 	 * Otherwise the log is gap-free in (gc_floor, high watermark]: a full
@@ -364,28 +302,6 @@ make_batch_claims(ImTokenClaims *c, const ImDevice *dev, int64 resume_from,
 		c->expires_at = session_expires;
 }
 
-/*
- * The common token checks of contract §5, in order.  Returns NULL when the
- * token passed, else the status to answer.  dev is the locked device named
- * by the arguments.
- */
-static const char *
-check_token(const char *token, char purpose, int64 user_id, const ImDevice *dev,
-			ImTokenClaims *c)
-{
-	if (!im_token_verify(token, purpose, c))
-		return "INVALID_TOKEN";
-	if (c->user_id != user_id || strcmp(c->device_id, dev->device_id) != 0)
-		return "INVALID_TOKEN";
-	if (strcmp(dev->state, "REVOKED") == 0)
-		return "DEVICE_REVOKED";
-	if (c->sync_generation != dev->sync_generation || c->registration != dev->registration)
-		return "STALE_GENERATION";
-	if (GetCurrentTimestamp() >= c->expires_at)
-		return "EXPIRED";
-	return NULL;
-}
-
 /* The device's ACTIVE recovery session, if any. */
 typedef struct RecoverySession
 {
@@ -396,6 +312,16 @@ typedef struct RecoverySession
 	TimestampTz expires_at;
 } RecoverySession;
 
+/* Result columns of active_session. */
+enum
+{
+	Anum_session_id = 1,
+	Anum_session_generation,
+	Anum_session_resume_from,
+	Anum_session_watermark,
+	Anum_session_expires_at
+};
+
 static bool
 active_session(int64 user_id, const char *device_id, RecoverySession *s)
 {
@@ -405,19 +331,20 @@ active_session(int64 user_id, const char *device_id, RecoverySession *s)
 
 	im_prepare(&plan,
 			   "SELECT recovery_session_id, sync_generation, resume_from, batch_high_watermark, expires_at "
-			   "FROM im.recovery_session WHERE user_id OPERATOR(pg_catalog.=) $1 "
-			   "AND device_id OPERATOR(pg_catalog.=) $2 AND state OPERATOR(pg_catalog.=) 'ACTIVE' "
+			   "FROM im.recovery_session WHERE user_id" EQ "$1 "
+			   "AND device_id" EQ "$2 AND state" EQ "'ACTIVE' "
 			   "ORDER BY recovery_session_id DESC LIMIT 1",
 			   2, INT8OID, TEXTOID);
 	device_args(args, user_id, device_id);
 	if (im_exec(plan, args, NULL, 1) != 1)
 		return false;
-	s->id = im_get_int64(0, 1, NULL);
-	s->generation = im_get_int32(0, 2, NULL);
-	s->resume_from = im_get_int64(0, 3, NULL);
-	s->watermark = im_get_int64(0, 4, NULL);
+	s->id = im_get_int64(0, Anum_session_id, NULL);
+	s->generation = im_get_int32(0, Anum_session_generation, NULL);
+	s->resume_from = im_get_int64(0, Anum_session_resume_from, NULL);
+	s->watermark = im_get_int64(0, Anum_session_watermark, NULL);
 	s->expires_at = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
-													  SPI_tuptable->tupdesc, 5, &isnull));
+													  SPI_tuptable->tupdesc, Anum_session_expires_at,
+													  &isnull));
 	return true;
 }
 
@@ -431,7 +358,7 @@ new_session(const ImDevice *dev, int64 resume_from, int64 watermark, RecoverySes
 	im_prepare(&plan,
 			   "INSERT INTO im.recovery_session (user_id, device_id, sync_generation, resume_from, "
 			   "  batch_high_watermark, expires_at) "
-			   "VALUES ($1, $2, $3, $4, $5, pg_catalog.now() OPERATOR(pg_catalog.+) "
+			   "VALUES ($1, $2, $3, $4, $5, pg_catalog.now()" PLUS
 			   "        pg_catalog.make_interval(secs => $6)) "
 			   "RETURNING recovery_session_id, expires_at",
 			   6, INT8OID, TEXTOID, INT4OID, INT8OID, INT8OID, FLOAT8OID);
@@ -466,7 +393,7 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 		set_empty(r, "DEVICE_REVOKED", dev, user_hw_now(dev->user_id));
 		return;
 	}
-	touch_device(dev->user_id, dev->device_id);
+	im_device_touch(dev->user_id, dev->device_id);
 	share_user_head(dev->user_id, &head);
 
 	/* 2: the snapshot call bumps */
@@ -483,8 +410,8 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 		if (!have || s.generation != dev->sync_generation ||
 			GetCurrentTimestamp() >= s.expires_at)
 		{
-			end_sessions(dev->user_id, dev->device_id, "EXPIRED");
-			bump_generation(dev, "RESETTING");
+			im_device_end_recovery_sessions(dev->user_id, dev->device_id, "EXPIRED");
+			im_device_bump_generation(dev, "RESETTING");
 			im_counter_add(IM_COUNTER_RESETS, 1);
 			set_empty(r, "RESET_REQUIRED", dev, head.high_watermark);
 			return;
@@ -511,7 +438,7 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 		{
 			int64		wm = Min(head.high_watermark, ack + (int64) im_max_batch_events);
 
-			note_issued(dev, wm);
+			im_device_note_issued(dev, wm);
 			make_batch_claims(&c, dev, ack, wm, 0, 0);
 			serve_page(upper, r, &c, ack, limit, "OK", ack);
 			return;
@@ -525,10 +452,10 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 		int64		wm = Min(head.high_watermark, la + (int64) im_max_batch_events);
 
 		wm = Max(wm, ack);
-		end_sessions(dev->user_id, dev->device_id, "ENDED");
-		bump_generation(dev, "RECOVERING");
+		im_device_end_recovery_sessions(dev->user_id, dev->device_id, "ENDED");
+		im_device_bump_generation(dev, "RECOVERING");
 		new_session(dev, la, wm, &s);
-		note_issued(dev, wm);
+		im_device_note_issued(dev, wm);
 		make_batch_claims(&c, dev, la, wm, s.id, s.expires_at);
 		serve_page(upper, r, &c, la, limit, "RECOVERY", ack);
 		return;
@@ -545,7 +472,8 @@ next_page(MemoryContext upper, SyncRow *r, ImDevice *dev, int64 user_id,
 		  const char *cursor, int32 limit)
 {
 	ImTokenClaims c;
-	const char *fail = check_token(cursor, IM_TOKEN_CURSOR, user_id, dev, &c);
+	const char *fail = im_token_check(cursor, IM_TOKEN_CURSOR, user_id, dev,
+									  IM_EARLIER_REGISTRATION_STALE, &c);
 	UserHead	head;
 
 	if (fail)
@@ -553,7 +481,7 @@ next_page(MemoryContext upper, SyncRow *r, ImDevice *dev, int64 user_id,
 		set_empty(r, fail, dev, user_hw_now(user_id));
 		return;
 	}
-	touch_device(dev->user_id, dev->device_id);
+	im_device_touch(dev->user_id, dev->device_id);
 	share_user_head(user_id, &head);
 	/* The rest of the batch was collected (device left behind): never a gap. */
 	if (head.gc_floor > c.position)
@@ -633,7 +561,7 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 
 	im_prepare(&sel,
 			   "SELECT state FROM im.recovery_session "
-			   "WHERE recovery_session_id OPERATOR(pg_catalog.=) $1",
+			   "WHERE recovery_session_id" EQ "$1",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(c->recovery_session_id);
 	if (im_exec(sel, args, NULL, 1) != 1)
@@ -648,8 +576,8 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 
 	im_prepare(&done,
 			   "UPDATE im.recovery_session SET state = 'COMPLETED', ended_at = pg_catalog.now() "
-			   "WHERE recovery_session_id OPERATOR(pg_catalog.=) $1 "
-			   "AND state OPERATOR(pg_catalog.=) 'ACTIVE' AND sync_generation OPERATOR(pg_catalog.=) $2",
+			   "WHERE recovery_session_id" EQ "$1 "
+			   "AND state" EQ "'ACTIVE' AND sync_generation" EQ "$2",
 			   2, INT8OID, INT4OID);
 	args[0] = Int64GetDatum(c->recovery_session_id);
 	args[1] = Int32GetDatum(c->sync_generation);
@@ -660,8 +588,8 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 			   "UPDATE im.device SET state = 'ACTIVE', "
 			   "  acked_sync_seq = GREATEST(acked_sync_seq, $4), "
 			   "  acked_at = pg_catalog.now(), last_seen_at = pg_catalog.now() "
-			   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-			   "AND sync_generation OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'RECOVERING' "
+			   "WHERE user_id" EQ "$1 AND device_id" EQ "$2 "
+			   "AND sync_generation" EQ "$3 AND state" EQ "'RECOVERING' "
 			   "RETURNING acked_sync_seq",
 			   4, INT8OID, TEXTOID, INT4OID, INT8OID);
 	device_args(args, dev->user_id, dev->device_id);
@@ -682,7 +610,6 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 IM_SENSITIVE_FUNCTION(im_ack_sync)
 {
 	static SPIPlanPtr cas;
-	static SPIPlanPtr touch;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	int64		ack_seq;
@@ -705,8 +632,8 @@ IM_SENSITIVE_FUNCTION(im_ack_sync)
 	if (PG_ARGISNULL(2))
 		status = "INVALID_TOKEN";
 	else
-		status = check_token(text_to_cstring(PG_GETARG_TEXT_PP(2)), IM_TOKEN_BATCH,
-							 user_id, &dev, &c);
+		status = im_token_check(text_to_cstring(PG_GETARG_TEXT_PP(2)), IM_TOKEN_BATCH,
+								user_id, &dev, IM_EARLIER_REGISTRATION_STALE, &c);
 	if (status != NULL)
 	{
 		if (strcmp(status, "STALE_GENERATION") == 0)
@@ -722,9 +649,9 @@ IM_SENSITIVE_FUNCTION(im_ack_sync)
 		im_prepare(&cas,
 				   "UPDATE im.device SET acked_sync_seq = $4, acked_at = pg_catalog.now(), "
 				   "  last_seen_at = pg_catalog.now() "
-				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2 "
-				   "AND sync_generation OPERATOR(pg_catalog.=) $3 AND state OPERATOR(pg_catalog.=) 'ACTIVE' "
-				   "AND acked_sync_seq OPERATOR(pg_catalog.<) $4 "
+				   "WHERE user_id" EQ "$1 AND device_id" EQ "$2 "
+				   "AND sync_generation" EQ "$3 AND state" EQ "'ACTIVE' "
+				   "AND acked_sync_seq" LT "$4 "
 				   "RETURNING acked_sync_seq",
 				   4, INT8OID, TEXTOID, INT4OID, INT8OID);
 		device_args(args, user_id, device_id);
@@ -735,14 +662,7 @@ IM_SENSITIVE_FUNCTION(im_ack_sync)
 		status = "OK";
 	}
 	if (strcmp(status, "DEVICE_REVOKED") != 0)
-	{
-		im_prepare(&touch,
-				   "UPDATE im.device SET last_seen_at = pg_catalog.now() "
-				   "WHERE user_id OPERATOR(pg_catalog.=) $1 AND device_id OPERATOR(pg_catalog.=) $2",
-				   2, INT8OID, TEXTOID);
-		device_args(args, user_id, device_id);
-		im_exec(touch, args, NULL, 0);
-	}
+		im_device_touch(user_id, device_id);
 	SPI_finish();
 	emit_ack(fcinfo, status, dev.acked_sync_seq);
 	return (Datum) 0;

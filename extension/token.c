@@ -24,6 +24,10 @@
  * after the key stopped signing.
  */
 #include "im_sync.h"
+#include "common.h"
+#include "device_state.h"
+#include "im_sql.h"
+#include "token.h"
 
 #include "catalog/pg_type.h"
 #include "common/base64.h"
@@ -148,7 +152,7 @@ load_key(int32 key_id, uint8 *key)
 		/* a retired key has no secret: its tokens fail like unknown ones */
 		im_prepare(&byid,
 				   "SELECT key_id, secret FROM im.token_key "
-				   "WHERE key_id OPERATOR(pg_catalog.=) $1 AND secret IS NOT NULL", 1, INT4OID);
+				   "WHERE key_id" EQ "$1 AND secret IS NOT NULL", 1, INT4OID);
 		args[0] = Int32GetDatum(key_id);
 		im_exec(byid, args, NULL, 1);
 	}
@@ -179,9 +183,9 @@ load_device_signing_key(TimestampTz expires, uint8 *key)
 	im_prepare(&plan,
 			   "WITH k AS (SELECT key_id, secret FROM im.token_key ORDER BY key_id DESC LIMIT 1), "
 			   "u AS (UPDATE im.token_key t SET device_tokens_expire = "
-			   "        pg_catalog.date_trunc('second', $1) OPERATOR(pg_catalog.+) '1 second'::pg_catalog.interval "
-			   "      FROM k WHERE t.key_id OPERATOR(pg_catalog.=) k.key_id AND t.secret IS NOT NULL "
-			   "      AND (t.device_tokens_expire IS NULL OR t.device_tokens_expire OPERATOR(pg_catalog.<) $1) "
+			   "        pg_catalog.date_trunc('second', $1)" PLUS "'1 second'::pg_catalog.interval "
+			   "      FROM k WHERE t.key_id" EQ "k.key_id AND t.secret IS NOT NULL "
+			   "      AND (t.device_tokens_expire IS NULL OR t.device_tokens_expire" LT "$1) "
 			   "      RETURNING 1) "
 			   "SELECT key_id, secret FROM k", 1, TIMESTAMPTZOID);
 	args[0] = TimestampTzGetDatum(expires);
@@ -455,8 +459,8 @@ im_retire_token_key(PG_FUNCTION_ARGS)
 	lock_key_ring();
 	im_prepare(&sel,
 			   "SELECT retired_at IS NOT NULL, "
-			   "  key_id OPERATOR(pg_catalog.=) (SELECT pg_catalog.max(key_id) FROM im.token_key) "
-			   "FROM im.token_key WHERE key_id OPERATOR(pg_catalog.=) $1", 1, INT4OID);
+			   "  key_id" EQ "(SELECT pg_catalog.max(key_id) FROM im.token_key) "
+			   "FROM im.token_key WHERE key_id" EQ "$1", 1, INT4OID);
 	args[0] = Int32GetDatum(key_id);
 	if (im_exec(sel, args, NULL, 1) != 1)
 		ereport(ERROR,
@@ -477,7 +481,7 @@ im_retire_token_key(PG_FUNCTION_ARGS)
 				 errhint("Call im.rotate_token_key() first, then retire this key.")));
 	im_prepare(&retire,
 			   "UPDATE im.token_key SET secret = NULL, retired_at = pg_catalog.now() "
-			   "WHERE key_id OPERATOR(pg_catalog.=) $1", 1, INT4OID);
+			   "WHERE key_id" EQ "$1", 1, INT4OID);
 	im_exec(retire, args, NULL, 0);
 	SPI_finish();
 	PG_RETURN_BOOL(true);
@@ -505,7 +509,7 @@ im_token_keys_maintain(bool *rotated)
 
 	im_spi_connect();
 	im_prepare(&old_newest,
-			   "SELECT created_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) "
+			   "SELECT created_at" LT "(pg_catalog.now()" MINUS
 			   "  pg_catalog.make_interval(secs => $1)) "
 			   "FROM im.token_key ORDER BY key_id DESC LIMIT 1", 1, FLOAT8OID);
 	args[0] = Float8GetDatum((double) im_token_key_max_age_s);
@@ -519,13 +523,32 @@ im_token_keys_maintain(bool *rotated)
 	im_prepare(&retire,
 			   "UPDATE im.token_key k SET secret = NULL, retired_at = pg_catalog.now() "
 			   "WHERE k.retired_at IS NULL AND k.superseded_at IS NOT NULL "
-			   "  AND k.key_id OPERATOR(pg_catalog.<) (SELECT pg_catalog.max(key_id) FROM im.token_key) "
-			   "  AND pg_catalog.now() OPERATOR(pg_catalog.>) GREATEST("
-			   "      k.superseded_at OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs => $1), "
+			   "  AND k.key_id" LT "(SELECT pg_catalog.max(key_id) FROM im.token_key) "
+			   "  AND pg_catalog.now()" GT "GREATEST("
+			   "      k.superseded_at" PLUS "pg_catalog.make_interval(secs => $1), "
 			   "      k.device_tokens_expire) "
 			   "RETURNING k.key_id", 1, FLOAT8OID);
 	args[0] = Float8GetDatum((double) live_s);
 	nretired = (int) im_exec(retire, args, NULL, 0);
 	SPI_finish();
 	return nretired;
+}
+
+const char *
+im_token_check(const char *token, char purpose, int64 user_id,
+			   const ImDevice *dev, ImEarlierRegistration earlier, ImTokenClaims *c)
+{
+	if (!im_token_verify(token, purpose, c))
+		return "INVALID_TOKEN";
+	if (c->user_id != user_id || strcmp(c->device_id, dev->device_id) != 0)
+		return "INVALID_TOKEN";
+	if (strcmp(dev->state, "REVOKED") == 0)
+		return "DEVICE_REVOKED";
+	if (c->registration != dev->registration)
+		return earlier == IM_EARLIER_REGISTRATION_REVOKED ? "DEVICE_REVOKED" : "STALE_GENERATION";
+	if (c->sync_generation != dev->sync_generation)
+		return "STALE_GENERATION";
+	if (GetCurrentTimestamp() >= c->expires_at)
+		return "EXPIRED";
+	return NULL;
 }

@@ -1,13 +1,9 @@
 /*
- * worker.c — fanout background workers, the commit-time wake-up and the
- * cluster-wide counters.
+ * worker.c — fanout background workers: their registration and their loop
+ * (fanout batches, the first worker's maintenance rounds, batch failures).
  *
- * Shared memory holds one slot per worker (its pgprocno, so a committing
- * sender can SetLatch it) and the rollback-proof counters of im.metrics().
- * A sender never NOTIFYs (contract §4: NOTIFY takes a cluster-wide lock
- * through commit and would serialize every send); it asks for a wake-up,
- * and an XactCallback sets the workers' latches only once the commit is
- * visible.  A lost wake-up costs at most one naptime: workers also poll.
+ * A worker publishes its latch in shared memory (shmem.c) so a committing
+ * sender wakes it; it also polls, so a lost wake-up costs one naptime.
  *
  * Each worker loop iteration is one transaction around im_fanout_batch()
  * (fanout.c, the only writer of sync_seq) and im_send_hints(), so inbox
@@ -22,23 +18,24 @@
  */
 #include "im_sync.h"
 #include "version_check.h"
+#include "fanout.h"
+#include "maintenance.h"
+#include "shmem.h"
+#include "worker.h"
 
 #include "access/xact.h"
 #include "commands/extension.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "port/atomics.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/lwlock.h"
-#include "storage/proc.h"
-#include "storage/shmem.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "utils/timeout.h"
 
 /*
@@ -75,26 +72,6 @@
 #define IM_WORKER_GC_CHUNK_USERS 100
 #define IM_WORKER_GC_CHUNKS_PER_TURN 10
 
-typedef struct ImShared
-{
-	/* pgprocno + 1 of the worker running in each slot; 0 when none. */
-	pg_atomic_uint32 worker_procno[IM_MAX_FANOUT_WORKERS];
-	pg_atomic_uint64 counters[IM_COUNTER__COUNT];
-	/* Last failed-authentication summary: its time (0: none yet) and count. */
-	pg_atomic_uint64 auth_summary_at;
-	pg_atomic_uint64 auth_summary_failures;
-} ImShared;
-
-/* NULL when the library was not preloaded: counters read 0, no wake-ups. */
-static ImShared *im_shared = NULL;
-
-/* Backend-local: this transaction wrote outbox items. */
-static bool wake_at_commit = false;
-static bool xact_callback_registered = false;
-
-/* This worker's slot, for the exit callback. */
-static int	my_slot = -1;
-
 /* What the current batch claimed, in the loop context: survives its abort. */
 static ImFanoutClaim batch_claim;
 
@@ -107,31 +84,6 @@ static bool maintenance_round_open = false;
 static TimestampTz maintenance_round_ended = 0;	/* 0: none yet */
 
 PGDLLEXPORT void im_fanout_worker_main(Datum main_arg);
-
-Size
-im_shmem_size(void)
-{
-	return MAXALIGN(sizeof(ImShared));
-}
-
-void
-im_shmem_init(void)
-{
-	bool		found;
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	im_shared = ShmemInitStruct("im_sync", im_shmem_size(), &found);
-	if (!found)
-	{
-		for (int i = 0; i < IM_MAX_FANOUT_WORKERS; i++)
-			pg_atomic_init_u32(&im_shared->worker_procno[i], 0);
-		for (int i = 0; i < IM_COUNTER__COUNT; i++)
-			pg_atomic_init_u64(&im_shared->counters[i], 0);
-		pg_atomic_init_u64(&im_shared->auth_summary_at, 0);
-		pg_atomic_init_u64(&im_shared->auth_summary_failures, 0);
-	}
-	LWLockRelease(AddinShmemInitLock);
-}
 
 /*
  * Register im_sync.fanout_workers workers (called from _PG_init while the
@@ -157,137 +109,6 @@ im_worker_register(void)
 		worker.bgw_notify_pid = 0;
 		RegisterBackgroundWorker(&worker);
 	}
-}
-
-/*
- * Wakes every registered worker.  Must not fail: it runs in the commit
- * callback, after the transaction is already durable and visible.  A slot
- * naming a process that has exited at worst sets a stranger's latch, which
- * every latch user tolerates as a spurious wake-up.
- */
-static void
-wake_workers(void)
-{
-	if (im_shared == NULL)
-		return;
-	for (int i = 0; i < IM_MAX_FANOUT_WORKERS; i++)
-	{
-		uint32		procno = pg_atomic_read_u32(&im_shared->worker_procno[i]);
-
-		if (procno != 0 && procno <= ProcGlobal->allProcCount)
-			SetLatch(&ProcGlobal->allProcs[procno - 1].procLatch);
-	}
-}
-
-/*
- * XACT_EVENT_COMMIT runs after ProcArrayEndTransaction, so a worker that
- * wakes up sees the new outbox rows.  An abort or PREPARE forgets the
- * request (a prepared transaction's items are found by polling).
- */
-static void
-im_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			if (wake_at_commit)
-			{
-				wake_at_commit = false;
-				wake_workers();
-			}
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			wake_at_commit = false;
-			break;
-		default:
-			break;
-	}
-}
-
-/*
- * Ask the fanout workers to wake up once the current transaction commits.
- * The callback is registered on first use in each backend, so this works
- * whether or not the library was preloaded (without shared memory it is a
- * no-op and im.run_fanout does the work).
- */
-void
-im_wake_fanout_at_commit(void)
-{
-	if (im_shared == NULL)
-		return;
-	if (!xact_callback_registered)
-	{
-		RegisterXactCallback(im_xact_callback, NULL);
-		xact_callback_registered = true;
-	}
-	wake_at_commit = true;
-}
-
-/* Counters live in shared memory so a rollback does not undo them. */
-void
-im_counter_add(ImCounter which, int64 delta)
-{
-	if (im_shared == NULL || which < 0 || which >= IM_COUNTER__COUNT)
-		return;
-	pg_atomic_fetch_add_u64(&im_shared->counters[which], (uint64) delta);
-}
-
-int64
-im_counter_get(ImCounter which)
-{
-	if (im_shared == NULL || which < 0 || which >= IM_COUNTER__COUNT)
-		return 0;
-	return (int64) pg_atomic_read_u64(&im_shared->counters[which]);
-}
-
-/*
- * True when a failed-authentication summary is due: the first failure, then
- * at most once per IM_AUTH_LOG_INTERVAL_S cluster-wide (the backend that
- * wins the compare-and-swap logs).  *failures: failures counted since the
- * previous summary; *since_s: its age in seconds, -1 for the first.
- * Without shared memory (not preloaded) the same holds per backend.
- */
-bool
-im_auth_failure_summary_due(int64 *failures, int64 *since_s)
-{
-	static uint64 local_at = 0;
-	static int64 local_failures = 0;
-	uint64		now = (uint64) GetCurrentTimestamp();
-	uint64		last;
-	uint64		total;
-
-	if (im_shared == NULL)
-	{
-		/* the shared counter reads 0 without shared memory: count here */
-		local_failures++;
-		if (local_at != 0 && now - local_at < (uint64) IM_AUTH_LOG_INTERVAL_S * USECS_PER_SEC)
-			return false;
-		*failures = local_failures;
-		*since_s = local_at == 0 ? -1 : (int64) ((now - local_at) / USECS_PER_SEC);
-		local_at = now;
-		local_failures = 0;
-		return true;
-	}
-	total = (uint64) im_counter_get(IM_COUNTER_AUTH_FAILURES);
-	last = pg_atomic_read_u64(&im_shared->auth_summary_at);
-	if (last != 0 && now - last < (uint64) IM_AUTH_LOG_INTERVAL_S * USECS_PER_SEC)
-		return false;
-	if (!pg_atomic_compare_exchange_u64(&im_shared->auth_summary_at, &last, now))
-		return false;			/* another backend logs this interval */
-	*failures = (int64) (total - pg_atomic_exchange_u64(&im_shared->auth_summary_failures, total));
-	*since_s = last == 0 ? -1 : (int64) ((now - last) / USECS_PER_SEC);
-	return true;
-}
-
-/* Clears this worker's slot so senders stop waking a dead process. */
-static void
-worker_on_exit(int code, Datum arg)
-{
-	if (im_shared != NULL && my_slot >= 0)
-		pg_atomic_write_u32(&im_shared->worker_procno[my_slot], 0);
 }
 
 /* Sleeps until the latch is set or the timeout; true if the latch woke us. */
@@ -509,13 +330,7 @@ im_fanout_worker_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	if (im_shared != NULL && slot >= 0 && slot < IM_MAX_FANOUT_WORKERS)
-	{
-		my_slot = slot;
-		before_shmem_exit(worker_on_exit, (Datum) 0);
-		pg_atomic_write_u32(&im_shared->worker_procno[slot],
-							(uint32) MyProc->pgprocno + 1);
-	}
+	im_shmem_publish_worker(slot);
 
 	BackgroundWorkerInitializeConnection(im_database, NULL, 0);
 	pgstat_report_appname("im_sync fanout worker");

@@ -1,5 +1,6 @@
 /*
- * shared_log.c — large groups (contract §2, §4, §7; design §10.3).
+ * fanout_shared_log.c — fanout of large groups in shared_log mode
+ * (contract §2, §4, §7; design §10.3); the fanout bridge.
  *
  * In `shared_log` mode a `message` position writes no per-member inbox
  * event.  Each member has a level-triggered dirty marker in
@@ -7,8 +8,10 @@
  * bumps whenever it grows; a `conversation_dirty` inbox event is written
  * only when a marker goes clean -> dirty.  Members read the positions
  * themselves through im.fetch_messages inside their periods, and clear the
- * marker with a version CAS (clear_dirty) that fails if a newer message
- * raced it.  Control events are always delivered as inbox events.
+ * marker with a version CAS (im.clear_dirty, read_state.c) that fails if a
+ * newer message raced it.  Control events are always delivered as inbox
+ * events.  The switch itself is a single-writer conversation operation
+ * (conversation.c).
  *
  * Invariants protected here:
  *   - a switch in either direction loses and doubles nothing: each position
@@ -20,102 +23,11 @@
  *     recount again (recomputed when the mode event is fanned out).
  */
 #include "im_sync.h"
+#include "common.h"
+#include "fanout.h"
+#include "im_sql.h"
 
 #include "catalog/pg_type.h"
-#include "utils/array.h"
-#include "utils/builtins.h"
-
-#define EQ " OPERATOR(pg_catalog.=) "
-#define LE " OPERATOR(pg_catalog.<=) "
-#define GE " OPERATOR(pg_catalog.>=) "
-#define GT " OPERATOR(pg_catalog.>) "
-#define PLUS " OPERATOR(pg_catalog.+) "
-#define MINUS " OPERATOR(pg_catalog.-) "
-
-/*
- * Switch the mode of a conversation whose row the caller has locked (the
- * single writer): update the row and append the `mode` event, which carries
- * the new mode so it is the first position fanned out in that mode.
- * Returns false when the mode is already in force (no event).
- */
-bool
-im_switch_mode_locked(ImConversation *conv, const char *mode)
-{
-	static SPIPlanPtr upd;
-	ImNewEvent	ev;
-	Datum		args[2];
-	char		body[64];
-	int64		message_id;
-	int64		msg_seq;
-
-	if (strcmp(conv->mode, mode) == 0)
-		return false;
-	im_prepare(&upd,
-			   "UPDATE im.conversation SET mode = $2 WHERE conversation_id" EQ "$1",
-			   2, INT8OID, TEXTOID);
-	args[0] = Int64GetDatum(conv->conversation_id);
-	args[1] = CStringGetTextDatum(mode);
-	im_exec(upd, args, NULL, 0);
-	strlcpy(conv->mode, mode, sizeof(conv->mode));
-
-	memset(&ev, 0, sizeof(ev));
-	ev.kind = "mode";
-	snprintf(body, sizeof(body), "{\"mode\": \"%s\"}", mode);
-	ev.body = im_jsonb_from_cstring(body);
-	if (!im_append_event(conv, &ev, &message_id, &msg_seq))
-		elog(ERROR, "im_sync: mode event was not appended");
-	conv->head_msg_seq = msg_seq;
-	return true;
-}
-
-/*
- * Called by join (under the conversation lock): im_sync.shared_log_min_members
- * switches a fanout group to shared_log when its active members reach it.
- * Nothing switches back automatically.
- */
-void
-im_shared_log_maybe_switch_on_join(ImConversation *conv)
-{
-	static SPIPlanPtr count;
-	Datum		args[1];
-
-	if (im_shared_log_min_members <= 0 || strcmp(conv->kind, "group") != 0 ||
-		strcmp(conv->mode, "fanout") != 0)
-		return;
-	im_prepare(&count,
-			   "SELECT pg_catalog.count(*) FROM im.membership_period "
-			   "WHERE conversation_id" EQ "$1 AND leave_seq IS NULL",
-			   1, INT8OID);
-	args[0] = Int64GetDatum(conv->conversation_id);
-	im_exec(count, args, NULL, 0);
-	if (im_get_int64(0, 1, NULL) >= im_shared_log_min_members)
-		im_switch_mode_locked(conv, "shared_log");
-}
-
-/* im.set_conversation_mode(conversation_id, mode) -> the mode now in force */
-PG_FUNCTION_INFO_V1(im_set_conversation_mode);
-Datum
-im_set_conversation_mode(PG_FUNCTION_ARGS)
-{
-	int64		conversation_id = im_arg_id(fcinfo, 0, "conversation_id");
-	char	   *mode = im_arg_text(fcinfo, 1, "mode", 16);
-	ImConversation conv;
-
-	if (strcmp(mode, "fanout") != 0 && strcmp(mode, "shared_log") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("mode must be 'fanout' or 'shared_log', got \"%s\"", mode)));
-	im_spi_connect();
-	im_lock_conversation(conversation_id, &conv);
-	if (strcmp(conv.kind, "group") != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("cannot change the mode of direct conversation " INT64_FORMAT, conversation_id),
-				 errdetail("Only group conversations can use shared_log mode.")));
-	im_switch_mode_locked(&conv, mode);
-	SPI_finish();
-	PG_RETURN_TEXT_P(cstring_to_text(mode));
-}
 
 /*
  * Fan out a run of consecutive shared_log `message` positions of one
@@ -142,8 +54,8 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 			   "    (pg_catalog.array_agg(p.membership_period_id ORDER BY e.msg_seq DESC))[1] AS period,"
 			   "    (pg_catalog.array_agg(e.message_id ORDER BY e.msg_seq DESC))[1] AS message_id"
 			   "  FROM im.event e JOIN im.membership_period p"
-			   "    ON p.conversation_id" EQ "e.conversation_id AND p.join_seq" LE "e.msg_seq"
-			   "   AND (p.leave_seq IS NULL OR p.leave_seq" GE "e.msg_seq)"
+			   "    ON p.conversation_id" EQ "e.conversation_id"
+			   "   AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq")
 			   "  WHERE e.message_id" EQ "ANY ($2::pg_catalog.int8[]) AND e.conversation_id" EQ "$1"
 			   "  GROUP BY p.user_id),"
 			   " upd AS ("
@@ -169,11 +81,7 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 			   "                                       'dirty_version', upd.dirty_version)"
 			   "  FROM upd JOIN im.user_head h ON h.user_id" EQ "upd.user_id"
 			   "  WHERE NOT upd.was_dirty"
-			   "  ON CONFLICT (user_id, source_event_id, delivery_scope) DO NOTHING"
-			   "  RETURNING user_id, sync_seq),"
-			   " hd AS ("
-			   "  UPDATE im.user_head h SET high_watermark = ins.sync_seq FROM ins"
-			   "  WHERE h.user_id" EQ "ins.user_id RETURNING h.user_id)"
+			   IM_INBOX_APPEND_TAIL_SQL
 			   "SELECT ins.user_id, (SELECT pg_catalog.count(*) FROM hd),"
 			   "       (SELECT pg_catalog.max(e.msg_seq) FROM im.event e"
 			   "         WHERE e.message_id" EQ "ANY ($2::pg_catalog.int8[]))"
@@ -256,67 +164,4 @@ im_shared_log_mode_delivered(int64 message_id)
 		args[2] = Int64GetDatum(unread);
 		im_exec(set, args, NULL, 0);
 	}
-}
-
-/*
- * im.clear_dirty(user_id, conversation_id, observed_version,
- *                saved_last_msg_seq) -> (cleared, dirty_target_msg_seq, dirty_version)
- * Clears only when the version is unchanged (no newer message raced the
- * client) and the client's saved position reaches the target.  Takes the
- * user's head first, in lock order, like every change to a user's state.
- */
-PG_FUNCTION_INFO_V1(im_clear_dirty);
-Datum
-im_clear_dirty(PG_FUNCTION_ARGS)
-{
-	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
-	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
-	int64		observed_version;
-	int64		saved;
-	static SPIPlanPtr plan;
-	Datum		args[4];
-	Datum		values[3];
-	bool		nulls[3] = {false, false, false};
-
-	if (PG_ARGISNULL(2) || PG_GETARG_INT64(2) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("observed_version must be a non-negative number")));
-	if (PG_ARGISNULL(3) || PG_GETARG_INT64(3) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("saved_last_msg_seq must be a non-negative number")));
-	observed_version = PG_GETARG_INT64(2);
-	saved = PG_GETARG_INT64(3);
-
-	im_srf_begin(fcinfo);
-	im_spi_connect();
-
-	im_require_conversation(conversation_id, NULL);
-
-	im_lock_user_heads(&user_id, 1);
-	im_prepare(&plan,
-			   "WITH s AS (SELECT dirty_target_msg_seq, dirty_version FROM im.user_conversation"
-			   "           WHERE user_id" EQ "$1 AND conversation_id" EQ "$2 FOR UPDATE),"
-			   " c AS (UPDATE im.user_conversation u SET dirty = false, version = u.version" PLUS "1"
-			   "       FROM s WHERE u.user_id" EQ "$1 AND u.conversation_id" EQ "$2"
-			   "         AND s.dirty_version" EQ "$3 AND $4" GE "s.dirty_target_msg_seq"
-			   "       RETURNING 1)"
-			   "SELECT EXISTS (SELECT 1 FROM c), s.dirty_target_msg_seq, s.dirty_version FROM s",
-			   4, INT8OID, INT8OID, INT8OID, INT8OID);
-	args[0] = Int64GetDatum(user_id);
-	args[1] = Int64GetDatum(conversation_id);
-	args[2] = Int64GetDatum(observed_version);
-	args[3] = Int64GetDatum(saved);
-	if (im_exec(plan, args, NULL, 0) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("user " INT64_FORMAT " was never a member of conversation " INT64_FORMAT,
-						user_id, conversation_id)));
-	values[0] = BoolGetDatum(im_get_bool(0, 1, NULL));
-	values[1] = Int64GetDatum(im_get_int64(0, 2, NULL));
-	values[2] = Int64GetDatum(im_get_int64(0, 3, NULL));
-	SPI_finish();
-	im_srf_row(fcinfo, values, nulls);
-	PG_RETURN_NULL();
 }

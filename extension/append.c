@@ -1,0 +1,109 @@
+/*
+ * append.c — the single-writer append of a conversation position, used by
+ * send/recall/edit, membership events and mode switches (conversation side).
+ *
+ * Invariants protected here (design §2.3, contract §1/§3):
+ *   - msg_seq is gap-free and unique per conversation: every position is
+ *     assigned as head + 1 while the caller holds the conversation row lock,
+ *     and the event, the new head and its outbox item are written in one
+ *     statement;
+ *   - a position suppressed by its idempotency key writes nothing (no gap);
+ *   - every position gets its outbox item, and the fanout workers are woken
+ *     at commit (never by NOTIFY, which would serialize every send).
+ */
+#include "im_sync.h"
+#include "common.h"
+#include "append.h"
+#include "im_sql.h"
+#include "shmem.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+Datum
+im_jsonb_from_cstring(const char *json)
+{
+	return DirectFunctionCall1(jsonb_in, CStringGetDatum(json));
+}
+
+/* Result columns of the append statement. */
+enum
+{
+	Anum_append_message_id = 1,
+	Anum_append_msg_seq,
+	Anum_append_heads_moved,
+	Anum_append_outbox_items
+};
+
+bool
+im_append_event(ImConversation *conv, const ImNewEvent *ev,
+				int64 *message_id, int64 *msg_seq)
+{
+	static SPIPlanPtr plan;
+	Datum		args[11];
+	char		nulls[11];
+
+	/*
+	 * One statement: if the event insert is suppressed by the idempotency
+	 * key, the head and outbox CTEs see no row and change nothing, so a
+	 * suppressed append leaves no gap.
+	 */
+	im_prepare(&plan,
+			   "WITH ins AS ("
+			   "  INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id,"
+			   "                        request_digest, content_type, body, target_message_id,"
+			   "                        subject_user_id, mode)"
+			   "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+			   "  ON CONFLICT (sender_id, client_msg_id) DO NOTHING"
+			   "  RETURNING message_id, msg_seq),"
+			   " head AS ("
+			   "  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins"
+			   "  WHERE c.conversation_id" EQ "$1 RETURNING 1),"
+			   " ob AS ("
+			   "  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)"
+			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"
+			   "SELECT ins.message_id, ins.msg_seq, (SELECT pg_catalog.count(*) FROM head),"
+			   "       (SELECT pg_catalog.count(*) FROM ob) FROM ins",
+			   11, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
+			   JSONBOID, INT8OID, INT8OID, TEXTOID);
+
+	memset(nulls, ' ', sizeof(nulls));
+	args[0] = Int64GetDatum(conv->conversation_id);
+	args[1] = Int64GetDatum(conv->head_msg_seq + 1);
+	args[2] = CStringGetTextDatum(ev->kind);
+	args[3] = Int64GetDatum(ev->sender_id);
+	if (ev->sender_id == 0)
+		nulls[3] = 'n';
+	args[4] = ev->client_msg_id ? CStringGetTextDatum(ev->client_msg_id) : (Datum) 0;
+	if (ev->client_msg_id == NULL)
+		nulls[4] = 'n';
+	args[5] = PointerGetDatum(ev->request_digest);
+	if (ev->request_digest == NULL)
+		nulls[5] = 'n';
+	args[6] = ev->content_type ? CStringGetTextDatum(ev->content_type) : (Datum) 0;
+	if (ev->content_type == NULL)
+		nulls[6] = 'n';
+	args[7] = ev->body;
+	if (ev->body == (Datum) 0)
+		nulls[7] = 'n';
+	args[8] = Int64GetDatum(ev->target_message_id);
+	if (ev->target_message_id == 0)
+		nulls[8] = 'n';
+	args[9] = Int64GetDatum(ev->subject_user_id);
+	if (ev->subject_user_id == 0)
+		nulls[9] = 'n';
+	args[10] = CStringGetTextDatum(conv->mode);
+
+	if (im_exec(plan, args, nulls, 0) == 0)
+		return false;
+	*message_id = im_get_int64(0, Anum_append_message_id, NULL);
+	*msg_seq = im_get_int64(0, Anum_append_msg_seq, NULL);
+	if (im_get_int64(0, Anum_append_heads_moved, NULL) != 1 ||
+		im_get_int64(0, Anum_append_outbox_items, NULL) != 1)
+		elog(ERROR, "im_sync: append to conversation " INT64_FORMAT " did not write head and outbox",
+			 conv->conversation_id);
+	conv->head_msg_seq = *msg_seq;
+	im_wake_fanout_at_commit();
+	return true;
+}

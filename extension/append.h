@@ -1,0 +1,37 @@
+/*
+ * append.h — the single-writer append of a conversation position (append.c).
+ */
+#ifndef IM_APPEND_H
+#define IM_APPEND_H
+
+#include "im_sync.h"
+
+/*
+ * One new conversation position.  Zero / NULL fields are stored as NULL:
+ * sender_id 0 and client_msg_id NULL for system events.
+ */
+typedef struct ImNewEvent
+{
+	const char *kind;			/* message create join leave recall edit mode */
+	int64		sender_id;
+	const char *client_msg_id;
+	bytea	   *request_digest;
+	const char *content_type;
+	Datum		body;			/* jsonb; (Datum) 0 = NULL */
+	int64		target_message_id;
+	int64		subject_user_id;
+} ImNewEvent;
+
+/*
+ * Append ev at conv->head_msg_seq + 1.  The caller holds the conversation
+ * row lock (im_lock_conversation), which makes msg_seq gap-free and unique.
+ * Writes the event (with the mode in force), the new head and the outbox
+ * item in one statement and asks the workers to wake at commit.  Returns
+ * false, writing nothing, when (sender_id, client_msg_id) already exists.
+ */
+extern bool im_append_event(ImConversation *conv, const ImNewEvent *ev,
+							int64 *message_id, int64 *msg_seq);
+/* jsonb Datum from C text (for system event bodies). */
+extern Datum im_jsonb_from_cstring(const char *json);
+
+#endif							/* IM_APPEND_H */

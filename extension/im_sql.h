@@ -1,0 +1,95 @@
+/*
+ * im_sql.h — SQL fragments shared by the extension's statements.
+ *
+ * Operators are schema-qualified in every statement: the workers run with
+ * a default search_path, and an operator found through a search_path could
+ * be a user's overload.  These macros spell them once.  Each is a string
+ * literal with spaces around it, so it concatenates into a statement:
+ * "WHERE a" EQ "$1".
+ */
+#ifndef IM_SQL_H
+#define IM_SQL_H
+
+#define EQ " OPERATOR(pg_catalog.=) "
+#define NE " OPERATOR(pg_catalog.<>) "
+#define LT " OPERATOR(pg_catalog.<) "
+#define LE " OPERATOR(pg_catalog.<=) "
+#define GT " OPERATOR(pg_catalog.>) "
+#define GE " OPERATOR(pg_catalog.>=) "
+#define PLUS " OPERATOR(pg_catalog.+) "
+#define MINUS " OPERATOR(pg_catalog.-) "
+#define OP_TIMES " OPERATOR(pg_catalog.*) "
+#define OP_CONCAT " OPERATOR(pg_catalog.||) "
+#define OP_OVERLAP " OPERATOR(pg_catalog.&&) "
+#define OP_GET_TEXT " OPERATOR(pg_catalog.->>) "
+
+/*
+ * Membership period `p` (an alias of im.membership_period) covers position
+ * `seq` (an SQL expression): join_seq <= seq <= leave_seq, an open period
+ * having no end (contract §1).  Reconcile (reconcile.c) spells it out on
+ * purpose: a checker must not share the code it checks.
+ */
+#define IM_PERIOD_COVERS_SQL(p, seq) \
+	"(" p ".join_seq" LE seq " AND (" p ".leave_seq IS NULL OR " p ".leave_seq" GE seq "))"
+
+/*
+ * SQL predicate of contract §1: position e (an im.event row aliased `e`) is
+ * not deleted for the user `user` (an SQL expression), neither the message
+ * itself nor, for a recall or edit, its target (an edit would bring the
+ * deleted text back).  The read paths (history, sync, message_status) use it.
+ */
+#define IM_NOT_DELETED_FOR_ME_SQL(user) \
+	"NOT EXISTS (SELECT 1 FROM im.deleted_for_me d " \
+	"         WHERE d.user_id" EQ user " " \
+	"           AND (d.message_id" EQ "e.message_id " \
+	"                OR d.message_id" EQ "e.target_message_id))"
+
+/*
+ * Page size in bytes (im_sync.max_page_bytes): the JSON text of a jsonb
+ * array of n elements is "[" e1 ", " e2 … "]", i.e. the sum over its
+ * elements of (octet_length(element text) + 2).  A window sum of
+ * IM_PAGE_BYTES_SQL(x) over the rows in page order, compared with the
+ * setting, ends a page before the element that would push it over.
+ */
+#define IM_PAGE_BYTES_SQL(x) \
+	"(pg_catalog.octet_length((" x ")::pg_catalog.text)" PLUS "2)"
+
+/* SQL fragment: one conversation position as contract §11 JSON, from an
+ * im.event row aliased `e`. */
+#define IM_EVENT_JSON_SQL \
+	"pg_catalog.jsonb_build_object(" \
+	"'kind', e.kind, 'conversation_id', e.conversation_id, 'msg_seq', e.msg_seq, " \
+	"'message_id', e.message_id, 'sender_id', e.sender_id, " \
+	"'content_type', e.content_type, 'body', e.body, " \
+	"'target_message_id', e.target_message_id, 'recalled', e.recalled, " \
+	"'created_at', e.created_at)"
+
+
+/*
+ * Unread recount of contract §3 for fanout conversations: $1 user_id,
+ * $2 conversation_id, $3 read_msg_seq.  Counts `message` positions from
+ * other senders whose outbox item is processed (an item is written with its
+ * event and collected only after processing, so a missing item counts as
+ * processed), visible to the user by a
+ * membership period, not recalled by a processed recall, not deleted for
+ * the user, above the read cursor.  Fanout keeps unread_count equal to this
+ * by increments; report_read/delete_for_me/reconcile use it directly.
+ */
+#define IM_UNREAD_RECOUNT_SQL \
+	"SELECT pg_catalog.count(*) FROM im.event e " \
+	"WHERE e.conversation_id" EQ "$2 AND e.kind" EQ "'message' " \
+	"  AND e.msg_seq" GT "$3 " \
+	"  AND e.sender_id" NE "$1 " \
+	"  AND NOT EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id" EQ "e.message_id " \
+	"              AND o.state" NE "'done') " \
+	"  AND EXISTS (SELECT 1 FROM im.membership_period p WHERE p.conversation_id" EQ "e.conversation_id " \
+	"              AND p.user_id" EQ "$1 AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
+	"  AND NOT EXISTS (SELECT 1 FROM im.event r WHERE r.target_message_id" EQ "e.message_id " \
+	"              AND r.kind" EQ "'recall' " \
+	"              AND NOT EXISTS (SELECT 1 FROM im.outbox ro WHERE ro.source_event_id" EQ "r.message_id " \
+	"                              AND ro.state" NE "'done')) " \
+	"  AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "$1 " \
+	"              AND d.message_id" EQ "e.message_id)"
+
+#endif							/* IM_SQL_H */
+

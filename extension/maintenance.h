@@ -1,0 +1,21 @@
+/*
+ * maintenance.h — inbox GC (gc.c) and the rest of maintenance: key ring and
+ * retention (maintenance.c).  Run by im.gc_inbox and by the first worker.
+ */
+#ifndef IM_MAINTENANCE_H
+#define IM_MAINTENANCE_H
+
+#include "im_sync.h"
+
+/*
+ * One chunk of inbox GC in the caller's transaction: at most max_users
+ * users (<= 0: all) after the stored cursor, wrapping around.  Emits rows
+ * into fcinfo's tuplestore when fcinfo is not NULL.  Returns true when the
+ * chunk ended a round of all users (or wrapped to start the next).  The
+ * deleted rows are counted (im_gc_deleted_total) when the chunk commits.
+ */
+extern bool im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo);
+/* Key ring and retention (everything but inbox GC), caller's transaction. */
+extern void im_maintain(void);
+
+#endif							/* IM_MAINTENANCE_H */
