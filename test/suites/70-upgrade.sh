@@ -143,12 +143,15 @@ for db in im_upgrade im_regress; do
 done
 echo "catalog: $release + ALTER EXTENSION UPDATE = fresh $latest ($(wc -l <"$up/catalog-im_fresh.txt") lines compared)"
 
-# --- 4. the regression and model tests on upgraded databases
+# --- 4. the regression and model tests on upgraded databases (the model test
+# with its fixed seeds only: random exploration is 50-model's job, and a
+# rare model finding must not make the upgrade check flaky)
 tests=$(ls sql/*.sql | xargs -n1 basename | sed 's/\.sql$//' | sort)
 "$PGBIN/../lib/pgxs/src/test/regress/pg_regress" --host="$PGHOST" --port="$PGPORT" --user="$PGUSER" \
   --bindir="$PGBIN" --inputdir=. --outputdir="$up/regress" --use-existing --dbname=im_regress $tests \
   || { cat "$up/regress/regression.diffs" 2>/dev/null | head -n 200; fail "regression tests fail on the upgraded database"; }
 IM_MODEL_DSN="host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_upgrade" \
   /usr/bin/python3 test/model/model_test.py --steps "${IM_UPGRADE_MODEL_STEPS:-200}" \
+    --seed 1 --seed 2 --seed 3 --seed 4 --seed 5 --seed 6 \
   || fail "the model test fails on the upgraded database"
 echo "upgrade $release -> $latest: ok"
