@@ -23,8 +23,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -102,6 +104,27 @@ im_now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+im_job *
+im_job_new(im_job_kind kind, uint64_t sid)
+{
+	im_job	   *j = calloc(1, sizeof(im_job));
+
+	if (!j)
+		abort();
+	j->kind = kind;
+	j->sid = sid;
+	return j;
+}
+
+char *
+im_param_int64(int64_t v)
+{
+	char		b[32];
+
+	snprintf(b, sizeof(b), "%" PRId64, v);
+	return strdup(b);
 }
 
 void
@@ -728,11 +751,8 @@ drain_notifies(dbconn *c)
 
 	while ((n = PQnotifies(c->pg)) != NULL)
 	{
-		im_job	   *j = calloc(1, sizeof(*j));
+		im_job	   *j = im_job_new(IM_JOB_NOTIFY, 0);
 
-		if (!j)
-			abort();
-		j->kind = IM_JOB_NOTIFY;
 		j->channel = strdup(n->relname);
 		j->payload = strdup(n->extra);
 		PQfreemem(n);
@@ -802,14 +822,7 @@ conn_io(dbconn *c, short revents)
 					}
 					im_db_stats_g.listen_ready = 1;
 					im_log("info", "event=listen_ready");
-					{
-						im_job	   *j = calloc(1, sizeof(*j));
-
-						if (!j)
-							abort();
-						j->kind = IM_JOB_LISTEN_UP;
-						post_done(j);
-					}
+					post_done(im_job_new(IM_JOB_LISTEN_UP, 0));
 				}
 				else if (c->preparing && c->res &&
 						 PQresultStatus(c->res) == PGRES_COMMAND_OK)
