@@ -225,9 +225,9 @@ im_request_recheck(session *s, int hint)
 	j->sql = "SELECT state, sync_generation, server_acked_sync_seq, high_watermark, current "
 		"FROM im.device_session($1::bigint, $2::text, $3::bigint)";
 	j->nparams = 3;
-	j->params[0] = im_param_int64(s->user_id);
+	j->params[0] = im_int64_text(s->user_id);
 	j->params[1] = strdup(s->device_id);
-	j->params[2] = im_param_int64(s->epoch);
+	j->params[2] = im_int64_text(s->epoch);
 	im_db_submit(j);
 }
 

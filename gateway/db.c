@@ -26,10 +26,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -80,15 +78,6 @@ im_job_new(im_job_kind kind, uint64_t sid)
 	return j;
 }
 
-char *
-im_param_int64(int64_t v)
-{
-	char		b[32];
-
-	snprintf(b, sizeof(b), "%" PRId64, v);
-	return strdup(b);
-}
-
 void
 im_job_free(im_job *job)
 {
@@ -109,25 +98,37 @@ im_job_free(im_job *job)
 	free(job);
 }
 
+/*
+ * Appends job to one of the two cross-thread lists.  Returns 1 when the
+ * list was empty: only then does the other side need a wake-up, since it
+ * takes the whole list when woken.
+ */
+static int
+append_locked(im_job **head, im_job **tail, im_job *job)
+{
+	int			was_empty;
+
+	job->next = NULL;
+	pthread_mutex_lock(&g_lock);
+	was_empty = *head == NULL;
+	if (*tail)
+		(*tail)->next = job;
+	else
+		*head = job;
+	*tail = job;
+	pthread_mutex_unlock(&g_lock);
+	return was_empty;
+}
+
 void
 im_db_submit(im_job *job)
 {
 	char		c = 1;
 
-	int			was_empty;
-
-	job->next = NULL;
 	job->t_submit = im_now();
-	pthread_mutex_lock(&g_lock);
-	was_empty = g_in_head == NULL;
-	if (g_in_tail)
-		g_in_tail->next = job;
-	else
-		g_in_head = job;
-	g_in_tail = job;
-	pthread_mutex_unlock(&g_lock);
 	/* a non-empty queue already has a wake-up on its way */
-	if (was_empty && write(g_wake_pipe[1], &c, 1) < 0 && errno != EAGAIN)
+	if (append_locked(&g_in_head, &g_in_tail, job) &&
+		write(g_wake_pipe[1], &c, 1) < 0 && errno != EAGAIN)
 		im_log("error", "event=wake_pipe_failed errno=%d", errno);
 }
 
@@ -146,19 +147,8 @@ im_db_take_done(void)
 void
 im_db_post_done(im_job *job)
 {
-	int			was_empty;
-
-	job->next = NULL;
-	pthread_mutex_lock(&g_lock);
-	was_empty = g_done_head == NULL;
-	if (g_done_tail)
-		g_done_tail->next = job;
-	else
-		g_done_head = job;
-	g_done_tail = job;
-	pthread_mutex_unlock(&g_lock);
 	/* one lws_cancel_service per batch: the loop takes the whole list */
-	if (was_empty)
+	if (append_locked(&g_done_head, &g_done_tail, job))
 		g_wake(g_wake_arg);
 }
 
@@ -325,66 +315,85 @@ take_job(void)
 	return j;
 }
 
+/* Hands queued jobs to idle pool connections. */
+static void
+dispatch_queued(void)
+{
+	int			i;
+
+	for (i = 0; i < im_db_npool && q_head; i++)
+	{
+		if (im_db_conns[i].st == C_IDLE)
+		{
+			im_job	   *j = take_job();
+
+			if (!j)
+				break;			/* only hellos queued, and they have their share */
+			im_conn_dispatch(&im_db_conns[i], j);
+		}
+	}
+}
+
+/*
+ * The poll set: the wake pipe, then every connection that is up or coming
+ * up (map[k]: its index).  *timeout shrinks to the next reconnect due.
+ * Returns the number of entries.
+ */
+static int
+build_pollset(struct pollfd *pfd, int *map, int nconns, double now, int *timeout)
+{
+	int			i,
+				n = 0;
+
+	pfd[n].fd = g_wake_pipe[0];
+	pfd[n].events = POLLIN;
+	map[n++] = -1;
+	for (i = 0; i < nconns; i++)
+	{
+		dbconn	   *c = &im_db_conns[i];
+
+		if (c->st == C_DOWN)
+		{
+			int			ms = (int) ((c->retry_at - now) * 1000) + 1;
+
+			if (ms < *timeout)
+				*timeout = ms < 0 ? 0 : ms;
+			continue;
+		}
+		pfd[n].fd = PQsocket(c->pg);
+		if (pfd[n].fd < 0)
+		{
+			im_conn_down(c, "no socket");
+			continue;
+		}
+		pfd[n].events = POLLIN | (c->want_write ? POLLOUT : 0);
+		map[n++] = i;
+	}
+	return n;
+}
+
+/* The thread: reconnect what is due, take new jobs, run them, poll. */
 static void *
 db_main(void *arg)
 {
 	struct pollfd pfd[MAX_CONNS + 2];
 	int			map[MAX_CONNS + 2];
 	int			nconns = im_db_npool + 1;
+	int			i;
 
 	(void) arg;
 	while (!g_stop)
 	{
-		int			i,
-					n = 0;
 		double		now = im_now();
 		int			timeout = 1000;
+		int			n;
 
 		for (i = 0; i < nconns; i++)
-		{
-			dbconn	   *c = &im_db_conns[i];
-
-			if (c->st == C_DOWN && now >= c->retry_at)
-				im_conn_start(c);
-		}
+			if (im_db_conns[i].st == C_DOWN && now >= im_db_conns[i].retry_at)
+				im_conn_start(&im_db_conns[i]);
 		take_incoming();
-		/* hand queued jobs to idle pool connections */
-		for (i = 0; i < im_db_npool && q_head; i++)
-		{
-			if (im_db_conns[i].st == C_IDLE)
-			{
-				im_job	   *j = take_job();
-
-				if (!j)
-					break;		/* only hellos queued, and they have their share */
-				im_conn_dispatch(&im_db_conns[i], j);
-			}
-		}
-
-		pfd[n].fd = g_wake_pipe[0];
-		pfd[n].events = POLLIN;
-		map[n++] = -1;
-		for (i = 0; i < nconns; i++)
-		{
-			dbconn	   *c = &im_db_conns[i];
-
-			if (c->st == C_DOWN)
-			{
-				int			ms = (int) ((c->retry_at - now) * 1000) + 1;
-
-				if (ms < timeout)
-					timeout = ms < 0 ? 0 : ms;
-				continue;
-			}
-			pfd[n].fd = PQsocket(c->pg);
-			if (pfd[n].fd < 0)
-			{
-				im_conn_down(c, "no socket");
-				continue;
-			}
-			pfd[n].events = POLLIN | (c->want_write ? POLLOUT : 0);
-			map[n++] = i;
-		}
+		dispatch_queued();
+		n = build_pollset(pfd, map, nconns, now, &timeout);
 		if (poll(pfd, (nfds_t) n, timeout) < 0 && errno != EINTR)
 			im_log("error", "event=poll_failed errno=%d", errno);
 		for (i = 1; i < n; i++)
@@ -395,7 +404,7 @@ db_main(void *arg)
 				im_conn_io(c, pfd[i].revents);
 		}
 	}
-	for (int i = 0; i < nconns; i++)
+	for (i = 0; i < nconns; i++)
 		if (im_db_conns[i].pg)
 			PQfinish(im_db_conns[i].pg);
 	return NULL;

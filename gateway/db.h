@@ -101,8 +101,6 @@ extern im_job *im_db_take_done(void);
 extern void im_db_end_txn(im_job *job, int commit);
 /* A zeroed job of kind for session sid (0: none); aborts when out of memory. */
 extern im_job *im_job_new(im_job_kind kind, uint64_t sid);
-/* A bigint parameter as text (malloc'd), for im_job.params. */
-extern char *im_param_int64(int64_t v);
 extern void im_job_free(im_job *job);
 extern double im_now(void);
 

@@ -180,7 +180,7 @@ conv_hint_cb(void *arg, int64_t conv, int64_t head)
 	 */
 	j->sql = "SELECT u FROM im.members_among($1::bigint, $2::bigint[]) u";
 	j->nparams = 2;
-	j->params[0] = im_param_int64(conv);
+	j->params[0] = im_int64_text(conv);
 	j->params[1] = connected_users_array();
 	im_db_submit(j);
 }
