@@ -1,14 +1,20 @@
 /*
- * admission.c — connection admission that needs no database (contract §10):
- * per-address counts of unauthenticated sockets, the Origin rule, loopback.
+ * admission.c — connection admission that needs no database (contract §10,
+ * §11.3): per-address counts of unauthenticated sockets, the Origin rule,
+ * loopback, token buckets for frames and reconnects, hello pacing.
  *
- * The per-address table is bounded by the sockets themselves: an entry
- * exists only while it counts at least one open unauthenticated socket.
+ * Every table here is bounded: the per-address table by the sockets
+ * themselves (an entry exists only while it counts at least one open
+ * unauthenticated socket), the reconnect buckets by a fixed slot count.
  */
 #include "admission.h"
+#include "config.h"
+#include "db.h"
+#include "table_hash.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,11 +27,7 @@ static ip_count *ip_table[NIP];
 static unsigned
 ip_hash(const char *s)
 {
-	uint64_t	h = 1469598103934665603ULL;
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char) *s) * 1099511628211ULL;
-	return (unsigned) (h % NIP);
+	return (unsigned) (im_fnv1a(s, IM_FNV_OFFSET) % NIP);
 }
 
 int
@@ -160,4 +162,114 @@ im_host_is_loopback(const char *host)
 	if (inet_pton(AF_INET6, host, &a6) == 1)
 		return memcmp(&a6, &in6addr_loopback, sizeof(a6)) == 0;
 	return 0;
+}
+
+/* ---- token buckets ---- */
+
+long
+im_bucket_take(im_bucket *b, double rate, double burst, double now)
+{
+	b->tokens += (now - b->t) * rate;
+	if (b->tokens > burst)
+		b->tokens = burst;
+	b->t = now;
+	if (b->tokens < 1)
+		return (long) ceil((1 - b->tokens) / rate * 1000);
+	b->tokens -= 1;
+	return 0;
+}
+
+/* Small direct-mapped buckets for reconnect rates; a collision only makes
+ * the limit approximate, never unbounded memory. */
+#define NRATE 65536
+typedef struct
+{
+	uint64_t	key;
+	im_bucket	b;
+} rate_slot;
+static rate_slot dev_rates[NRATE],
+			user_rates[NRATE];
+
+static long
+take_rate(rate_slot *tab, uint64_t key, double rate, double burst)
+{
+	rate_slot  *r = &tab[im_mix64(key) & (NRATE - 1)];
+	double		now = im_now();
+
+	if (r->key != key || r->b.t == 0)
+	{
+		/* a new key (or a collision) starts with a full bucket */
+		r->key = key;
+		r->b.tokens = burst;
+		r->b.t = now;
+	}
+	return im_bucket_take(&r->b, rate, burst, now);
+}
+
+long
+im_reconnect_wait(int64_t user_id, const char *device_id)
+{
+	long		wait;
+
+	wait = take_rate(dev_rates, im_fnv1a(device_id, (uint64_t) user_id * IM_FNV_OFFSET),
+					 im_cfg.hello_rate_device, im_cfg.hello_burst_device);
+	if (!wait)
+		wait = take_rate(user_rates, (uint64_t) user_id,
+						 im_cfg.hello_rate_user, im_cfg.hello_burst_user);
+	return wait;
+}
+
+/* ---- hello pacing ---- */
+
+/*
+ * Reconnect-storm pacing: hellos answered per second (moving average over
+ * the 1 s tick) and the time handed to the last client refused for
+ * max_pending_hello.  Each refusal gets the next free slot at that rate
+ * instead of the same fixed wait.
+ */
+static int	pending_hellos;
+static long hellos_done;
+static double hello_rate = 200;
+static double hello_slot;
+
+/* Milliseconds a client refused for max_pending_hello should wait. */
+static long
+hello_retry_ms(void)
+{
+	double		now = im_now();
+	double		rate = hello_rate < 20 ? 20 : hello_rate;
+
+	/* the queue in flight drains first, then one slot per refused client */
+	if (hello_slot < now + pending_hellos / rate)
+		hello_slot = now + pending_hellos / rate;
+	hello_slot += 1 / rate;
+	if (hello_slot > now + 60)
+		hello_slot = now + 60;
+	return (long) ceil((hello_slot - now) * 1000);
+}
+
+long
+im_hello_admit(void)
+{
+	if (pending_hellos >= im_cfg.max_pending_hello)
+		return hello_retry_ms();
+	pending_hellos++;
+	return 0;
+}
+
+void
+im_hello_release(int answered)
+{
+	pending_hellos--;
+	if (answered)
+		hellos_done++;
+}
+
+void
+im_hello_tick(void)
+{
+	/* only seconds with hellos in flight tell the rate */
+	if (pending_hellos > 0 || hellos_done > 0)
+		hello_rate = 0.5 * hello_rate + 0.5 * (double) hellos_done;
+	hellos_done = 0;
 }

@@ -99,6 +99,8 @@ extern im_job *im_db_take_done(void);
  * comes back (the db thread frees it).
  */
 extern void im_db_end_txn(im_job *job, int commit);
+/* A zeroed job of kind for session sid (0: none); aborts when out of memory. */
+extern im_job *im_job_new(im_job_kind kind, uint64_t sid);
 extern void im_job_free(im_job *job);
 extern double im_now(void);
 

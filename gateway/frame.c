@@ -193,8 +193,8 @@ string_has_nul(const json_t *t)
 	return strlen(json_string_value(t)) != json_string_length(t);
 }
 
-static char *
-int_text(int64_t v)
+char *
+im_int64_text(int64_t v)
 {
 	char		buf[32];
 
@@ -247,21 +247,20 @@ number_out_of_range(const char *buf, size_t len, im_request *req)
 	return bad(req, IM_DECODE_INVALID, "a number is out of range%s", NULL);
 }
 
-im_decode_status
-im_decode_frame(const char *buf, size_t len, int64_t user_id,
-				const char *device_id, im_request *req)
+/*
+ * The envelope: JSON text, an object, a scalar id (kept in req->id so
+ * errors can echo it), nesting, a known type.  Returns the object with
+ * req->op set, or NULL with *rc the refusal.
+ */
+static json_t *
+decode_envelope(const char *buf, size_t len, im_request *req, im_decode_status *rc)
 {
 	json_error_t jerr;
 	json_t	   *root;
 	json_t	   *t;
 	const char *type;
-	const op_stmt *st;
 	int			op;
-	int			i;
-	int			use_default = 0;
-	im_decode_status rc = IM_DECODE_OK;
 
-	memset(req, 0, sizeof(*req));
 	/*
 	 * jansson rejects invalid UTF-8; duplicate keys are refused so a frame
 	 * cannot mean two things (PostgreSQL, which re-reads the frame text for
@@ -271,16 +270,23 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 	 * not JSON and never reaches json_loadb's caller as a frame.
 	 */
 	if (memchr(buf, '\0', len) != NULL)
-		return bad(req, IM_DECODE_BAD_FRAME, "not JSON%s", NULL);
+	{
+		*rc = bad(req, IM_DECODE_BAD_FRAME, "not JSON%s", NULL);
+		return NULL;
+	}
 	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-	if (!root && json_error_code(&jerr) == json_error_numeric_overflow)
-		return number_out_of_range(buf, len, req);
 	if (!root)
-		return bad(req, IM_DECODE_BAD_FRAME, "not JSON%s", NULL);
+	{
+		*rc = json_error_code(&jerr) == json_error_numeric_overflow ?
+			number_out_of_range(buf, len, req) :
+			bad(req, IM_DECODE_BAD_FRAME, "not JSON%s", NULL);
+		return NULL;
+	}
+	*rc = IM_DECODE_BAD_FRAME;
 	if (!json_is_object(root))
 	{
-		json_decref(root);
-		return bad(req, IM_DECODE_BAD_FRAME, "not a JSON object%s", NULL);
+		bad(req, IM_DECODE_BAD_FRAME, "not a JSON object%s", NULL);
+		goto refused;
 	}
 	t = json_object_get(root, "id");
 	if (t && !json_is_null(t))
@@ -288,21 +294,21 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 		/* echo only scalars: a structured id is a bad frame */
 		if (json_is_object(t) || json_is_array(t))
 		{
-			json_decref(root);
-			return bad(req, IM_DECODE_BAD_FRAME, "id must be a string or a number%s", NULL);
+			bad(req, IM_DECODE_BAD_FRAME, "id must be a string or a number%s", NULL);
+			goto refused;
 		}
 		req->id = json_incref(t);
 	}
 	if (im_json_depth(root, IM_MAX_NESTING) > IM_MAX_NESTING)
 	{
-		json_decref(root);
-		return bad(req, IM_DECODE_BAD_FRAME, "nesting deeper than 32%s", NULL);
+		bad(req, IM_DECODE_BAD_FRAME, "nesting deeper than 32%s", NULL);
+		goto refused;
 	}
 	t = json_object_get(root, "type");
 	if (!t || !json_is_string(t) || string_has_nul(t))
 	{
-		json_decref(root);
-		return bad(req, IM_DECODE_BAD_FRAME, "missing or non-string type%s", NULL);
+		bad(req, IM_DECODE_BAD_FRAME, "missing or non-string type%s", NULL);
+		goto refused;
 	}
 	type = json_string_value(t);
 	for (op = 0; op < IM_OP_COUNT; op++)
@@ -310,135 +316,138 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 			break;
 	if (op == IM_OP_COUNT)
 	{
-		json_decref(root);
-		return bad(req, IM_DECODE_BAD_FRAME, "unknown type%s", NULL);
+		bad(req, IM_DECODE_BAD_FRAME, "unknown type%s", NULL);
+		goto refused;
 	}
 	req->op = (im_op) op;
+	*rc = IM_DECODE_OK;
+	return root;
 
-	/* A frame may repeat the session's identity but never name another. */
-	if (op != IM_OP_HELLO)
+refused:
+	json_decref(root);
+	return NULL;
+}
+
+/* A frame may repeat the session's identity but never name another. */
+static im_decode_status
+check_identity(json_t *root, int64_t user_id, const char *device_id, im_request *req)
+{
+	static const char *const user_fields[] = {"user_id", "sender_id"};
+	im_decode_status rc = IM_DECODE_OK;
+	json_t	   *t;
+	int			i;
+
+	for (i = 0; i < 2; i++)
 	{
-		static const char *const user_fields[] = {"user_id", "sender_id"};
+		json_t	   *u = json_object_get(root, user_fields[i]);
 
-		for (i = 0; i < 2; i++)
-		{
-			json_t	   *u = json_object_get(root, user_fields[i]);
-
-			if (u && !json_is_null(u) &&
-				(!json_is_integer(u) || json_integer_value(u) != user_id))
-				rc = bad(req, IM_DECODE_FORBIDDEN, "frame names another user (%s)", user_fields[i]);
-		}
-		t = json_object_get(root, "device_id");
-		if (t && !json_is_null(t) &&
-			(!json_is_string(t) || string_has_nul(t) || !device_id ||
-			 strcmp(json_string_value(t), device_id) != 0))
-			rc = bad(req, IM_DECODE_FORBIDDEN, "frame names another device%s", NULL);
-		if (rc != IM_DECODE_OK)
-		{
-			json_decref(root);
-			return rc;
-		}
+		if (u && !json_is_null(u) &&
+			(!json_is_integer(u) || json_integer_value(u) != user_id))
+			rc = bad(req, IM_DECODE_FORBIDDEN, "frame names another user (%s)", user_fields[i]);
 	}
+	t = json_object_get(root, "device_id");
+	if (t && !json_is_null(t) &&
+		(!json_is_string(t) || string_has_nul(t) || !device_id ||
+		 strcmp(json_string_value(t), device_id) != 0))
+		rc = bad(req, IM_DECODE_FORBIDDEN, "frame names another device%s", NULL);
+	return rc;
+}
 
-	if (op == IM_OP_HELLO)
+static im_decode_status
+decode_hello(json_t *root, im_request *req)
+{
+	json_t	   *t = json_object_get(root, "token");
+
+	if (!t || !json_is_string(t) || json_string_length(t) == 0 || string_has_nul(t))
+		return bad(req, IM_DECODE_BAD_FRAME, "hello needs a string token%s", NULL);
+	req->params[0] = xstrdup(json_string_value(t));
+	req->nparams = 1;
+	/*
+	 * One round trip per hello: device_session runs after authenticate
+	 * (LATERAL) and, being volatile, sees the epoch it just set.  Admission
+	 * limits are checked on the result before the session is welcomed.
+	 */
+	req->sql = "SELECT a.user_id, a.device_id, a.connection_epoch, d.state, d.sync_generation, "
+		"d.server_acked_sync_seq, d.high_watermark, d.current "
+		"FROM im.authenticate($1::text) a "
+		"CROSS JOIN LATERAL im.device_session(a.user_id, a.device_id, a.connection_epoch) d";
+	return IM_DECODE_OK;
+}
+
+/* The text parameter (*val) of field f from its JSON value t (not null). */
+static im_decode_status
+field_param(const field_spec *f, json_t *t, const char *buf, size_t len,
+			im_request *req, char **val)
+{
+	if (f->kind == F_INT)
 	{
-		t = json_object_get(root, "token");
-		if (!t || !json_is_string(t) || json_string_length(t) == 0 || string_has_nul(t))
-			rc = bad(req, IM_DECODE_BAD_FRAME, "hello needs a string token%s", NULL);
-		else
-		{
-			req->params[0] = xstrdup(json_string_value(t));
-			req->nparams = 1;
-			/*
-			 * One round trip per hello: device_session runs after
-			 * authenticate (LATERAL) and, being volatile, sees the epoch it
-			 * just set.  Admission limits are checked on the result before
-			 * the session is welcomed.
-			 */
-			req->sql = "SELECT a.user_id, a.device_id, a.connection_epoch, d.state, d.sync_generation, "
-				"d.server_acked_sync_seq, d.high_watermark, d.current "
-				"FROM im.authenticate($1::text) a "
-				"CROSS JOIN LATERAL im.device_session(a.user_id, a.device_id, a.connection_epoch) d";
-		}
-		json_decref(root);
-		return rc;
-	}
-	if (op == IM_OP_PING)
-	{
-		json_decref(root);
+		if (!json_is_integer(t))
+			return bad(req, IM_DECODE_BAD_FRAME, "field %s must be an integer", f->name);
+		*val = im_int64_text(json_integer_value(t));
 		return IM_DECODE_OK;
 	}
+	if (f->kind == F_TEXT)
+	{
+		if (!json_is_string(t))
+			return bad(req, IM_DECODE_BAD_FRAME, "field %s must be a string", f->name);
+		if (string_has_nul(t))
+			return bad(req, IM_DECODE_INVALID, "field %s must not contain \\u0000", f->name);
+		*val = xstrdup(json_string_value(t));
+		return IM_DECODE_OK;
+	}
+	if (!json_is_object(t))
+		return bad(req, IM_DECODE_BAD_FRAME, "field %s must be an object", f->name);
+	/*
+	 * Never re-serialized: jansson would print 0.1 as 0.10000000000000001
+	 * and cannot hold integers past int64.  PostgreSQL reads the frame text
+	 * itself and the statement takes the field (checked above to be the one
+	 * object of that name).
+	 */
+	*val = malloc(len + 1);
+	if (!*val)
+		abort();
+	memcpy(*val, buf, len);
+	(*val)[len] = '\0';
+	return IM_DECODE_OK;
+}
 
-	st = &stmts[op];
+/*
+ * The statement's parameters in field order, and which statement text: the
+ * one without the defaulted last field when the frame leaves it out.
+ */
+static im_decode_status
+decode_params(json_t *root, const char *buf, size_t len, int64_t user_id,
+			  const char *device_id, im_request *req)
+{
+	const op_stmt *st = &stmts[req->op];
+	im_decode_status rc = IM_DECODE_OK;
+	int			use_default = 0;
+	int			i;
+
 	for (i = 0; i < IM_MAX_PARAMS && st->fields[i].kind != F_END; i++)
 	{
 		const field_spec *f = &st->fields[i];
+		json_t	   *t = NULL;
 		char	   *val = NULL;
 
-		switch (f->kind)
+		if (f->kind == F_USER)
+			val = im_int64_text(user_id);
+		else if (f->kind == F_DEVICE)
+			val = xstrdup(device_id ? device_id : "");
+		else if (!(t = json_object_get(root, f->name)) || json_is_null(t))
 		{
-			case F_USER:
-				val = int_text(user_id);
-				break;
-			case F_DEVICE:
-				val = xstrdup(device_id ? device_id : "");
-				break;
-			default:
-				t = json_object_get(root, f->name);
-				if (!t || json_is_null(t))
-				{
-					if (f->required)
-						rc = bad(req, IM_DECODE_BAD_FRAME, "missing field %s", f->name);
-					else if (f->has_default)
-						use_default = 1;
-					break;
-				}
-				if (f->kind == F_INT)
-				{
-					if (!json_is_integer(t))
-						rc = bad(req, IM_DECODE_BAD_FRAME, "field %s must be an integer", f->name);
-					else
-						val = int_text(json_integer_value(t));
-				}
-				else if (f->kind == F_TEXT)
-				{
-					if (!json_is_string(t))
-						rc = bad(req, IM_DECODE_BAD_FRAME, "field %s must be a string", f->name);
-					else if (string_has_nul(t))
-						rc = bad(req, IM_DECODE_INVALID, "field %s must not contain \\u0000", f->name);
-					else
-						val = xstrdup(json_string_value(t));
-				}
-				else
-				{
-					if (!json_is_object(t))
-						rc = bad(req, IM_DECODE_BAD_FRAME, "field %s must be an object", f->name);
-					else
-					{
-						/*
-						 * Never re-serialized: jansson would print 0.1 as
-						 * 0.10000000000000001 and cannot hold integers past
-						 * int64.  PostgreSQL reads the frame text itself and
-						 * the statement takes the field (checked above to be
-						 * the one object of that name).
-						 */
-						val = malloc(len + 1);
-						if (!val)
-							abort();
-						memcpy(val, buf, len);
-						val[len] = '\0';
-					}
-				}
-				break;
+			if (f->required)
+				rc = bad(req, IM_DECODE_BAD_FRAME, "missing field %s", f->name);
+			else if (f->has_default)
+				use_default = 1;
 		}
+		else
+			rc = field_param(f, t, buf, len, req, &val);
 		req->params[i] = val;
 		req->nparams = i + 1;
 		if (rc != IM_DECODE_OK)
-			break;
+			return rc;
 	}
-	json_decref(root);
-	if (rc != IM_DECODE_OK)
-		return rc;
 	if (use_default)
 	{
 		/* the defaulted field is always last: drop it */
@@ -450,6 +459,26 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 	else
 		req->sql = st->sql_all;
 	return IM_DECODE_OK;
+}
+
+im_decode_status
+im_decode_frame(const char *buf, size_t len, int64_t user_id,
+				const char *device_id, im_request *req)
+{
+	json_t	   *root;
+	im_decode_status rc;
+
+	memset(req, 0, sizeof(*req));
+	root = decode_envelope(buf, len, req, &rc);
+	if (!root)
+		return rc;
+	if (req->op == IM_OP_HELLO)
+		rc = decode_hello(root, req);
+	else if ((rc = check_identity(root, user_id, device_id, req)) == IM_DECODE_OK &&
+			 req->op != IM_OP_PING)
+		rc = decode_params(root, buf, len, user_id, device_id, req);
+	json_decref(root);
+	return rc;
 }
 
 static int

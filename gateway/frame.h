@@ -91,6 +91,9 @@ extern im_decode_status im_decode_frame(const char *buf, size_t len,
 										im_request *req);
 extern void im_request_free(im_request *req);
 
+/* A bigint as the text of a statement parameter (malloc'd). */
+extern char *im_int64_text(int64_t v);
+
 /* JSON nesting depth of a value (scalars are 0, [] is 1), capped at cap+1. */
 extern int	im_json_depth(const json_t *v, int cap);
 

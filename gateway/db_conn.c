@@ -1,0 +1,470 @@
+/*
+ * db_conn.c — the state machine of one libpq connection of the database
+ * thread: connect (PQconnectStartParams/PQconnectPoll), session setup,
+ * prepared statements, a job's results, explicit transactions held for the
+ * lws thread (hellos), and going down with backoff.
+ *
+ * Failure rules (contract §10): a lost connection answers every job on it
+ * UNAVAILABLE (the outcome of a send is then unknown; send is idempotent by
+ * client_msg_id, so the client retries); 40001/40P01 are retried up to
+ * MAX_ATTEMPTS times; 08*, 57P* and 57014 answer UNAVAILABLE.
+ */
+#include "db_internal.h"
+#include "log.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ATTEMPTS 3
+
+void
+im_conn_down(dbconn *c, const char *why)
+{
+	if (c->pg)
+	{
+		im_log("warn", "event=db_conn_lost conn=%s reason=\"%s\"",
+			   c->listen ? "listen" : "pool", why);
+		PQfinish(c->pg);
+	}
+	c->pg = NULL;
+	c->st = C_DOWN;
+	c->want_write = 0;
+	if (c->res)
+		PQclear(c->res);
+	c->res = NULL;
+	if (c->txn_saved)
+		PQclear(c->txn_saved);
+	c->txn_saved = NULL;
+	c->txn = TXN_NONE;			/* the server rolls back an open transaction */
+	if (c->job)
+	{
+		if (c->job->txn_ended && !c->job->txn_commit)
+			im_job_free(c->job);	/* a ROLLBACK never comes back */
+		else
+			im_db_finish_job(c->job, IM_JOB_UNAVAILABLE, NULL);
+		c->job = NULL;
+	}
+	c->backoff = c->backoff <= 0 ? 0.25 : (c->backoff * 2 > 4 ? 4 : c->backoff * 2);
+	c->retry_at = im_now() + c->backoff;
+	if (c->listen)
+		im_db_stats_g.listen_ready = 0;
+	else
+		im_db_pool_changed();
+}
+
+/* libpq prints notices (and a FATAL sent outside a query) to stderr by
+ * default; route them into the structured log instead. */
+static void
+notice_to_log(void *arg, const char *message)
+{
+	(void) arg;
+	im_log("warn", "event=db_notice msg=\"%s\"", message);
+}
+
+void
+im_conn_start(dbconn *c)
+{
+	const char *const kw[] = {"dbname", "application_name", NULL};
+	const char *const val[] = {im_db_conninfo, c->listen ? "im_gateway_listen" : "im_gateway", NULL};
+
+	c->nprepared = 0;
+	c->preparing = 0;
+	c->pg = PQconnectStartParams(kw, val, 1);
+	if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD)
+	{
+		im_conn_down(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
+		return;
+	}
+	PQsetNoticeProcessor(c->pg, notice_to_log, NULL);
+	c->st = C_CONNECTING;
+	c->want_write = 1;
+	im_db_stats_g.reconnects++;
+}
+
+int
+im_conn_sent(dbconn *c, int ok)
+{
+	if (!ok)
+	{
+		im_conn_down(c, PQerrorMessage(c->pg));
+		return 0;
+	}
+	c->want_write = PQflush(c->pg) == 1;
+	return 1;
+}
+
+/*
+ * No call may hold a pool connection (and the locks it took) unboundedly
+ * (contract §12): every pool connection gets the statement timeout before
+ * its first job; 57014 answers UNAVAILABLE.  Replies are JSON text, so
+ * results come as UTF-8.
+ */
+static int
+pool_setup_send(dbconn *c)
+{
+	char		setup[128];
+
+	snprintf(setup, sizeof(setup),
+			 "SET statement_timeout = %d; SET client_encoding = 'UTF8'",
+			 im_db_statement_timeout_ms);
+	return PQsendQuery(c->pg, setup);
+}
+
+/* Connected: the setup (LISTEN, or the pool's settings) comes first. */
+static void
+conn_ready(dbconn *c)
+{
+	PQsetnonblocking(c->pg, 1);
+	c->backoff = 0;
+	if (im_conn_sent(c, c->listen ? im_listen_send(c) : pool_setup_send(c)))
+		c->st = C_SETUP;
+}
+
+/* The setup's results are in.  Returns 0 when c went down. */
+static int
+setup_done(dbconn *c)
+{
+	int			ok = !c->res || PQresultStatus(c->res) == PGRES_COMMAND_OK;
+
+	if (c->res)
+		PQclear(c->res);
+	c->res = NULL;
+	if (!ok)
+	{
+		im_conn_down(c, c->listen ? "LISTEN failed" : "session setup failed");
+		return 0;
+	}
+	c->st = C_IDLE;
+	if (c->listen)
+		im_listen_ready();
+	else
+	{
+		im_db_pool_changed();
+		im_log("info", "event=db_conn_ready conn=pool");
+	}
+	return 1;
+}
+
+
+static int
+send_job(dbconn *c, im_job *j)
+{
+	const char *vals[8];
+	char		name[16];
+	int			i;
+
+	for (i = 0; i < c->nprepared; i++)
+		if (c->prepared[i] == j->sql)
+			break;
+	if (i < c->nprepared)
+	{
+		int			k;
+
+		snprintf(name, sizeof(name), "s%d", i);
+		for (k = 0; k < j->nparams; k++)
+			vals[k] = j->params[k];
+		return PQsendQueryPrepared(c->pg, name, j->nparams, vals, NULL, NULL, 0);
+	}
+	if (c->nprepared < MAX_PREPARED)
+	{
+		/* parameter types come from the casts in the statement text */
+		snprintf(name, sizeof(name), "s%d", c->nprepared);
+		c->preparing = 1;
+		return PQsendPrepare(c->pg, name, j->sql, j->nparams, NULL);
+	}
+	for (i = 0; i < j->nparams; i++)
+		vals[i] = j->params[i];
+	return PQsendQueryParams(c->pg, j->sql, j->nparams, NULL, vals, NULL, NULL, 0);
+}
+
+void
+im_conn_dispatch(dbconn *c, im_job *j)
+{
+	int			sent;
+
+	c->preparing = 0;
+	if (j->txn)
+	{
+		c->txn = TXN_BEGIN;
+		sent = PQsendQuery(c->pg, "BEGIN");
+	}
+	else
+		sent = send_job(c, j);
+	if (!sent)
+	{
+		/* the query never left: try it on another connection */
+		im_db_requeue_front(j);
+		im_conn_down(c, PQerrorMessage(c->pg));
+		return;
+	}
+	c->job = j;
+	c->st = C_BUSY;
+	c->t_sent = im_now();
+	c->want_write = PQflush(c->pg) == 1;
+}
+
+static void
+hist_observe(double s)
+{
+	int			i;
+
+	for (i = 0; i < 11 && s > im_db_hist_bounds[i]; i++)
+		;
+	im_db_stats_g.hist[i]++;
+	im_db_stats_g.hist_sum += s;
+	im_db_stats_g.hist_count++;
+}
+
+/* The running job leaves c (answered or held): its round trip is counted. */
+static im_job *
+take_running_job(dbconn *c)
+{
+	im_job	   *j = c->job;
+	double		dt = im_now() - c->t_sent;
+
+	hist_observe(dt);
+	j->db_seconds = dt;
+	c->job = NULL;
+	c->preparing = 0;
+	return j;
+}
+
+static void
+job_result_done(dbconn *c)
+{
+	im_job	   *j = take_running_job(c);
+	PGresult   *res = c->res;
+
+	c->res = NULL;
+	c->st = C_IDLE;
+	if (res && PQresultStatus(res) == PGRES_FATAL_ERROR)
+	{
+		const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+		if (ss && (strcmp(ss, "40001") == 0 || strcmp(ss, "40P01") == 0) &&
+			++j->attempts < MAX_ATTEMPTS)
+		{
+			PQclear(res);
+			im_db_requeue_front(j);
+			return;
+		}
+		if (ss && (strcmp(ss, "40001") == 0 || strcmp(ss, "40P01") == 0))
+		{
+			PQclear(res);
+			im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
+			return;
+		}
+		/* admin shutdown, crash recovery, connection failure, statement
+		 * timeout or cancel (57014): unavailable, the client retries */
+		if (ss && (strncmp(ss, "08", 2) == 0 || strncmp(ss, "57P", 3) == 0 ||
+				   strcmp(ss, "57014") == 0))
+		{
+			/* kept so the reply can say why */
+			snprintf(j->sqlstate, sizeof(j->sqlstate), "%s", ss);
+			PQclear(res);
+			im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
+			return;
+		}
+	}
+	if (!res)
+	{
+		im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
+		return;
+	}
+	im_db_finish_job(j, IM_JOB_OK, res);
+}
+
+/*
+ * The next step of a txn job once the current step's results are in.
+ * Returns 1 when another query was sent on c (results to wait for).
+ */
+static int
+txn_step(dbconn *c)
+{
+	im_job	   *j = c->job;
+	PGresult   *res = c->res;
+
+	c->res = NULL;
+	switch (c->txn)
+	{
+		case TXN_BEGIN:
+			if (!res || PQresultStatus(res) != PGRES_COMMAND_OK)
+			{
+				c->txn = TXN_NONE;	/* nothing opened */
+				c->res = res;
+				job_result_done(c);
+				return 0;
+			}
+			PQclear(res);
+			c->txn = TXN_STMT;
+			return im_conn_sent(c, send_job(c, j));
+		case TXN_STMT:
+			if (res && PQresultStatus(res) == PGRES_TUPLES_OK)
+			{
+				/* hold the transaction open for the lws thread's decision */
+				take_running_job(c);
+				c->txn = TXN_NONE;
+				c->st = C_HELD;
+				j->txn_held = 1;
+				j->txn_conn = (int) (c - im_db_conns);
+				j->txn_hold = ++c->hold_id;
+				im_db_finish_job(j, IM_JOB_OK, res);
+				return 0;
+			}
+			/* failed: roll back first, then answer (or retry) as usual */
+			c->txn_saved = res;
+			c->txn = TXN_ABORT;
+			return im_conn_sent(c, PQsendQuery(c->pg, "ROLLBACK"));
+		case TXN_ABORT:
+			if (res)
+				PQclear(res);
+			c->res = c->txn_saved;
+			c->txn_saved = NULL;
+			c->txn = TXN_NONE;
+			job_result_done(c);
+			return 0;
+		case TXN_END:
+			c->job = NULL;
+			c->st = C_IDLE;
+			c->txn = TXN_NONE;
+			if (j->txn_commit)
+			{
+				/* res of the job stays the statement's result */
+				j->status = res && PQresultStatus(res) == PGRES_COMMAND_OK ?
+					IM_JOB_OK : IM_JOB_UNAVAILABLE;
+				im_db_post_done(j);
+			}
+			else
+				im_job_free(j);
+			if (res)
+				PQclear(res);
+			return 0;
+		case TXN_NONE:
+			break;
+	}
+	c->res = res;
+	job_result_done(c);
+	return 0;
+}
+
+/* im_db_end_txn's job arrived: COMMIT or ROLLBACK on the connection it holds. */
+void
+im_conn_end_txn(im_job *j)
+{
+	dbconn	   *c = &im_db_conns[j->txn_conn];
+
+	if (c->st != C_HELD || c->hold_id != j->txn_hold)
+	{
+		/* connection lost meanwhile: the server rolled the transaction back */
+		if (j->txn_commit)
+			im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
+		else
+			im_job_free(j);
+		return;
+	}
+	c->job = j;
+	c->st = C_BUSY;
+	c->txn = TXN_END;
+	c->t_sent = im_now();
+	im_conn_sent(c, PQsendQuery(c->pg, j->txn_commit ? "COMMIT" : "ROLLBACK"));
+}
+
+
+/* Keeps the first result of a statement; an error wins over later ones. */
+static void
+keep_first_result(dbconn *c, PGresult *r)
+{
+	if (!c->res || (PQresultStatus(r) == PGRES_FATAL_ERROR &&
+					PQresultStatus(c->res) != PGRES_FATAL_ERROR))
+	{
+		if (c->res)
+			PQclear(c->res);
+		c->res = r;
+	}
+	else
+		PQclear(r);
+}
+
+/*
+ * The running statement's results are all in (PQgetResult gave NULL): the
+ * next step.  Returns 1 when another query was sent on c, 0 when c waits
+ * for work, -1 when c went down.
+ */
+static int
+results_complete(dbconn *c)
+{
+	if (c->st == C_SETUP)
+		return setup_done(c) ? 0 : -1;
+	if (c->preparing && c->res && PQresultStatus(c->res) == PGRES_COMMAND_OK)
+	{
+		/* statement prepared: now run the job with it */
+		PQclear(c->res);
+		c->res = NULL;
+		c->prepared[c->nprepared++] = c->job->sql;
+		c->preparing = 0;
+		return im_conn_sent(c, send_job(c, c->job)) ? 1 : -1;
+	}
+	if (c->txn != TXN_NONE)
+		return txn_step(c);
+	job_result_done(c);			/* a failed prepare answers the job */
+	return 0;
+}
+
+/* Poll found c's socket ready (revents): connect, flush, read results. */
+void
+im_conn_io(dbconn *c, short revents)
+{
+	if (c->st == C_CONNECTING)
+	{
+		PostgresPollingStatusType r = PQconnectPoll(c->pg);
+
+		if (r == PGRES_POLLING_FAILED)
+			im_conn_down(c, PQerrorMessage(c->pg));
+		else if (r == PGRES_POLLING_OK)
+			conn_ready(c);
+		else
+			c->want_write = (r == PGRES_POLLING_WRITING);
+		return;
+	}
+	if (revents & POLLOUT)
+	{
+		int			f = PQflush(c->pg);
+
+		if (f < 0)
+		{
+			im_conn_down(c, PQerrorMessage(c->pg));
+			return;
+		}
+		c->want_write = (f == 1);
+	}
+	if (revents & (POLLIN | POLLERR | POLLHUP))
+	{
+		if (!PQconsumeInput(c->pg))
+		{
+			im_conn_down(c, PQerrorMessage(c->pg));
+			return;
+		}
+		if (c->listen)
+			im_listen_drain(c);
+		while ((c->st == C_BUSY || c->st == C_SETUP) && !PQisBusy(c->pg))
+		{
+			PGresult   *r = PQgetResult(c->pg);
+			int			next;
+
+			if (r != NULL)
+			{
+				keep_first_result(c, r);
+				continue;
+			}
+			next = results_complete(c);
+			if (next < 0)
+				return;
+			if (next == 0)
+				break;
+		}
+		if (c->pg && PQstatus(c->pg) == CONNECTION_BAD)
+			im_conn_down(c, "connection bad");
+	}
+}

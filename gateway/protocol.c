@@ -1,0 +1,171 @@
+/*
+ * protocol.c — the protocol callback of "im-sync.v1": it only routes each
+ * lws reason to its handler (receive.c, session.c's writer, http.c) and
+ * hands finished database jobs to the module that asked for them.
+ *
+ * Jobs in flight carry a session id, never a pointer: a session may be gone
+ * when its answer arrives, and then the answer is dropped (an open hello
+ * transaction is rolled back first).
+ */
+#include "protocol.h"
+#include "admission.h"
+#include "auth.h"
+#include "db.h"
+#include "hints.h"
+#include "http.h"
+#include "im_gateway.h"
+#include "metrics.h"
+#include "receive.h"
+#include "session.h"
+
+/* lws per-session data: only the pointer to our own session (session.h). */
+typedef struct pss
+{
+	session    *s;
+} pss;
+
+/* A finished job that belongs to a session (sid); s may be gone (NULL).
+ * Returns 1 when the job went back to the database thread. */
+static int
+on_session_job(session *s, im_job *j)
+{
+	if ((!s || s->close_code) && j->txn_held && !j->txn_ended)
+	{
+		/* an open hello transaction of a gone session is rolled back; the
+		 * job is the database thread's from here on */
+		if (s)
+			im_hello_done(s);
+		im_db_end_txn(j, 0);
+		return 1;
+	}
+	if (!s)
+		return 0;				/* session gone: drop */
+	if (j->kind == IM_JOB_HEALTH)
+		im_on_health_job(s, j);
+	else if (s->close_code)
+	{
+		im_hello_done(s);
+		s->busy = 0;
+	}
+	else if (j->kind == IM_JOB_API)
+		im_on_api_job(s, j);
+	else if (j->kind == IM_JOB_AUTH)
+		return im_on_auth_job(s, j);
+	else if (j->kind == IM_JOB_RECHECK)
+		im_on_recheck_job(s, j);
+	return 0;
+}
+
+/* LWS_CALLBACK_EVENT_WAIT_CANCELLED: the database thread has answers. */
+static void
+on_db_results(void)
+{
+	im_job	   *j = im_db_take_done();
+
+	while (j)
+	{
+		im_job	   *next = j->next;
+		int			handed_back = 0;
+
+		switch (j->kind)
+		{
+			case IM_JOB_NOTIFY:
+				im_on_notify_job(j);
+				break;
+			case IM_JOB_LISTEN_UP:
+				im_on_listen_up();
+				break;
+			case IM_JOB_MEMBERS:
+				im_on_members_job(j);
+				break;
+			case IM_JOB_METRICS:
+				im_on_metrics_job(j);
+				break;
+			default:
+				handed_back = on_session_job(j->sid ? im_session_find(j->sid) : NULL, j);
+				break;
+		}
+		if (!handed_back)
+			im_job_free(j);
+		j = next;
+	}
+}
+
+static int
+on_established(struct lws *wsi, pss *p)
+{
+	char		ip[48];
+	session    *s;
+
+	if (im_draining)
+		return -1;
+	s = p->s = im_session_register(wsi, 0);
+	im_stats.conns_current++;
+	im_stats.conns_total++;
+	lws_get_peer_simple(wsi, ip, sizeof(ip));
+	s->unauth_ip = im_unauth_take(ip);
+	return 0;
+}
+
+static int
+callback_im(struct lws *wsi, enum lws_callback_reasons reason,
+			void *user, void *in, size_t len)
+{
+	pss		   *p = (pss *) user;
+	session    *s = p ? p->s : NULL;
+
+	switch (reason)
+	{
+		case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+			on_db_results();
+			break;
+		case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+			return im_admit_upgrade(wsi);
+		case LWS_CALLBACK_ESTABLISHED:
+			return on_established(wsi, p);
+		case LWS_CALLBACK_RECEIVE_PONG:
+			if (s)
+				s->t_heard = im_now();
+			break;
+		case LWS_CALLBACK_RECEIVE:
+			return im_on_receive(wsi, s, in, len);
+		case LWS_CALLBACK_SERVER_WRITEABLE:
+			return s ? im_session_write(s) : 0;
+		case LWS_CALLBACK_CLOSED:
+			if (s)
+			{
+				im_stats.conns_current--;
+				im_session_unregister(s);
+				p->s = NULL;
+			}
+			break;
+		case LWS_CALLBACK_HTTP:
+			if (!s)
+				s = p->s = im_session_register(wsi, 1);
+			im_on_http(wsi, s, (const char *) in);
+			break;
+		case LWS_CALLBACK_HTTP_WRITEABLE:
+			return im_on_http_writeable(wsi, s);
+		case LWS_CALLBACK_CLOSED_HTTP:
+		case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+			if (s && s->is_http)
+			{
+				im_session_unregister(s);
+				p->s = NULL;
+			}
+			break;
+		default:
+			break;
+	}
+	return 0;
+}
+
+const struct lws_protocols im_protocols[] = {
+	{
+		.name = "im-sync.v1",
+		.callback = callback_im,
+		.per_session_data_size = sizeof(pss),
+		.rx_buffer_size = 4096,
+	},
+	{.name = NULL}
+};
