@@ -778,6 +778,33 @@ im_fanout_batch_failed(const ImFanoutClaim *claim, ErrorData *edata)
 }
 
 /*
+ * The two ends of an internal subtransaction started in cxt under owner
+ * (the idiom of PL/pgSQL's exception blocks): commit it, or roll it back and
+ * return a copy of the error, leaving the caller in cxt either way.
+ */
+static void
+subxact_commit(MemoryContext cxt, ResourceOwner owner)
+{
+	ReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+}
+
+static ErrorData *
+subxact_abort(MemoryContext cxt, ResourceOwner owner)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return edata;
+}
+
+/*
  * Deliver one item — or a run of consecutive shared_log `message` items of
  * one conversation, coalesced into one marker write per member — in its own
  * subtransaction (the way PL/pgSQL runs an exception block), so one poison
@@ -828,20 +855,11 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 				im_shared_log_mode_delivered(it->source_event_id);
 		}
 		mark_done(it, count);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
+		subxact_commit(oldcontext, oldowner);
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
+		ErrorData  *edata = subxact_abort(oldcontext, oldowner);
 
 		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
 			edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
@@ -1075,22 +1093,15 @@ run_fanout_batch(int max_items, StringInfo hints, ImFanoutClaim *claim)
 	PG_TRY();
 	{
 		n = fanout_batch(max_items, hints, false, claim);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
+		subxact_commit(oldcontext, oldowner);
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		ErrorData  *edata = subxact_abort(oldcontext, oldowner);
 
-		MemoryContextSwitchTo(oldcontext);
-		edata = CopyErrorData();
+		/* a cancel or statement timeout is the caller's, not the batch's */
 		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-			PG_RE_THROW();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = oldowner;
+			ReThrowError(edata);
 
 		hints->len = hints_len;	/* nothing of the batch was delivered */
 		hints->data[hints_len] = '\0';
