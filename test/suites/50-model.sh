@@ -2,7 +2,8 @@
 # Model test of the device sync protocol (test/model/model_test.py): random
 # sends, recalls, edits, joins, leaves, fanout runs, partial syncs, crashes,
 # lost ACKs, rollbacks, reinstalls and GC; every device must converge to
-# fetch_messages.  Fixed seeds plus one random seed (printed, replayable).
+# fetch_messages.  Fixed seeds, pinned (seed, steps) regressions, plus one
+# random seed (printed, replayable).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/cluster.sh
