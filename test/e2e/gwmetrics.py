@@ -1,5 +1,4 @@
 """Reads the gateway's /metrics (Prometheus text) for the e2e tests."""
-import os
 import urllib.request
 
 from imgw import URL

@@ -12,6 +12,9 @@ import json
 import os
 import random
 import ssl
+import sys
+import time
+import traceback
 import urllib.request
 
 import psycopg2
@@ -264,3 +267,28 @@ async def converge(client, conv, want, timeout=30):
         if loop.time() > deadline:
             raise AssertionError("%s view %r != %r" % (client.name, v, want))
         await asyncio.sleep(0.3)
+
+
+def run_tests(tests, label="e2e", timeout=120):
+    """Run each test (a coroutine function, or a plain function) in turn,
+    those whose name contains one of the command-line words if any are
+    given; print ok/FAIL with the time taken and a last "<label>: N failed"
+    line.  Returns the exit status (1 if any failed)."""
+    want = sys.argv[1:]
+    failed = 0
+    for t in tests:
+        if want and not any(w in t.__name__ for w in want):
+            continue
+        t0 = time.monotonic()
+        try:
+            if asyncio.iscoroutinefunction(t):
+                asyncio.run(asyncio.wait_for(t(), timeout))
+            else:
+                t()
+            print("ok   %s (%.1fs)" % (t.__name__, time.monotonic() - t0), flush=True)
+        except Exception:
+            failed += 1
+            print("FAIL %s (%.1fs)" % (t.__name__, time.monotonic() - t0), flush=True)
+            traceback.print_exc()
+    print("%s: %d failed" % (label, failed), flush=True)
+    return 1 if failed else 0

@@ -22,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import Client, new_user_ids, register, sql  # noqa: E402
+from imgw import run_tests, Client, new_user_ids, register, sql  # noqa: E402
 from rawjson import loads, raw_req, same  # noqa: E402
 
 MAX_FRAME = int(os.environ.get("IM_E2E_MAX_FRAME", "65536"))
@@ -200,7 +200,7 @@ async def sync_until(c, conv, want_ids, timeout=90):
         await asyncio.sleep(0.3)
 
 
-async def main():
+async def test_body_roundtrip():
     seed = int(os.environ.get("IM_BODY_SEED") or random.randrange(1 << 30))
     count = int(os.environ.get("IM_BODY_COUNT", "300"))
     print("body round trip: seed %d (IM_BODY_SEED=%d to repeat), %d bodies" % (seed, seed, count), flush=True)
@@ -275,12 +275,4 @@ async def main():
 
 
 if __name__ == "__main__":
-    t0 = time.monotonic()
-    try:
-        asyncio.run(asyncio.wait_for(main(), 600))
-    except Exception:
-        import traceback
-        traceback.print_exc()
-        print("FAIL test_body_roundtrip (%.1fs)" % (time.monotonic() - t0))
-        sys.exit(1)
-    print("ok   test_body_roundtrip (%.1fs)" % (time.monotonic() - t0))
+    sys.exit(run_tests([test_body_roundtrip], "test_body_roundtrip", timeout=600))

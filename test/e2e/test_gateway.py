@@ -11,14 +11,13 @@ import os
 import subprocess
 import sys
 import time
-import traceback
 import urllib.error
 import urllib.request
 
 import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import (Client, Closed, URL, converge, new_user_ids, register, sql,  # noqa: E402
+from imgw import (run_tests, Client, Closed, URL, converge, new_user_ids, register, sql,  # noqa: E402
                   token)
 
 HTTP = URL.replace("ws", "http", 1).rstrip("/")    # wss:// -> https://
@@ -408,21 +407,7 @@ TESTS = [test_scenario_2_1, test_hint_loss, test_shared_log_hint, test_supersede
 
 
 def main():
-    want = sys.argv[1:]
-    failed = 0
-    for t in TESTS:
-        if want and not any(w in t.__name__ for w in want):
-            continue
-        t0 = time.monotonic()
-        try:
-            asyncio.run(asyncio.wait_for(t(), 120))
-            print("ok   %s (%.1fs)" % (t.__name__, time.monotonic() - t0), flush=True)
-        except Exception:
-            failed += 1
-            print("FAIL %s (%.1fs)" % (t.__name__, time.monotonic() - t0), flush=True)
-            traceback.print_exc()
-    print("e2e: %d failed" % failed)
-    return 1 if failed else 0
+    return run_tests(TESTS, "e2e")
 
 
 if __name__ == "__main__":

@@ -3,20 +3,18 @@
 INVALID_ARGUMENT (22003, contract §10), never INTERNAL; so is a number
 past what the gateway's JSON reader holds.  Real bad frames, each answered
 with its id, and the session goes on."""
-import asyncio
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import Client, new_user_ids, register, sql  # noqa: E402
+from imgw import run_tests, Client, new_user_ids, register, sql  # noqa: E402
 from rawjson import raw_req  # noqa: E402
 
 INT4_OVER = 2**31
 INT8_OVER = "99999999999999999999"
 
 
-async def main():
+async def test_int_range():
     a, b = new_user_ids(2)
     register(a, "phone")
     register(b, "phone")
@@ -50,12 +48,4 @@ async def main():
 
 
 if __name__ == "__main__":
-    t0 = time.monotonic()
-    try:
-        asyncio.run(asyncio.wait_for(main(), 120))
-    except Exception:
-        import traceback
-        traceback.print_exc()
-        print("FAIL test_int_range (%.1fs)" % (time.monotonic() - t0))
-        sys.exit(1)
-    print("ok   test_int_range (%.1fs)" % (time.monotonic() - t0))
+    sys.exit(run_tests([test_int_range], "test_int_range", timeout=120))

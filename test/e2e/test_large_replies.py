@@ -13,7 +13,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import Client, new_user_ids, pg, register, sql  # noqa: E402
+from imgw import run_tests, Client, new_user_ids, pg, register, sql  # noqa: E402
 
 N = 400
 SIZE = 60000
@@ -28,7 +28,7 @@ def check_reply(r, want_type, items):
     return "%d items, has_more %s" % (len(r[items]), r["has_more"])
 
 
-async def main():
+async def test_large_replies():
     a, b = new_user_ids(2)
     register(a, "phone")
     register(b, "phone")
@@ -59,12 +59,4 @@ async def main():
 
 
 if __name__ == "__main__":
-    t0 = time.monotonic()
-    try:
-        asyncio.run(asyncio.wait_for(main(), 300))
-    except Exception:
-        import traceback
-        traceback.print_exc()
-        print("FAIL test_large_replies (%.1fs)" % (time.monotonic() - t0))
-        sys.exit(1)
-    print("ok   test_large_replies (%.1fs)" % (time.monotonic() - t0))
+    sys.exit(run_tests([test_large_replies], "test_large_replies", timeout=300))

@@ -10,7 +10,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import pg, sql  # noqa: E402
+from imgw import run_tests, pg, sql  # noqa: E402
 from gwmetrics import metric, scrape  # noqa: E402
 
 MAX_CALLS = 2
@@ -42,7 +42,7 @@ def settled_calls():
     return last
 
 
-def main():
+def test_metrics_cache():
     admin("ALTER SYSTEM SET track_functions = 'all'", "SELECT pg_reload_conf()")
     try:
         # the pool's backends see the reload before their next statement;
@@ -84,12 +84,4 @@ def main():
 
 
 if __name__ == "__main__":
-    t0 = time.monotonic()
-    try:
-        main()
-    except Exception:
-        import traceback
-        traceback.print_exc()
-        print("FAIL test_metrics_cache (%.1fs)" % (time.monotonic() - t0))
-        sys.exit(1)
-    print("ok   test_metrics_cache (%.1fs)" % (time.monotonic() - t0))
+    sys.exit(run_tests([test_metrics_cache], "test_metrics_cache"))

@@ -17,7 +17,7 @@ import time
 import psycopg2
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import DB, Client, new_user_ids, register, sql  # noqa: E402
+from imgw import run_tests, DB, Client, new_user_ids, register, sql  # noqa: E402
 from gwmetrics import metric  # noqa: E402
 
 FLOOD = 10000
@@ -63,7 +63,7 @@ async def still_open(c, what):
     assert r["type"] == "pong", r
 
 
-async def main():
+async def test_notify_spoof():
     (u,) = new_user_ids(1)
     register(u, "phone")
     c = await Client.login(u, "phone")
@@ -104,12 +104,4 @@ async def main():
 
 
 if __name__ == "__main__":
-    t0 = time.monotonic()
-    try:
-        asyncio.run(asyncio.wait_for(main(), 300))
-    except Exception:
-        import traceback
-        traceback.print_exc()
-        print("FAIL test_notify_spoof (%.1fs)" % (time.monotonic() - t0))
-        sys.exit(1)
-    print("ok   test_notify_spoof (%.1fs)" % (time.monotonic() - t0))
+    sys.exit(run_tests([test_notify_spoof], "test_notify_spoof", timeout=300))

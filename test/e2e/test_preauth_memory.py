@@ -15,12 +15,11 @@ import asyncio
 import json
 import os
 import sys
-import time
 
 import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import Client, new_user_ids, register, sql, token  # noqa: E402
+from imgw import run_tests, Client, new_user_ids, register, sql, token  # noqa: E402
 from test_transport import DeviceRowLock  # noqa: E402
 
 SOCKETS = 500
@@ -117,16 +116,7 @@ async def test_preauth_memory_bounded():
 
 
 def main():
-    t0 = time.monotonic()
-    try:
-        asyncio.run(asyncio.wait_for(test_preauth_memory_bounded(), 300))
-    except Exception:
-        import traceback
-        traceback.print_exc()
-        print("FAIL test_preauth_memory_bounded (%.1fs)" % (time.monotonic() - t0))
-        return 1
-    print("ok   test_preauth_memory_bounded (%.1fs)" % (time.monotonic() - t0))
-    return 0
+    return run_tests([test_preauth_memory_bounded], "preauth memory", timeout=300)
 
 
 if __name__ == "__main__":

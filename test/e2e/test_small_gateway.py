@@ -7,17 +7,15 @@ send_message needs is held by another transaction) is answered UNAVAILABLE
 with retry_after_ms and its id, and the retry works once the lock is gone.
 Issue 8 item 7: a reply larger than the session's queue cap is answered
 UNAVAILABLE with its id; a smaller page still works."""
-import asyncio
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import Client, new_user_ids, pg, register, sql  # noqa: E402
+from imgw import run_tests, Client, new_user_ids, pg, register, sql  # noqa: E402
 
 
-async def main():
+async def test_small_gateway():
     a, b = new_user_ids(2)
     register(a, "phone")
     register(b, "phone")
@@ -55,12 +53,4 @@ async def main():
 
 
 if __name__ == "__main__":
-    t0 = time.monotonic()
-    try:
-        asyncio.run(asyncio.wait_for(main(), 120))
-    except Exception:
-        import traceback
-        traceback.print_exc()
-        print("FAIL test_small_gateway (%.1fs)" % (time.monotonic() - t0))
-        sys.exit(1)
-    print("ok   test_small_gateway (%.1fs)" % (time.monotonic() - t0))
+    sys.exit(run_tests([test_small_gateway], "test_small_gateway", timeout=120))

@@ -22,14 +22,13 @@ import struct
 import subprocess
 import sys
 import time
-import traceback
 import urllib.request
 
 import psycopg2
 import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import DB, URL, Client, http_url, new_user_ids, register, sql, token  # noqa: E402
+from imgw import run_tests, DB, URL, Client, http_url, new_user_ids, register, sql, token  # noqa: E402
 
 ORIGIN_URL = os.environ.get("IM_GW_ORIGIN_URL")
 PORT = int(URL.rsplit(":", 1)[1].strip("/"))
@@ -422,21 +421,7 @@ TESTS = [test_hello_over_8k_not_authenticated, test_frame_while_hello_pending,
 
 
 def main():
-    want = sys.argv[1:]
-    failed = 0
-    for t in TESTS:
-        if want and not any(w in t.__name__ for w in want):
-            continue
-        t0 = time.monotonic()
-        try:
-            asyncio.run(asyncio.wait_for(t(), 120))
-            print("ok   %s (%.1fs)" % (t.__name__, time.monotonic() - t0), flush=True)
-        except Exception:
-            failed += 1
-            print("FAIL %s (%.1fs)" % (t.__name__, time.monotonic() - t0), flush=True)
-            traceback.print_exc()
-    print("transport: %d failed" % failed)
-    return 1 if failed else 0
+    return run_tests(TESTS, "transport")
 
 
 if __name__ == "__main__":
