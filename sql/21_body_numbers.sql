@@ -4,14 +4,7 @@
 -- RFC 7493); anything else is 22023 and changes nothing.  \u0000 fails at
 -- the jsonb cast (22P05) before any function runs.
 \set VERBOSITY terse
--- "SQLSTATE: message" of q, or 'ok' (the statement's effects are undone)
-CREATE FUNCTION pg_temp.refused(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE q;
-  RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/outcome.sql
 -- everything a refused send must leave alone
 CREATE FUNCTION pg_temp.state(c bigint) RETURNS text LANGUAGE sql AS $$
   SELECT format('head %s, events %s, outbox %s, bodies %s',
@@ -23,7 +16,7 @@ CREATE FUNCTION pg_temp.state(c bigint) RETURNS text LANGUAGE sql AS $$
 SELECT im.create_conversation('group', ARRAY[2101, 2102]::bigint[], 2101) AS c \gset
 
 -- accepted: the boundaries and ordinary numbers, nested in arrays and objects
-SELECT n AS number, pg_temp.refused(format(
+SELECT n AS number, pg_temp.outcome(format(
          $q$SELECT * FROM im.send_message(2101, %s, %L, '{"n": [1, {"x": %s}]}')$q$,
          :c, 'ok-' || n, n)) AS outcome
 FROM unnest(ARRAY['0.1', '1.5', '-0', '0', '1e-300', '5e-324', '2.2250738585072014e-308',
@@ -34,14 +27,14 @@ FROM im.event e WHERE e.conversation_id = :c AND e.kind = 'message' ORDER BY e.m
 
 -- refused: too large, not the shortest form of a double, out of double range
 SELECT pg_temp.state(:c) AS before \gset
-SELECT n AS number, pg_temp.refused(format(
+SELECT n AS number, pg_temp.outcome(format(
          $q$SELECT * FROM im.send_message(2101, %s, 'bad', '{"n": %s}')$q$, :c, n)) AS outcome
 FROM unnest(ARRAY['1e19', '9007199254740993', '9007199254740992', '-9007199254740992',
                   '1e400', '-1e400', '1e-400', '0.10000000000000000001',
                   '0.1000000000000000055511151231257827', '1.7976931348623157e308',
                   '2e-324', '9007199254740990.5', '9007199254740990.25']) AS n;
 -- at any depth: inside arrays, objects, arrays of objects, next to good numbers
-SELECT b AS body, pg_temp.refused(format(
+SELECT b AS body, pg_temp.outcome(format(
          $q$SELECT * FROM im.send_message(2101, %s, 'bad', %L)$q$, :c, b)) AS outcome
 FROM unnest(ARRAY['{"a": [1, 2, 1e19]}',
                   '{"a": {"b": {"c": {"d": 1e-400}}}}',
@@ -59,7 +52,7 @@ SELECT created FROM im.send_message(2101, :c, 'bad', '{"n": "1e19"}');
 -- edit_message applies the same rule; a refused edit leaves the target alone
 SELECT message_id AS m FROM im.send_message(2101, :c, 'to-edit', '{"n": 1}') \gset
 SELECT pg_temp.state(:c) AS before \gset
-SELECT n AS number, pg_temp.refused(format(
+SELECT n AS number, pg_temp.outcome(format(
          $q$SELECT * FROM im.edit_message(2101, %s, 'edit-bad', %s, '{"n": [%s]}')$q$, :c, :m, n)) AS outcome
 FROM unnest(ARRAY['1e19', '1e-400', '0.10000000000000000001', '9007199254740992']) AS n;
 SELECT pg_temp.state(:c) = :'before' AS unchanged,
@@ -71,8 +64,8 @@ SELECT body FROM im.event WHERE message_id = :m;
 SELECT created FROM im.send_message(2101, :c, 'strings', '{"9007199254740993": "1e400", "n": "0.10000000000000000001"}');
 
 -- \u0000 cannot be stored as jsonb: 22P05 at the cast, before send_message runs
-SELECT pg_temp.refused($q$SELECT '{"a": "\u0000"}'::jsonb$q$) AS cast_outcome;
-SELECT pg_temp.refused(format($q$SELECT * FROM im.send_message(2101, %s, 'nul', '{"a": "x\u0000y"}')$q$, :c)) AS send_outcome;
+SELECT pg_temp.outcome($q$SELECT '{"a": "\u0000"}'::jsonb$q$) AS cast_outcome;
+SELECT pg_temp.outcome(format($q$SELECT * FROM im.send_message(2101, %s, 'nul', '{"a": "x\u0000y"}')$q$, :c)) AS send_outcome;
 SELECT count(*) AS nul_sends FROM im.event WHERE client_msg_id = 'nul';
 -- an escaped backslash before u0000 is an ordinary string
 SELECT created FROM im.send_message(2101, :c, 'not-nul', '{"a": "\\u0000"}');

@@ -3,13 +3,7 @@
 -- written; 2^53-1 is an ordinary user.  One row per argument that names a
 -- user, so a function added later without the check shows up here.
 \set VERBOSITY terse
-CREATE FUNCTION pg_temp.outcome(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE q;
-  RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/outcome.sql
 
 -- 9007199254740991 = 2^53-1 is a member of c, with a registered device
 SELECT im.create_conversation('group', ARRAY[2201, 9007199254740991]::bigint[], 2201) AS c \gset

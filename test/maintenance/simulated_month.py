@@ -22,11 +22,13 @@ and sessions and the tables to hold rows past every retention, which shows
 the scenario really produces what maintenance has to clean.
 Prints one "ok"/"FAIL" line per check; exit status 1 if any failed.
 """
+import os
 import random
 import sys
 import time
 
-import psycopg2
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklib import check, failures, Session  # noqa: E402
 
 DAY = 1.0                     # seconds of wall clock per simulated day
 SLACK = "2 s"                 # rows of the current day may still be young
@@ -42,53 +44,32 @@ SETTINGS = {
 BASE = 7_100_000
 USERS = [BASE + i for i in range(1, 21)]
 
-failures = []
-
-
-def check(ok, what, detail=""):
-    print(("ok   " if ok else "FAIL ") + what + (f" ({detail})" if detail and not ok else ""))
-    if not ok:
-        failures.append(what)
-
-
 dbname = sys.argv[1]
 maintenance = "--no-maintenance" not in sys.argv
 days = 30 if maintenance else 12
 rng = random.Random(8)
-opts = " ".join(f"-c {k}={v}" for k, v in SETTINGS.items())
-db = psycopg2.connect(dbname=dbname, options=opts)
-db.autocommit = True
-cur = db.cursor()
-
-
-def q(sql, args=None):
-    cur.execute(sql, args)
-    return cur.fetchall() if cur.description else None
-
-
-def q1(sql, args=None):
-    rows = q(sql, args)
-    return rows[0] if rows else None
+session = Session(dbname, options=" ".join(f"-c {k}={v}" for k, v in SETTINGS.items()))
+cur, q, row = session.cur, session.q, session.row
 
 
 class Device:
     def __init__(self, user, name):
         self.user, self.name = user, name
-        self.gen, self.applied = q1("SELECT * FROM im.register_device(%s, %s)", (user, name))[0], 0
+        self.gen, self.applied = row("SELECT * FROM im.register_device(%s, %s)", (user, name))[0], 0
 
     def activate(self):
-        r = q1("SELECT snapshot_token, base_sync_seq, sync_generation, manifest_digest, status "
+        r = row("SELECT snapshot_token, base_sync_seq, sync_generation, manifest_digest, status "
                "FROM im.begin_snapshot(%s, %s)", (self.user, self.name))
         if r[4] != "READY":
             return
-        st = q1("SELECT status FROM im.ack_snapshot(%s, %s, %s, %s)", (self.user, self.name, r[0], r[3]))[0]
+        st = row("SELECT status FROM im.ack_snapshot(%s, %s, %s, %s)", (self.user, self.name, r[0], r[3]))[0]
         if st == "OK":
             self.gen, self.applied = r[2], r[1]
 
     def sync(self, la=None, complete=True):
         """One batch from la (default: what it applied); ACK it if complete."""
         la = self.applied if la is None else la
-        r = q1("SELECT status, sync_generation, batch_token, batch_high_watermark, next_cursor, has_more "
+        r = row("SELECT status, sync_generation, batch_token, batch_high_watermark, next_cursor, has_more "
                "FROM im.sync_changes(%s, %s, %s, %s, 50)", (self.user, self.name, self.gen, la))
         status, gen, token, wm, cursor, more = r
         if status == "RESET_REQUIRED":
@@ -98,10 +79,10 @@ class Device:
             return
         self.gen = gen
         while more:
-            cursor, more = q1("SELECT next_cursor, has_more FROM im.sync_changes(%s, %s, NULL, NULL, 50, %s)",
+            cursor, more = row("SELECT next_cursor, has_more FROM im.sync_changes(%s, %s, NULL, NULL, 50, %s)",
                               (self.user, self.name, cursor))
         if complete:
-            st = q1("SELECT status FROM im.ack_sync(%s, %s, %s, %s)", (self.user, self.name, token, wm))[0]
+            st = row("SELECT status FROM im.ack_sync(%s, %s, %s, %s)", (self.user, self.name, token, wm))[0]
             if st == "OK":
                 self.applied = wm
         else:
@@ -112,7 +93,7 @@ class Device:
 convs = []
 for g in range(4):
     members = USERS[g * 5:g * 5 + 6] if g < 3 else USERS[15:] + USERS[:1]
-    convs.append((q1("SELECT im.create_conversation('group', %s::bigint[], %s)", (members, members[0]))[0], members))
+    convs.append((row("SELECT im.create_conversation('group', %s::bigint[], %s)", (members, members[0]))[0], members))
 q("SELECT im.run_fanout()")
 phones = {u: Device(u, "phone") for u in USERS}
 tablets = {u: Device(u, "tablet") for u in USERS[:6]}
@@ -158,7 +139,7 @@ for day in range(days):
     q("SELECT status FROM im.begin_snapshot(%s, %s)", (u, f"x{day}"))
     # device tokens: issued (audit rows), used
     for u in rng.sample(USERS, 2):
-        t = q1("SELECT im.issue_device_token(%s, 'phone', '3 seconds')", (u,))[0]
+        t = row("SELECT im.issue_device_token(%s, 'phone', '3 seconds')", (u,))[0]
         q("SELECT * FROM im.authenticate(%s)", (t,))
     # every fifth day a tablet is revoked and registered again
     if day % 5 == 4:
@@ -191,8 +172,8 @@ stale = {
     "audit": "SELECT count(*) FROM im.audit WHERE at < now() - %(audit)s::interval - %(slack)s::interval",
 }
 params = {"ret": "7 s", "inactive": "10 s", "snap": "2 s", "ttl": "1 s", "audit": "10 s", "slack": SLACK}
-old_rows = {name: q1(sql, params)[0] for name, sql in stale.items()}
-sizes = q1("SELECT (SELECT count(*) FROM im.outbox), (SELECT count(*) FROM im.inbox), "
+old_rows = {name: row(sql, params)[0] for name, sql in stale.items()}
+sizes = row("SELECT (SELECT count(*) FROM im.outbox), (SELECT count(*) FROM im.inbox), "
            "(SELECT count(*) FROM im.private_event), (SELECT count(*) FROM im.snapshot), "
            "(SELECT count(*) FROM im.snapshot_page), (SELECT count(*) FROM im.recovery_session), "
            "(SELECT count(*) FROM im.audit), (SELECT count(*) FROM im.token_key), "

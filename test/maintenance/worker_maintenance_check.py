@@ -11,45 +11,16 @@ maintenance, which runs once a round ends, runs too (an expired READY
 snapshot becomes ABANDONED).  Bounded polling, no timed assertion.  The test's
 rows are removed at the end; settings are reset.
 """
+import os
 import sys
-import time
 
-import psycopg2
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklib import check, failures, wait_for, Session  # noqa: E402
 
 BASE = 7_200_000
 USERS = [BASE + i for i in range(1, 201)]
-failures = []
-
-
-def check(ok, what, detail=""):
-    print(("ok   " if ok else "FAIL ") + what + (f" ({detail})" if detail and not ok else ""))
-    if not ok:
-        failures.append(what)
-
-
-db = psycopg2.connect(dbname="im_test")
-db.autocommit = True
-cur = db.cursor()
-
-
-def q(sql, args=None):
-    cur.execute(sql, args)
-    return cur.fetchall() if cur.description else None
-
-
-def q1(sql, args=None):
-    rows = q(sql, args)
-    return rows[0][0] if rows else None
-
-
-def wait_for(pred, timeout, step=0.2):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
+session = Session()
+q, q1 = session.q, session.q1
 
 
 def set_system(settings):

@@ -28,48 +28,16 @@ import time
 
 import psycopg2
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklib import check, connect, failures, wait_for, Session  # noqa: E402
+
 WORKER_TYPE = "im_sync fanout worker"
 BASE = 4_000_000          # user ids of this test (nothing else uses them)
 BIG = 1000                # members of the big group: hints over 7000 bytes
 HINT_RE = re.compile(r"^(c?\d+:\d+)(,c?\d+:\d+)*$")
 
-failures = []
-
-
-def check(ok, what, detail=""):
-    print(("ok   " if ok else "FAIL ") + what + (f" ({detail})" if detail and not ok else ""))
-    if not ok:
-        failures.append(what)
-
-
-def connect():
-    c = psycopg2.connect(dbname="im_test")
-    c.autocommit = True
-    return c
-
-
-db = connect()
-cur = db.cursor()
-
-
-def q(sql, args=None):
-    cur.execute(sql, args)
-    return cur.fetchall() if cur.description else None
-
-
-def q1(sql, args=None):
-    rows = q(sql, args)
-    return rows[0][0] if rows else None
-
-
-def wait_for(pred, timeout, step=0.1):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
+session = Session()
+db, cur, q, q1 = session.db, session.cur, session.q, session.q1
 
 
 def workers():

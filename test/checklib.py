@@ -1,0 +1,54 @@
+"""checklib.py — what the Python check scripts of test/worker and
+test/maintenance share: ok/FAIL lines that are collected, one autocommit
+session with query helpers, and bounded polling for a condition (never a
+timed assertion)."""
+import time
+
+import psycopg2
+
+failures = []
+
+
+def check(ok, what, detail=""):
+    print(("ok   " if ok else "FAIL ") + what + (f" ({detail})" if detail and not ok else ""), flush=True)
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def connect(dbname="im_test", **kw):
+    c = psycopg2.connect(dbname=dbname, **kw)
+    c.autocommit = True
+    return c
+
+
+class Session:
+    """One autocommit connection: q (all rows, or None for a command),
+    row (the first row) and q1 (the first value)."""
+
+    def __init__(self, dbname="im_test", **kw):
+        self.db = connect(dbname, **kw)
+        self.cur = self.db.cursor()
+
+    def q(self, sql, args=None):
+        self.cur.execute(sql, args)
+        return self.cur.fetchall() if self.cur.description else None
+
+    def row(self, sql, args=None):
+        rows = self.q(sql, args)
+        return rows[0] if rows else None
+
+    def q1(self, sql, args=None):
+        r = self.row(sql, args)
+        return r[0] if r else None
+
+
+def wait_for(pred, timeout, step=0.1):
+    """pred() until it is true or timeout seconds passed; its last value."""
+    end = time.time() + timeout
+    while time.time() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()
