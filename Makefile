@@ -62,8 +62,9 @@ run: build-and-install
 	@bash test/run_system.sh
 demo: build-and-install
 	@bash test/run_demo.sh
+# make bench BENCH_ARGS=--fsync-off: the old fsync = off variant, for comparison
 bench: build-and-install
-	@bash test/bench/run_all.sh
+	@bash test/bench/run_all.sh $(BENCH_ARGS)
 drills: build-and-install
 	@IM_SUITES=drills bash test/run_checks.sh
 fuzz: deps

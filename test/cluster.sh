@@ -35,7 +35,9 @@ im_cluster_start() {
     echo "max_connections = 300"
     echo "shared_buffers = 256MB"
     echo "max_worker_processes = 16"
-    echo "fsync = off"
+    # Tests run without fsync (speed, throwaway data); benchmarks pass
+    # IM_FSYNC=on (im_bench_cluster_start) to run at production durability.
+    echo "fsync = ${IM_FSYNC:-off}"
     echo "shared_preload_libraries = 'im_sync'"
     echo "im_sync.database = 'im_test'"
     echo "log_line_prefix = '%m [%p] %q%a '"
@@ -45,6 +47,29 @@ im_cluster_start() {
     [ -n "${IM_EXTRA_CONF:-}" ] && printf '%s\n' "$IM_EXTRA_CONF"
   } >>"$PGDATA/postgresql.conf"
   im_cluster_pg_ctl start || { cat "$IM_TMP/server.log"; return 1; }
+}
+
+# Benchmarks: production durability (fsync, synchronous_commit and
+# full_page_writes on) unless the script got --fsync-off (IM_BENCH_FSYNC=off),
+# the old variant kept for comparison.  im_bench_durability prints the
+# settings the server really runs with, for each script's header.
+im_bench_parse_args() {
+  for a in "$@"; do
+    case "$a" in
+      --fsync-off) IM_BENCH_FSYNC=off ;;
+      *) echo "unknown argument: $a (known: --fsync-off)" >&2; return 2 ;;
+    esac
+  done
+  export IM_BENCH_FSYNC=${IM_BENCH_FSYNC:-on}
+}
+im_bench_cluster_start() {
+  IM_FSYNC=${IM_BENCH_FSYNC:-on} im_cluster_start "synchronous_commit = on" "full_page_writes = on" "$@"
+}
+im_bench_durability() {
+  "$PGBIN/psql" -X -At -d postgres -c "SELECT 'durability: fsync = ' || current_setting('fsync')
+      || ', synchronous_commit = ' || current_setting('synchronous_commit')
+      || ', full_page_writes = ' || current_setting('full_page_writes')
+      || ', wal_sync_method = ' || current_setting('wal_sync_method')"
 }
 
 im_cluster_pg_ctl() {

@@ -25,6 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source test/cluster.sh
+im_bench_parse_args "$@" || exit 2
 PY=${IM_PYTHON:-/usr/bin/python3}
 N=${BENCH_DEVICES:-40}; SECS=${BENCH_SECONDS:-10}; POOL=${BENCH_POOL:-4}; ROUNDS=${BENCH_ROUNDS:-3}
 IDLE=${BENCH_IDLE:-10000}; STORM=${BENCH_STORM:-5000}; PAIRS=${BENCH_PAIRS:-1}
@@ -38,10 +39,11 @@ cleanup() {
   im_cluster_destroy
 }
 trap cleanup EXIT
-im_cluster_start "im_sync.database = '$DB'" "im_sync.fanout_paused = off" "im_sync.fanout_workers = 2" \
+im_bench_cluster_start "im_sync.database = '$DB'" "im_sync.fanout_paused = off" "im_sync.fanout_workers = 2" \
   "max_connections = 400" || exit 1
 im_createdb "$DB" || exit 1
 export PGDATABASE=$DB
+im_bench_durability
 echo "ulimit -n: $(ulimit -n)"
 
 # users: pairs 1..N (gateway), 100001.. (pgbench), 200001.. (idle + storm)

@@ -16,12 +16,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/cluster.sh
+im_bench_parse_args "$@" || exit 2
 MEMBERS=${IM_BENCH_MEMBERS:-5000}
 MSGS=${IM_BENCH_MSGS:-40}
 T=${IM_BENCH_T:-10}
 D=test/bench/large_group
 
-im_cluster_start "im_sync.fanout_paused = on" "im_sync.fanout_workers = 2" "track_counts = on" >/dev/null || exit 1
+im_bench_cluster_start "im_sync.fanout_paused = on" "im_sync.fanout_workers = 2" "track_counts = on" >/dev/null || exit 1
 trap im_cluster_destroy EXIT
 im_psql -d postgres -c "CREATE DATABASE im_test" >/dev/null
 im_psql -d im_test -c "CREATE EXTENSION im_sync CASCADE" >/dev/null
@@ -33,6 +34,7 @@ rows_written() {
 }
 
 echo "large_group benchmark: PostgreSQL $(q 'SHOW server_version'), $(nproc) cores, $MEMBERS members, $MSGS messages"
+im_bench_durability
 echo
 
 declare -A ROWS PER_MSG ONE_BATCH CATCHUP

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: every benchmark, one after another (each starts and stops its
 # own throwaway cluster and prints ratios against a floor measured in the
-# same run).  IM_BENCH_ONLY=send_fanout,sync,large_group,gateway picks some.
+# same run, at production durability; --fsync-off runs the old variant).
+# IM_BENCH_ONLY=send_fanout,sync,large_group,gateway picks some.
 set -uo pipefail
 cd "$(dirname "$0")"
 rc=0
@@ -10,7 +11,7 @@ for b in send_fanout sync_bench large_group gateway_bench; do
     continue
   fi
   echo "################ $b"
-  bash "./$b.sh" || { echo "benchmark $b failed"; rc=1; }
+  bash "./$b.sh" "$@" || { echo "benchmark $b failed"; rc=1; }
   echo
 done
 exit $rc

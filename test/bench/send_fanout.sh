@@ -17,13 +17,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/cluster.sh
+im_bench_parse_args "$@" || exit 2
 T=${IM_BENCH_T:-6}
 ROUNDS=${IM_BENCH_ROUNDS:-3}
 TR=${IM_BENCH_ROUND_T:-3}   # seconds per alternating send run
 NMSG=${IM_BENCH_FAN_MSGS:-200}
 D=test/bench/send_fanout
 
-im_cluster_start "im_sync.fanout_paused = on" "im_sync.fanout_workers = 2" >/dev/null || exit 1
+im_bench_cluster_start "im_sync.fanout_paused = on" "im_sync.fanout_workers = 2" >/dev/null || exit 1
 trap im_cluster_destroy EXIT
 im_psql -d postgres -c "CREATE DATABASE im_test"
 im_psql -d im_test -c "CREATE EXTENSION im_sync CASCADE"
@@ -39,6 +40,7 @@ q() { im_psql -d "$1" -At -c "$2"; }
 paused() { q im_test "ALTER SYSTEM SET im_sync.fanout_paused = $1" >/dev/null; q im_test "SELECT pg_catalog.pg_reload_conf()" >/dev/null; sleep 1.5; }
 
 echo "send_fanout benchmark: PostgreSQL $(q postgres 'SHOW server_version'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+im_bench_durability
 echo "(send: median of $ROUNDS alternating ${TR}s runs per side; workers on: one ${T}s run)"
 echo
 

@@ -7,7 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/cluster.sh
-im_cluster_start "im_sync.fanout_paused = on" "im_sync.fanout_workers = 0" >/dev/null || exit 1
+im_bench_parse_args "$@" || exit 2
+im_bench_cluster_start "im_sync.fanout_paused = on" "im_sync.fanout_workers = 0" >/dev/null || exit 1
 trap im_cluster_destroy EXIT
 im_createdb im_bench
+echo "sync benchmark: $(im_bench_durability)"
 IM_BENCH_DSN="host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_bench" /usr/bin/python3 test/bench/sync/sync_bench.py
