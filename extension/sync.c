@@ -21,6 +21,7 @@
 #include "im_sync.h"
 #include "common.h"
 #include "device_state.h"
+#include "event_json.h"
 #include "im_sql.h"
 #include "shmem.h"
 #include "token.h"
@@ -98,17 +99,6 @@ set_empty(SyncRow *r, const char *status, const ImDevice *dev, int64 user_hw)
 	r->user_hw = user_hw;
 }
 
-/* Signs in `cxt` (the function's caller context) so it survives SPI_finish. */
-static char *
-sign_in(MemoryContext cxt, const ImTokenClaims *c)
-{
-	MemoryContext old = MemoryContextSwitchTo(cxt);
-	char	   *t = im_token_sign(c);
-
-	MemoryContextSwitchTo(old);
-	return t;
-}
-
 static Datum
 device_args(Datum *args, int64 user_id, const char *device_id)
 {
@@ -175,88 +165,163 @@ force_reset(ImDevice *dev)
  * the same rule as fetch_messages in history.c) but still consumed, so the
  * cursor moves past it.  The page also ends before the event that would
  * push its JSON text over im_sync.max_page_bytes; its first event is always
- * taken, so every page makes progress.  Returns the jsonb (copied to the
- * upper context) and sets *last to the last sync_seq consumed and *more.
+ * taken, so every page makes progress.  The statement returns the rows; the
+ * jsonb is built and measured in C (event_json.c says why).  Returns the
+ * jsonb (copied to the upper context) and sets *last to the last sync_seq
+ * consumed and *more.
  */
 /* Result columns of read_page's statement. */
 enum
 {
-	Anum_page_events = 1,		/* the page's events as a jsonb array */
-	Anum_page_last,				/* last sync_seq consumed */
-	Anum_page_taken,			/* rows in the page */
-	Anum_page_read				/* rows read before the byte cut */
+	Anum_page_sync_seq = 1,
+	Anum_page_private,			/* a private event's whole object, else NULL */
+	Anum_page_kind,				/* the event row; NULL when hidden or private */
+	Anum_page_conversation_id,
+	Anum_page_msg_seq,
+	Anum_page_message_id,
+	Anum_page_sender_id,
+	Anum_page_content_type,
+	Anum_page_body,
+	Anum_page_target_message_id,
+	Anum_page_recalled,
+	Anum_page_created_at
 };
+
+#define PRIVATE_KINDS_SQL \
+	"('{read_cursor,delete_for_me,conversation_dirty}'::pg_catalog.text[])"
+
+static Datum
+page_col(uint64 row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+/* The event columns of result row `row`; false when the row has none. */
+static bool
+page_event_row(uint64 row, ImEventRow *ev)
+{
+	bool		isnull;
+	Datum		d;
+
+	ev->message_id = im_get_int64(row, Anum_page_message_id, &isnull);
+	if (isnull)
+		return false;
+	ev->kind = TextDatumGetCString(page_col(row, Anum_page_kind, &isnull));
+	ev->conversation_id = im_get_int64(row, Anum_page_conversation_id, NULL);
+	ev->msg_seq = im_get_int64(row, Anum_page_msg_seq, NULL);
+	ev->sender_id = im_get_int64(row, Anum_page_sender_id, &isnull);
+	ev->has_sender = !isnull;
+	d = page_col(row, Anum_page_content_type, &isnull);
+	ev->content_type = isnull ? NULL : TextDatumGetCString(d);
+	d = page_col(row, Anum_page_body, &isnull);
+	ev->body = isnull ? NULL : DatumGetJsonbP(d);
+	ev->target_message_id = im_get_int64(row, Anum_page_target_message_id, &isnull);
+	ev->has_target = !isnull;
+	ev->recalled = im_get_bool(row, Anum_page_recalled, NULL);
+	ev->created_at = DatumGetTimestampTz(page_col(row, Anum_page_created_at, &isnull));
+	return true;
+}
 
 static Datum
 read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 		  int64 *last, bool *more)
 {
 	static SPIPlanPtr plan;
-	Datum		args[5];
-	bool		isnull;
-	Datum		events;
-	int64		n;
-	int64		taken;
+	Datum		args[4];
+	ImEventPage page;
+	uint64		nrows;
+	uint64		taken = 0;
 
+	/*
+	 * The event is looked up row by row (OFFSET 0 keeps the lateral
+	 * subquery from becoming a join the planner might hash over the whole
+	 * event table), so a page costs the same however long the log is.  The
+	 * deleted_for_me test runs only for a user who has deleted something
+	 * (an InitPlan, once per page).
+	 */
 	im_prepare(&plan,
-			   "WITH r AS ("
-			   "  SELECT i.sync_seq, i.kind, i.conversation_id, i.source_event_id, i.payload "
-			   "  FROM im.inbox i WHERE i.user_id" EQ "$1 "
-			   "  AND i.sync_seq" GT "$2 AND i.sync_seq" LE "$3 "
-			   "  ORDER BY i.sync_seq LIMIT $4), "
-			   "j AS ("
-			   "  SELECT r.sync_seq, CASE WHEN r.kind" EQ "ANY "
-			   "      ('{read_cursor,delete_for_me,conversation_dirty}'::pg_catalog.text[]) "
+			   "SELECT r.sync_seq, "
+			   "  CASE WHEN r.kind" EQ "ANY " PRIVATE_KINDS_SQL
 			   "    THEN pg_catalog.jsonb_build_object('sync_seq', r.sync_seq, 'kind', r.kind, "
 			   "           'conversation_id', r.conversation_id) "
-			   "        " OP_CONCAT "COALESCE(r.payload, '{}'::pg_catalog.jsonb) "
-			   "    ELSE (SELECT " IM_EVENT_JSON_SQL
-			   "           " OP_CONCAT "pg_catalog.jsonb_build_object('sync_seq', r.sync_seq) "
-			   "          FROM im.event e WHERE e.message_id" EQ "r.source_event_id "
-			   "          AND " IM_NOT_DELETED_FOR_ME_SQL("$1") ") "
-			   "    END AS ev FROM r), "
-			   "sized AS ("
-			   "  SELECT j.sync_seq, j.ev, s.own, "
-			   "         pg_catalog.sum(s.own) OVER (ORDER BY j.sync_seq) AS bytes "
-			   "  FROM j, LATERAL (SELECT COALESCE(" IM_PAGE_BYTES_SQL("j.ev") ", 0) AS own) s), "
-			   "page AS ("
-			   "  SELECT z.sync_seq, z.ev FROM sized z "
-			   "  WHERE z.bytes" LE "$5 "
-			   "     OR z.bytes" MINUS "z.own" EQ "0) "
-			   "SELECT COALESCE(pg_catalog.jsonb_agg(ev ORDER BY sync_seq) FILTER (WHERE ev IS NOT NULL), "
-			   "                '[]'::pg_catalog.jsonb), "
-			   "       COALESCE(pg_catalog.max(sync_seq), $2), pg_catalog.count(*), "
-			   "       (SELECT pg_catalog.count(*) FROM j) FROM page",
-			   5, INT8OID, INT8OID, INT8OID, INT4OID, INT8OID);
+			   "        " OP_CONCAT "COALESCE(r.payload, '{}'::pg_catalog.jsonb) END, "
+			   "  e.kind, e.conversation_id, e.msg_seq, e.message_id, e.sender_id, "
+			   "  e.content_type, e.body, e.target_message_id, e.recalled, e.created_at "
+			   "FROM (SELECT i.sync_seq, i.kind, i.conversation_id, i.source_event_id, i.payload "
+			   "      FROM im.inbox i WHERE i.user_id" EQ "$1 "
+			   "      AND i.sync_seq" GT "$2 AND i.sync_seq" LE "$3 "
+			   "      ORDER BY i.sync_seq LIMIT $4) r "
+			   "LEFT JOIN LATERAL ("
+			   "  SELECT e.kind, e.conversation_id, e.msg_seq, e.message_id, e.sender_id, "
+			   "         e.content_type, e.body, e.target_message_id, e.recalled, e.created_at "
+			   "  FROM im.event e WHERE e.message_id" EQ "r.source_event_id "
+			   "  AND r.kind" NE "ALL " PRIVATE_KINDS_SQL
+			   "  AND (NOT EXISTS (SELECT 1 FROM im.deleted_for_me d0 WHERE d0.user_id" EQ "$1) "
+			   "       OR " IM_NOT_DELETED_FOR_ME_SQL("$1") ") "
+			   "  OFFSET 0) e ON true "
+			   "ORDER BY r.sync_seq",
+			   4, INT8OID, INT8OID, INT8OID, INT4OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(after);
 	args[2] = Int64GetDatum(watermark);
 	args[3] = Int32GetDatum(limit);
-	args[4] = Int64GetDatum((int64) im_max_page_bytes);
-	im_exec(plan, args, NULL, 1);
-	events = im_get_datum_copy(0, Anum_page_events, &isnull);
-	*last = im_get_int64(0, Anum_page_last, NULL);
-	taken = im_get_int64(0, Anum_page_taken, NULL);
-	n = im_get_int64(0, Anum_page_read, NULL);
+	nrows = im_exec(plan, args, NULL, 0);
+
+	*last = after;
+	im_event_page_begin(&page);
+	for (uint64 row = 0; row < nrows; row++)
+	{
+		bool		isnull;
+		Datum		private = page_col(row, Anum_page_private, &isnull);
+		Jsonb	   *element = isnull ? NULL : DatumGetJsonbP(private);
+		ImEventRow	ev;
+		ImEventJson ej;
+		bool		visible = element != NULL || page_event_row(row, &ev);
+		int64		sync_seq = im_get_int64(row, Anum_page_sync_seq, NULL);
+		int64		own = 0;
+
+		if (element)
+			own = im_jsonb_text_bytes(&page, element);
+		else if (visible)
+		{
+			im_event_json_make(&page, &ev, sync_seq, &ej);
+			own = ej.text_bytes;
+		}
+		/* a hidden row costs no bytes; the first visible one always fits */
+		if (page.text_bytes != 0 &&
+			(visible ? im_event_page_bytes_with(&page, own) : page.text_bytes) >
+			(int64) im_max_page_bytes)
+			break;
+		if (element)
+			im_event_page_add_jsonb(&page, element, own);
+		else if (visible)
+			im_event_page_add_event(&page, &ej);
+		*last = sync_seq;
+		taken++;
+	}
 	/*
 	 * Cut by bytes: the rows left out are <= the watermark, so more remain.
 	 * Otherwise the log is gap-free in (gc_floor, high watermark]: a full
 	 * page that stopped below the watermark has more behind it.
 	 */
-	*more = taken < n || (n == limit && *last < watermark);
-	return events;
+	*more = taken < nrows || (nrows == (uint64) limit && *last < watermark);
+	return SPI_datumTransfer(JsonbPGetDatum(im_event_page_finish(&page)), false, -1);
 }
 
 /*
  * Fill r with a data page of the batch described by c (purpose B claims)
- * starting after `after`, plus a cursor when more remains.
+ * starting after `after`, plus a cursor when more remains.  `user_hw` is
+ * the user's high watermark read under the head's FOR SHARE lock, which
+ * this transaction holds until it ends: it is the committed value now.
  */
 static void
 serve_page(MemoryContext upper, SyncRow *r, const ImTokenClaims *batch,
-		   int64 after, int32 limit, const char *status, int64 acked)
+		   int64 after, int32 limit, const char *status, int64 acked, int64 user_hw)
 {
-	ImTokenClaims cur;
+	ImTokenClaims claims[2];
+	char	   *tokens[2];
 	int64		last;
+	MemoryContext old;
 
 	memset(r, 0, sizeof(*r));
 	r->status = status;
@@ -268,16 +333,21 @@ serve_page(MemoryContext upper, SyncRow *r, const ImTokenClaims *batch,
 	r->recovery_session_id = batch->recovery_session_id;
 	r->events = read_page(batch->user_id, after, batch->watermark, limit,
 						  &last, &r->has_more);
-	r->batch_token = sign_in(upper, batch);
+	claims[0] = *batch;
 	if (r->has_more)
 	{
 		/* A cursor is the batch plus its position; it expires with it. */
-		cur = *batch;
-		cur.purpose = IM_TOKEN_CURSOR;
-		cur.position = last;
-		r->next_cursor = sign_in(upper, &cur);
+		claims[1] = *batch;
+		claims[1].purpose = IM_TOKEN_CURSOR;
+		claims[1].position = last;
 	}
-	r->user_hw = user_hw_now(batch->user_id);
+	/* one key read for both; in `upper` so they survive SPI_finish */
+	old = MemoryContextSwitchTo(upper);
+	im_token_sign_several(claims, r->has_more ? 2 : 1, tokens);
+	MemoryContextSwitchTo(old);
+	r->batch_token = tokens[0];
+	r->next_cursor = r->has_more ? tokens[1] : NULL;
+	r->user_hw = user_hw;
 }
 
 static void
@@ -420,7 +490,8 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 		if (same_gen && la >= s.resume_from)
 		{
 			make_batch_claims(&c, dev, s.resume_from, s.watermark, s.id, s.expires_at);
-			serve_page(upper, r, &c, s.resume_from, limit, "RECOVERY", ack);
+			serve_page(upper, r, &c, s.resume_from, limit, "RECOVERY", ack,
+					   head.high_watermark);
 			return;
 		}
 	}
@@ -440,7 +511,7 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 
 			im_device_note_issued(dev, wm);
 			make_batch_claims(&c, dev, ack, wm, 0, 0);
-			serve_page(upper, r, &c, ack, limit, "OK", ack);
+			serve_page(upper, r, &c, ack, limit, "OK", ack, head.high_watermark);
 			return;
 		}
 	}
@@ -457,7 +528,7 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 		new_session(dev, la, wm, &s);
 		im_device_note_issued(dev, wm);
 		make_batch_claims(&c, dev, la, wm, s.id, s.expires_at);
-		serve_page(upper, r, &c, la, limit, "RECOVERY", ack);
+		serve_page(upper, r, &c, la, limit, "RECOVERY", ack, head.high_watermark);
 		return;
 	}
 
@@ -496,7 +567,8 @@ next_page(MemoryContext upper, SyncRow *r, ImDevice *dev, int64 user_id,
 		c.purpose = IM_TOKEN_BATCH;
 		c.position = 0;
 		serve_page(upper, r, &c, after, limit,
-				   c.recovery_session_id ? "RECOVERY" : "OK", dev->acked_sync_seq);
+				   c.recovery_session_id ? "RECOVERY" : "OK", dev->acked_sync_seq,
+				   head.high_watermark);
 	}
 }
 

@@ -268,16 +268,14 @@ rotate_key(void)
 	return next;
 }
 
-char *
-im_token_sign(const ImTokenClaims *claims)
+/*
+ * The key that signs `claims` (device tokens raise their key's
+ * device_tokens_expire, see load_device_signing_key): returns its id.
+ */
+static int32
+signing_key(const ImTokenClaims *claims, uint8 *key)
 {
-	uint8		key[IM_KEY_LEN];
-	uint8		buf[IM_TOKEN_MAX_BYTES + 4];
-	uint8	   *p = buf;
-	size_t		devlen = strnlen(claims->device_id, 64);
 	int32		key_id;
-	int			enclen;
-	char	   *out;
 
 	key_id = claims->purpose == IM_TOKEN_DEVICE ?
 		load_device_signing_key(claims->expires_at, key) : load_key(0, key);
@@ -290,6 +288,18 @@ im_token_sign(const ImTokenClaims *claims)
 		if (key_id == 0)
 			elog(ERROR, "im_sync: no token key after creating one");
 	}
+	return key_id;
+}
+
+/* claims || key_id || MAC, base64url without padding; palloc'd. */
+static char *
+encode_signed(const ImTokenClaims *claims, int32 key_id, const uint8 *key)
+{
+	uint8		buf[IM_TOKEN_MAX_BYTES + 4];
+	uint8	   *p = buf;
+	size_t		devlen = strnlen(claims->device_id, 64);
+	int			enclen;
+	char	   *out;
 
 	*p++ = (uint8) claims->purpose;
 	put32(&p, IM_TOKEN_VERSION);
@@ -309,7 +319,6 @@ im_token_sign(const ImTokenClaims *claims)
 	put32(&p, key_id);
 	compute_mac(key, buf, p - buf, p);
 	p += IM_MAC_LEN;
-	explicit_bzero(key, IM_KEY_LEN);
 
 	enclen = pg_b64_enc_len(p - buf);
 	out = palloc(enclen + 1);
@@ -328,6 +337,31 @@ im_token_sign(const ImTokenClaims *claims)
 			out[i] = '_';
 	}
 	return out;
+}
+
+char *
+im_token_sign(const ImTokenClaims *claims)
+{
+	char	   *out;
+
+	im_token_sign_several(claims, 1, &out);
+	return out;
+}
+
+void
+im_token_sign_several(const ImTokenClaims *claims, int n, char **out)
+{
+	uint8		key[IM_KEY_LEN];
+	int32		key_id;
+
+	Assert(n >= 1);
+	for (int i = 1; i < n; i++)
+		if (claims[i].purpose == IM_TOKEN_DEVICE || claims[0].purpose == IM_TOKEN_DEVICE)
+			elog(ERROR, "im_sync: device tokens are signed one at a time");
+	key_id = signing_key(&claims[0], key);
+	for (int i = 0; i < n; i++)
+		out[i] = encode_signed(&claims[i], key_id, key);
+	explicit_bzero(key, IM_KEY_LEN);
 }
 
 bool

@@ -41,6 +41,11 @@ typedef struct ImTokenClaims
 /* Sign claims with the newest key (created on first use); palloc'd text. */
 extern char *im_token_sign(const ImTokenClaims *claims);
 /*
+ * Sign n claims (no device tokens) with the newest key, read once: a sync
+ * page's batch token and cursor.  out[i] is the token of claims[i].
+ */
+extern void im_token_sign_several(const ImTokenClaims *claims, int n, char **out);
+/*
  * Verify format, key and signature (constant time) and the purpose.
  * Returns false for anything malformed, unknown key or bad signature
  * (INVALID_TOKEN).  Expiry is NOT checked here: callers check the

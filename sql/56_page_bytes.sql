@@ -42,13 +42,13 @@ BEGIN
     page := p; n := jsonb_array_length(r.events); bytes := octet_length(r.events::text);
     first_seq := (r.events->0->>'sync_seq')::bigint; last_seq := (r.events->-1->>'sync_seq')::bigint;
     has_more := r.has_more;
-    INSERT INTO got_sync SELECT (e->>'sync_seq')::bigint FROM jsonb_array_elements(r.events) e;
+    INSERT INTO got_sync SELECT (e->>'sync_seq')::bigint, octet_length(e::text) FROM jsonb_array_elements(r.events) e;
     RETURN NEXT;
     EXIT WHEN NOT r.has_more OR p > 200;
     cur := r.next_cursor;
   END LOOP;
 END $$;
-CREATE TEMP TABLE got_sync (sync_seq bigint);
+CREATE TEMP TABLE got_sync (sync_seq bigint, len int);
 CREATE TEMP TABLE sync_page AS SELECT * FROM pg_temp.sync_pages(5601, 'phone', :gen, :ack);
 -- more than one page, every page within the limit or a single event, only
 -- the last without has_more
@@ -67,6 +67,11 @@ SELECT (SELECT array_agg(sync_seq ORDER BY sync_seq) FROM got_sync)
        (SELECT max(last_seq) FROM sync_page) = :hw AS reaches_watermark,
        (SELECT bool_and(s1.first_seq = s0.last_seq + 1) FROM sync_page s0 JOIN sync_page s1 ON s1.page = s0.page + 1)
        AS pages_adjacent;
+-- every page cut by bytes is full: its next event would have pushed it over
+-- (the text length of each event is summed in C, event_json.c)
+SELECT bool_and(s.bytes + g.len + 2 > 1000) AS cut_pages_full
+FROM sync_page s JOIN got_sync g ON g.sync_seq = s.last_seq + 1
+WHERE s.has_more;
 -- a page cut by bytes still fits a whole page limit's worth when events are small
 SELECT n AS events_in_first_page, has_more FROM pg_temp.sync_pages(5601, 'phone', :gen, :ack) LIMIT 1;
 

@@ -3,7 +3,7 @@
 # ACK throughput, and one page on a 10x longer log.  Starts its own
 # throwaway cluster (fanout workers off: the bench runs fanout itself) and
 # stops it.  Knobs: IM_BENCH_EVENTS (20000), IM_BENCH_LONG_FACTOR (10),
-# IM_BENCH_REPEAT (3).
+# IM_BENCH_REPEAT (5).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/cluster.sh
