@@ -233,6 +233,16 @@ def main():
         log('  page %5d: sync_changes %8.0f events/s   floor (range query as one jsonb_agg) %8.0f events/s   '
             'sync/floor = %.2f (goal >= 0.9; rounds %s)'
             % (limit, sync_rate, floor_rate, ratio, ' '.join('%.2f' % x for x in ratios)))
+    # What production durability costs the API per page: each call locks
+    # and touches the device row, so it commits WAL and waits for its flush;
+    # the floor writes nothing.
+    for limit in (100, 1000):
+        w0 = q("SELECT wal_records, wal_bytes FROM pg_stat_wal")[0]
+        catch_up(SHORT, 'reader', g_short, 0, limit)
+        w1 = q("SELECT wal_records, wal_bytes FROM pg_stat_wal")[0]
+        pages = -(-hw_short // limit)
+        log('  page %5d: WAL per sync_changes call %.1f records, %.0f bytes (floor: none)'
+            % (limit, (w1[0] - w0[0]) / pages, (w1[1] - w0[1]) / pages))
 
     log('\n2. ACK throughput (ack_sync, one transaction each, cursor +1 each)')
     cur.execute("SELECT batch_token, batch_high_watermark FROM im.sync_changes(%s, 'acker', %s, 0, 1)", (SHORT, g_ack))
