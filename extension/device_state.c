@@ -36,20 +36,11 @@ device_args(Datum *args, int64 user_id, const char *device_id)
 	args[1] = CStringGetTextDatum(device_id);
 }
 
-void
-im_lock_device(int64 user_id, const char *device_id, ImDevice *dev)
+/* Row 0 of the last SPI result is the device's columns (Anum_device_lock_*). */
+static void
+device_from_spi(int64 user_id, const char *device_id, ImDevice *dev)
 {
-	static SPIPlanPtr plan;
-	Datum		args[2];
-
-	im_prepare(&plan,
-			   "SELECT state, sync_generation, acked_sync_seq, issued_sync_seq, "
-			   "       connection_epoch, registration "
-			   "FROM im.device WHERE user_id" EQ "$1 "
-			   "AND device_id" EQ "$2 FOR UPDATE",
-			   2, INT8OID, TEXTOID);
-	device_args(args, user_id, device_id);
-	if (im_exec(plan, args, NULL, 0) != 1)
+	if (SPI_processed != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_NO_DATA_FOUND),
 				 errmsg("device \"%s\" of user " INT64_FORMAT " is not registered",
@@ -62,6 +53,35 @@ im_lock_device(int64 user_id, const char *device_id, ImDevice *dev)
 	dev->issued_sync_seq = im_get_int64(0, Anum_device_lock_issued_sync_seq, NULL);
 	dev->connection_epoch = im_get_int64(0, Anum_device_lock_connection_epoch, NULL);
 	dev->registration = im_get_int32(0, Anum_device_lock_registration, NULL);
+}
+
+#define DEVICE_COLUMNS_SQL \
+	"SELECT state, sync_generation, acked_sync_seq, issued_sync_seq, " \
+	"       connection_epoch, registration " \
+	"FROM im.device WHERE user_id" EQ "$1 AND device_id" EQ "$2"
+
+void
+im_lock_device(int64 user_id, const char *device_id, ImDevice *dev)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+
+	im_prepare(&plan, DEVICE_COLUMNS_SQL " FOR UPDATE", 2, INT8OID, TEXTOID);
+	device_args(args, user_id, device_id);
+	im_exec(plan, args, NULL, 0);
+	device_from_spi(user_id, device_id, dev);
+}
+
+void
+im_read_device(int64 user_id, const char *device_id, ImDevice *dev)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+
+	im_prepare(&plan, DEVICE_COLUMNS_SQL, 2, INT8OID, TEXTOID);
+	device_args(args, user_id, device_id);
+	im_exec(plan, args, NULL, 0);
+	device_from_spi(user_id, device_id, dev);
 }
 
 void
@@ -143,6 +163,21 @@ im_device_touch(int64 user_id, const char *device_id)
 	im_prepare(&plan,
 			   "UPDATE im.device SET last_seen_at = pg_catalog.now() "
 			   "WHERE user_id" EQ "$1 AND device_id" EQ "$2",
+			   2, INT8OID, TEXTOID);
+	device_args(args, user_id, device_id);
+	im_exec(plan, args, NULL, 0);
+}
+
+void
+im_device_touch_coarse(int64 user_id, const char *device_id)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+
+	im_prepare(&plan,
+			   "UPDATE im.device SET last_seen_at = pg_catalog.now() "
+			   "WHERE user_id" EQ "$1 AND device_id" EQ "$2 "
+			   "AND last_seen_at" LT "(pg_catalog.now()" MINUS "'1 second'::pg_catalog.interval)",
 			   2, INT8OID, TEXTOID);
 	device_args(args, user_id, device_id);
 	im_exec(plan, args, NULL, 0);

@@ -27,6 +27,11 @@ typedef struct ImDevice
  */
 extern void im_lock_device(int64 user_id, const char *device_id, ImDevice *dev);
 /*
+ * The same row without a lock: for a call that writes nothing (a sync
+ * cursor page) and is correct as of the moment it read the row.
+ */
+extern void im_read_device(int64 user_id, const char *device_id, ImDevice *dev);
+/*
  * Generation + 1 (kills every older token of the device) and new_state;
  * touches the device.  Caller holds the row lock; dev is updated in place.
  */
@@ -47,5 +52,12 @@ extern void im_device_end_recovery_sessions(int64 user_id, const char *device_id
 extern void im_device_end_leases(int64 user_id, const char *device_id);
 /* last_seen_at = now (the inactivity rule of the GC fence reads it). */
 extern void im_device_touch(int64 user_id, const char *device_id);
+/*
+ * The same, unless last_seen_at is already within the last second: then
+ * nothing is written, so a read that touches many times a second (sync
+ * cursor pages) needs no WAL flush at commit.  The fence's inactivity
+ * window is im_sync.device_inactive_after (30 days by default).
+ */
+extern void im_device_touch_coarse(int64 user_id, const char *device_id);
 
 #endif							/* IM_DEVICE_STATE_H */

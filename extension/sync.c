@@ -16,7 +16,10 @@
  * Locks: the device row (FOR UPDATE), then the user's head FOR SHARE.  The
  * share lock makes the gc_floor test and the creation of a recovery lease
  * atomic with respect to gc_inbox, which advances gc_floor under FOR UPDATE
- * on the same row and computes its fence after getting it.
+ * on the same row and computes its fence after getting it.  A cursor page
+ * takes neither and writes nothing (next_page_unlocked): it changes no
+ * state, and its range check reads gc_floor in the snapshot of the rows it
+ * serves; when that shows a collected range it falls back to the locks.
  */
 #include "im_sync.h"
 #include "common.h"
@@ -184,8 +187,18 @@ enum
 	Anum_page_body,
 	Anum_page_target_message_id,
 	Anum_page_recalled,
-	Anum_page_created_at
+	Anum_page_created_at,
+	Anum_page_gc_floor,			/* the user's head, in the rows' snapshot */
+	Anum_page_user_hw
 };
+
+/* What read_page saw besides the page. */
+typedef struct PageSeen
+{
+	uint64		rows;			/* inbox rows read */
+	int64		gc_floor;		/* valid when rows > 0 */
+	int64		user_hw;		/* valid when rows > 0 */
+} PageSeen;
 
 #define PRIVATE_KINDS_SQL \
 	"('{read_cursor,delete_for_me,conversation_dirty}'::pg_catalog.text[])"
@@ -224,7 +237,7 @@ page_event_row(uint64 row, ImEventRow *ev)
 
 static Datum
 read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
-		  int64 *last, bool *more)
+		  int64 *last, bool *more, PageSeen *seen)
 {
 	static SPIPlanPtr plan;
 	Datum		args[4];
@@ -237,7 +250,10 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 	 * subquery from becoming a join the planner might hash over the whole
 	 * event table), so a page costs the same however long the log is.  The
 	 * deleted_for_me test runs only for a user who has deleted something
-	 * (an InitPlan, once per page).
+	 * (an InitPlan, once per page).  The user's gc_floor and high watermark
+	 * come from the same snapshot as the rows (InitPlans too), so a caller
+	 * that holds no lock on the head can tell whether gc_inbox, which moves
+	 * gc_floor in the transaction that deletes, took rows of the range.
 	 */
 	im_prepare(&plan,
 			   "SELECT r.sync_seq, "
@@ -246,7 +262,9 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 			   "           'conversation_id', r.conversation_id) "
 			   "        " OP_CONCAT "COALESCE(r.payload, '{}'::pg_catalog.jsonb) END, "
 			   "  e.kind, e.conversation_id, e.msg_seq, e.message_id, e.sender_id, "
-			   "  e.content_type, e.body, e.target_message_id, e.recalled, e.created_at "
+			   "  e.content_type, e.body, e.target_message_id, e.recalled, e.created_at, "
+			   "  (SELECT h.gc_floor FROM im.user_head h WHERE h.user_id" EQ "$1), "
+			   "  (SELECT h.high_watermark FROM im.user_head h WHERE h.user_id" EQ "$1) "
 			   "FROM (SELECT i.sync_seq, i.kind, i.conversation_id, i.source_event_id, i.payload "
 			   "      FROM im.inbox i WHERE i.user_id" EQ "$1 "
 			   "      AND i.sync_seq" GT "$2 AND i.sync_seq" LE "$3 "
@@ -266,6 +284,12 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 	args[2] = Int64GetDatum(watermark);
 	args[3] = Int32GetDatum(limit);
 	nrows = im_exec(plan, args, NULL, 0);
+	seen->rows = nrows;
+	if (nrows > 0)
+	{
+		seen->gc_floor = im_get_int64(0, Anum_page_gc_floor, NULL);
+		seen->user_hw = im_get_int64(0, Anum_page_user_hw, NULL);
+	}
 
 	*last = after;
 	im_event_page_begin(&page);
@@ -310,19 +334,37 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 
 /*
  * Fill r with a data page of the batch described by c (purpose B claims)
- * starting after `after`, plus a cursor when more remains.  `user_hw` is
- * the user's high watermark read under the head's FOR SHARE lock, which
- * this transaction holds until it ends: it is the committed value now.
+ * starting after `after`, plus a cursor when more remains.
+ *
+ * `locked`: the caller holds the device row and the user's head FOR SHARE
+ * and has checked gc_floor; `user_hw` is the high watermark it read under
+ * that lock, which is the committed value until this transaction ends.
+ * Without the locks (a cursor page) the page is served only if the rows'
+ * snapshot shows the range intact: rows were read and gc_floor <= `after`.
+ * Otherwise nothing is filled and false is returned; the caller takes the
+ * locks and decides (RESET_REQUIRED when the rest of the batch is gone).
  */
-static void
+static bool
 serve_page(MemoryContext upper, SyncRow *r, const ImTokenClaims *batch,
-		   int64 after, int32 limit, const char *status, int64 acked, int64 user_hw)
+		   int64 after, int32 limit, const char *status, int64 acked,
+		   bool locked, int64 user_hw)
 {
 	ImTokenClaims claims[2];
 	char	   *tokens[2];
 	int64		last;
+	bool		more;
+	PageSeen	seen;
+	Datum		events;
 	MemoryContext old;
 
+	events = read_page(batch->user_id, after, batch->watermark, limit,
+					   &last, &more, &seen);
+	if (!locked)
+	{
+		if (seen.rows == 0 || seen.gc_floor > after)
+			return false;
+		user_hw = seen.user_hw;
+	}
 	memset(r, 0, sizeof(*r));
 	r->status = status;
 	r->generation = batch->sync_generation;
@@ -331,10 +373,10 @@ serve_page(MemoryContext upper, SyncRow *r, const ImTokenClaims *batch,
 	r->watermark = batch->watermark;
 	r->acked = acked;
 	r->recovery_session_id = batch->recovery_session_id;
-	r->events = read_page(batch->user_id, after, batch->watermark, limit,
-						  &last, &r->has_more);
+	r->events = events;
+	r->has_more = more;
 	claims[0] = *batch;
-	if (r->has_more)
+	if (more)
 	{
 		/* A cursor is the batch plus its position; it expires with it. */
 		claims[1] = *batch;
@@ -343,11 +385,12 @@ serve_page(MemoryContext upper, SyncRow *r, const ImTokenClaims *batch,
 	}
 	/* one key read for both; in `upper` so they survive SPI_finish */
 	old = MemoryContextSwitchTo(upper);
-	im_token_sign_several(claims, r->has_more ? 2 : 1, tokens);
+	im_token_sign_several(claims, more ? 2 : 1, tokens);
 	MemoryContextSwitchTo(old);
 	r->batch_token = tokens[0];
-	r->next_cursor = r->has_more ? tokens[1] : NULL;
+	r->next_cursor = more ? tokens[1] : NULL;
 	r->user_hw = user_hw;
+	return true;
 }
 
 static void
@@ -490,8 +533,8 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 		if (same_gen && la >= s.resume_from)
 		{
 			make_batch_claims(&c, dev, s.resume_from, s.watermark, s.id, s.expires_at);
-			serve_page(upper, r, &c, s.resume_from, limit, "RECOVERY", ack,
-					   head.high_watermark);
+			(void) serve_page(upper, r, &c, s.resume_from, limit, "RECOVERY", ack,
+							 true, head.high_watermark);
 			return;
 		}
 	}
@@ -511,7 +554,7 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 
 			im_device_note_issued(dev, wm);
 			make_batch_claims(&c, dev, ack, wm, 0, 0);
-			serve_page(upper, r, &c, ack, limit, "OK", ack, head.high_watermark);
+			(void) serve_page(upper, r, &c, ack, limit, "OK", ack, true, head.high_watermark);
 			return;
 		}
 	}
@@ -528,7 +571,8 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 		new_session(dev, la, wm, &s);
 		im_device_note_issued(dev, wm);
 		make_batch_claims(&c, dev, la, wm, s.id, s.expires_at);
-		serve_page(upper, r, &c, la, limit, "RECOVERY", ack, head.high_watermark);
+		(void) serve_page(upper, r, &c, la, limit, "RECOVERY", ack, true,
+						 head.high_watermark);
 		return;
 	}
 
@@ -537,7 +581,11 @@ start_batch(MemoryContext upper, SyncRow *r, ImDevice *dev, bool cg_null, int32 
 	set_empty(r, "RESET_REQUIRED", dev, head.high_watermark);
 }
 
-/* A continuation page: only the cursor counts (contract §5). */
+/*
+ * A continuation page (contract §5: only the cursor counts) under the
+ * device lock and the head's share lock: the path of a page whose range
+ * may have been collected.
+ */
 static void
 next_page(MemoryContext upper, SyncRow *r, ImDevice *dev, int64 user_id,
 		  const char *cursor, int32 limit)
@@ -566,10 +614,48 @@ next_page(MemoryContext upper, SyncRow *r, ImDevice *dev, int64 user_id,
 
 		c.purpose = IM_TOKEN_BATCH;
 		c.position = 0;
-		serve_page(upper, r, &c, after, limit,
-				   c.recovery_session_id ? "RECOVERY" : "OK", dev->acked_sync_seq,
-				   head.high_watermark);
+		(void) serve_page(upper, r, &c, after, limit,
+						  c.recovery_session_id ? "RECOVERY" : "OK", dev->acked_sync_seq,
+						  true, head.high_watermark);
 	}
+}
+
+/*
+ * A continuation page that writes nothing, so its commit waits for no WAL
+ * flush: the device row is read without a lock and the page is served as of
+ * that read (a reset, revocation or ACK committing meanwhile orders after
+ * this call; the tokens it returns then fail like any older token).  The
+ * cursor's range is immutable until gc_inbox collects it, which read_page's
+ * snapshot shows; only then, or on a failed token, does anything else run.
+ * Returns false when the caller must take the locks and use next_page.
+ */
+static bool
+next_page_unlocked(MemoryContext upper, SyncRow *r, int64 user_id, const char *device_id,
+				   const char *cursor, int32 limit)
+{
+	ImDevice	dev;
+	ImTokenClaims c;
+	const char *fail;
+	int64		after;
+
+	im_read_device(user_id, device_id, &dev);
+	fail = im_token_check(cursor, IM_TOKEN_CURSOR, user_id, &dev,
+						  IM_EARLIER_REGISTRATION_STALE, &c);
+	if (fail)
+	{
+		set_empty(r, fail, &dev, user_hw_now(user_id));
+		return true;
+	}
+	after = c.position;
+	c.purpose = IM_TOKEN_BATCH;
+	c.position = 0;
+	if (!serve_page(upper, r, &c, after, limit,
+					c.recovery_session_id ? "RECOVERY" : "OK", dev.acked_sync_seq,
+					false, 0))
+		return false;
+	/* the GC fence's inactivity rule reads last_seen_at (30 days) */
+	im_device_touch_coarse(user_id, device_id);
+	return true;
 }
 
 IM_SENSITIVE_FUNCTION(im_sync_changes)
@@ -594,13 +680,22 @@ IM_SENSITIVE_FUNCTION(im_sync_changes)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
-	im_lock_device(user_id, device_id, &dev);
 	if (PG_ARGISNULL(5))
+	{
+		im_lock_device(user_id, device_id, &dev);
 		start_batch(upper, &r, &dev, PG_ARGISNULL(2), PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2),
 					la, limit);
+	}
 	else
-		next_page(upper, &r, &dev, user_id,
-				  text_to_cstring(PG_GETARG_TEXT_PP(5)), limit);
+	{
+		char	   *cursor = text_to_cstring(PG_GETARG_TEXT_PP(5));
+
+		if (!next_page_unlocked(upper, &r, user_id, device_id, cursor, limit))
+		{
+			im_lock_device(user_id, device_id, &dev);
+			next_page(upper, &r, &dev, user_id, cursor, limit);
+		}
+	}
 	SPI_finish();
 	emit_sync_row(fcinfo, &r);
 	return (Datum) 0;

@@ -38,6 +38,8 @@ dsn = os.environ['IM_BENCH_DSN']
 db = psycopg2.connect(dsn)
 db.autocommit = True
 cur = db.cursor()
+cur.execute("SELECT pg_backend_pid()")
+BACKEND_PID = cur.fetchone()[0]
 
 
 def q(sql, args=()):
@@ -182,21 +184,38 @@ def floor(user, la, hw, limit):
     return total
 
 
+def backend_cpu_ns():
+    """CPU time the server process of this connection has used (Linux
+    schedstat; the bench's cluster runs on this machine), or None."""
+    try:
+        with open('/proc/%d/schedstat' % BACKEND_PID) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def compare_rates(api, flr, n_expected):
-    """Alternating timed rounds of both sides; median rates and the median
-    of the per-round ratios (load from elsewhere hits both alike)."""
-    rates, ratios = {'api': [], 'floor': []}, []
+    """Alternating timed rounds of both sides; median rates, the median of
+    the per-round ratios (load from elsewhere hits both alike) and the
+    median server CPU per round of each side (load-independent)."""
+    rates, cpu, ratios = {'api': [], 'floor': []}, {'api': [], 'floor': []}, []
     for _ in range(REPEAT):
         pair = []
         for name, fn in (('api', api), ('floor', flr)):
+            c0 = backend_cpu_ns()
             t0 = time.perf_counter()
             n = fn()
             dt = time.perf_counter() - t0
+            c1 = backend_cpu_ns()
             assert n == n_expected, (name, n, n_expected)
             rates[name].append(n / dt)
+            if c0 is not None and c1 is not None:
+                cpu[name].append((c1 - c0) / 1e6)
             pair.append(n / dt)
         ratios.append(pair[0] / pair[1])
-    return statistics.median(rates['api']), statistics.median(rates['floor']), statistics.median(ratios), ratios
+    med = {k: statistics.median(v) if v else None for k, v in cpu.items()}
+    return (statistics.median(rates['api']), statistics.median(rates['floor']),
+            statistics.median(ratios), ratios, med)
 
 
 def median_ms(fn, reps):
@@ -227,22 +246,27 @@ def main():
     catch_up(SHORT, 'reader', g_short, 0, 1000)     # warm caches
     floor(SHORT, 0, hw_short, 1000)
     for limit in (100, 1000):
-        sync_rate, floor_rate, ratio, ratios = compare_rates(
+        sync_rate, floor_rate, ratio, ratios, cpu_ms = compare_rates(
             lambda: catch_up(SHORT, 'reader', g_short, 0, limit),
             lambda: floor(SHORT, 0, hw_short, limit), hw_short)
         log('  page %5d: sync_changes %8.0f events/s   floor (range query as one jsonb_agg) %8.0f events/s   '
             'sync/floor = %.2f (goal >= 0.9; rounds %s)'
             % (limit, sync_rate, floor_rate, ratio, ' '.join('%.2f' % x for x in ratios)))
-    # What production durability costs the API per page: each call locks
-    # and touches the device row, so it commits WAL and waits for its flush;
-    # the floor writes nothing.
+        if cpu_ms['api'] and cpu_ms['floor']:
+            log('              server CPU per catch-up: sync_changes %.1f ms, floor %.1f ms, floor/sync = %.2f'
+                % (cpu_ms['api'], cpu_ms['floor'], cpu_ms['floor'] / cpu_ms['api']))
+    # What production durability costs the API per page: a batch's first
+    # call locks and touches the device row, so it commits WAL and waits for
+    # its flush; cursor pages write nothing (at most one last_seen_at touch
+    # a second); the floor writes nothing.  Cluster-wide WAL, so background
+    # work (autovacuum) can add to it.
     for limit in (100, 1000):
-        w0 = q("SELECT wal_records, wal_bytes FROM pg_stat_wal")[0]
+        l0 = q("SELECT pg_current_wal_insert_lsn()")[0][0]
         catch_up(SHORT, 'reader', g_short, 0, limit)
-        w1 = q("SELECT wal_records, wal_bytes FROM pg_stat_wal")[0]
+        wal = q("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)", (l0,))[0][0]
         pages = -(-hw_short // limit)
-        log('  page %5d: WAL per sync_changes call %.1f records, %.0f bytes (floor: none)'
-            % (limit, (w1[0] - w0[0]) / pages, (w1[1] - w0[1]) / pages))
+        log('  page %5d: WAL per sync_changes call %.0f bytes (%d calls; floor: none)'
+            % (limit, float(wal) / pages, pages))
 
     log('\n2. ACK throughput (ack_sync, one transaction each, cursor +1 each)')
     cur.execute("SELECT batch_token, batch_high_watermark FROM im.sync_changes(%s, 'acker', %s, 0, 1)", (SHORT, g_ack))
