@@ -626,7 +626,8 @@ next_page(MemoryContext upper, SyncRow *r, ImDevice *dev, int64 user_id,
  * that read (a reset, revocation or ACK committing meanwhile orders after
  * this call; the tokens it returns then fail like any older token).  The
  * cursor's range is immutable until gc_inbox collects it, which read_page's
- * snapshot shows; only then, or on a failed token, does anything else run.
+ * snapshot shows; only then are the locks taken (next_page decides).  A
+ * failed token is answered from the same unlocked read, writing nothing.
  * Returns false when the caller must take the locks and use next_page.
  */
 static bool
