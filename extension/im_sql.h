@@ -55,7 +55,9 @@
 	"(pg_catalog.octet_length((" x ")::pg_catalog.text)" PLUS "2)"
 
 /* SQL fragment: one conversation position as contract §11 JSON, from an
- * im.event row aliased `e`. */
+ * im.event row aliased `e` (fetch_messages).  Sync pages build the same
+ * object in C (event_json.c, plus sync_seq): a key added here goes there
+ * too. */
 #define IM_EVENT_JSON_SQL \
 	"pg_catalog.jsonb_build_object(" \
 	"'kind', e.kind, 'conversation_id', e.conversation_id, 'msg_seq', e.msg_seq, " \
