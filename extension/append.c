@@ -11,9 +11,9 @@
  *   - every position gets its outbox item, and the fanout workers are woken
  *     at commit (never by NOTIFY, which would serialize every send);
  *   - a member's message (im_append_member_message) is checked against the
- *     sender's open period by a statement that starts after the head row
- *     lock is held, so a concurrent leave is either before it (seen, the
- *     send is refused) or after it (the send is inside the period).
+ *     sender's open period by a statement that starts after the
+ *     conversation row lock is held, so a concurrent leave is either before
+ *     it (seen, the send is refused) or after it (inside the period).
  */
 #include "im_sync.h"
 #include "common.h"
@@ -112,69 +112,37 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	return true;
 }
 
-/* Result columns of the member write statement. */
+/* Result columns of the member append statement. */
 enum
 {
 	Anum_member_is_member = 1,
 	Anum_member_message_id,
+	Anum_member_heads_moved,
 	Anum_member_outbox_items
 };
 
-/* Put a claimed head back (the position was not used), under the row lock. */
-static void
-release_claim(int64 conversation_id, int64 head_before)
-{
-	static SPIPlanPtr plan;
-	Datum		args[2];
-
-	im_prepare(&plan,
-			   "UPDATE im.conversation SET head_msg_seq = $2 WHERE conversation_id" EQ "$1",
-			   2, INT8OID, INT8OID);
-	args[0] = Int64GetDatum(conversation_id);
-	args[1] = Int64GetDatum(head_before);
-	if (im_exec(plan, args, NULL, 0) != 1)
-		elog(ERROR, "im_sync: conversation " INT64_FORMAT " vanished under its row lock",
-			 conversation_id);
-}
-
 ImMemberAppend
-im_append_member_message(int64 conversation_id, const ImNewEvent *ev,
+im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
 						 int64 *message_id, int64 *msg_seq)
 {
-	static SPIPlanPtr claim;
-	static SPIPlanPtr write;
+	static SPIPlanPtr plan;
 	Datum		args[9];
 	char		nulls[9];
-	int64		seq;
-	char	   *mode;
 	bool		isnull;
 
 	Assert(strcmp(ev->kind, "message") == 0 && ev->target_message_id == 0 &&
 		   ev->sender_id != 0 && ev->client_msg_id != NULL);
 
 	/*
-	 * The claim: increment and lock in one update (no separate locking read,
-	 * whose lock would be a WAL record of its own).
+	 * The caller's lock read was its own statement, so this one has a new
+	 * snapshot in READ COMMITTED: it sees every leave committed before the
+	 * lock was granted.  If the sender is no member or the idempotency key
+	 * is taken, the event CTE inserts nothing and the head and outbox CTEs
+	 * see no row: nothing is written, no gap.  The key is probed here (an
+	 * index lookup, no statement of its own) so a retry draws no
+	 * message_id; ON CONFLICT still catches a concurrent duplicate.
 	 */
-	im_prepare(&claim,
-			   "UPDATE im.conversation c SET head_msg_seq = c.head_msg_seq" PLUS "1 "
-			   "WHERE c.conversation_id" EQ "$1 RETURNING c.head_msg_seq, c.mode",
-			   1, INT8OID);
-	args[0] = Int64GetDatum(conversation_id);
-	if (im_exec(claim, args, NULL, 0) != 1)
-		return IM_MEMBER_APPEND_NO_CONVERSATION;
-	seq = im_get_int64(0, 1, NULL);
-	mode = im_get_text(0, 2);
-
-	/*
-	 * A new statement, so a new snapshot in READ COMMITTED: it sees every
-	 * leave committed before the lock was granted.  If the sender is no
-	 * member or the idempotency key is taken, the outbox CTE sees no row and
-	 * nothing is written.  The key is probed in the statement (an index
-	 * lookup, no statement of its own) so a retry draws no message_id; ON
-	 * CONFLICT still catches a concurrent duplicate.
-	 */
-	im_prepare(&write,
+	im_prepare(&plan,
 			   "WITH m AS ("
 			   "  SELECT EXISTS (SELECT 1 FROM im.membership_period p"
 			   "    WHERE p.conversation_id" EQ "$1 AND p.user_id" EQ "$4 AND p.leave_seq IS NULL) AS ok,"
@@ -186,15 +154,20 @@ im_append_member_message(int64 conversation_id, const ImNewEvent *ev,
 			   "  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 FROM m WHERE m.ok AND NOT m.dup"
 			   "  ON CONFLICT (sender_id, client_msg_id) DO NOTHING"
 			   "  RETURNING message_id, msg_seq),"
+			   " head AS ("
+			   "  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins"
+			   "  WHERE c.conversation_id" EQ "$1 RETURNING 1),"
 			   " ob AS ("
 			   "  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)"
 			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"
-			   "SELECT m.ok, ins.message_id, (SELECT pg_catalog.count(*) FROM ob)"
+			   "SELECT m.ok, ins.message_id, (SELECT pg_catalog.count(*) FROM head),"
+			   "       (SELECT pg_catalog.count(*) FROM ob)"
 			   "  FROM m LEFT JOIN ins ON true",
 			   9, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
 			   JSONBOID, TEXTOID);
 	memset(nulls, ' ', sizeof(nulls));
-	args[1] = Int64GetDatum(seq);
+	args[0] = Int64GetDatum(conv->conversation_id);
+	args[1] = Int64GetDatum(conv->head_msg_seq + 1);
 	args[2] = CStringGetTextDatum(ev->kind);
 	args[3] = Int64GetDatum(ev->sender_id);
 	args[4] = CStringGetTextDatum(ev->client_msg_id);
@@ -207,25 +180,21 @@ im_append_member_message(int64 conversation_id, const ImNewEvent *ev,
 	args[7] = ev->body;
 	if (ev->body == (Datum) 0)
 		nulls[7] = 'n';
-	args[8] = CStringGetTextDatum(mode);
-	if (im_exec(write, args, nulls, 0) != 1)
+	args[8] = CStringGetTextDatum(conv->mode);
+	if (im_exec(plan, args, nulls, 0) != 1)
 		elog(ERROR, "im_sync: member append statement returned no row");
 
 	if (!im_get_bool(0, Anum_member_is_member, NULL))
-	{
-		release_claim(conversation_id, seq - 1);
 		return IM_MEMBER_APPEND_NOT_MEMBER;
-	}
 	*message_id = im_get_int64(0, Anum_member_message_id, &isnull);
 	if (isnull)
-	{
-		release_claim(conversation_id, seq - 1);
 		return IM_MEMBER_APPEND_DUPLICATE;
-	}
-	if (im_get_int64(0, Anum_member_outbox_items, NULL) != 1)
-		elog(ERROR, "im_sync: append to conversation " INT64_FORMAT " did not write its outbox item",
-			 conversation_id);
-	*msg_seq = seq;
+	if (im_get_int64(0, Anum_member_heads_moved, NULL) != 1 ||
+		im_get_int64(0, Anum_member_outbox_items, NULL) != 1)
+		elog(ERROR, "im_sync: append to conversation " INT64_FORMAT " did not write head and outbox",
+			 conv->conversation_id);
+	*msg_seq = conv->head_msg_seq + 1;
+	conv->head_msg_seq = *msg_seq;
 	im_wake_fanout_at_commit();
 	return IM_MEMBER_APPEND_DONE;
 }

@@ -35,20 +35,19 @@ extern bool im_append_event(ImConversation *conv, const ImNewEvent *ev,
 typedef enum ImMemberAppend
 {
 	IM_MEMBER_APPEND_DONE,			/* written at the returned msg_seq */
-	IM_MEMBER_APPEND_NO_CONVERSATION,	/* no such conversation: nothing changed */
-	IM_MEMBER_APPEND_NOT_MEMBER,	/* sender has no open period: head put back */
-	IM_MEMBER_APPEND_DUPLICATE		/* (sender_id, client_msg_id) exists: head put back */
+	IM_MEMBER_APPEND_NOT_MEMBER,	/* sender has no open period: nothing written */
+	IM_MEMBER_APPEND_DUPLICATE		/* (sender_id, client_msg_id) exists: nothing written */
 } ImMemberAppend;
 
 /*
- * The fast path of a member's message (ev->kind 'message', no target):
- * increments the head (taking the conversation row lock), then checks the
- * sender's open period and writes event and outbox item in one statement.
- * Anything but DONE leaves the head as it was (still locked by this
- * transaction), so no msg_seq gap; the caller then takes the general path
- * for the right answer or error.  Wakes the workers at commit on DONE.
+ * The fast path of a member's message (ev->kind 'message', no target),
+ * the caller holding the conversation row lock: checks the sender's open
+ * period and the idempotency key and writes event, head and outbox item in
+ * one statement.  Anything but DONE writes nothing; the caller then takes
+ * the general path for the right answer or error.  Wakes the workers at
+ * commit on DONE.
  */
-extern ImMemberAppend im_append_member_message(int64 conversation_id, const ImNewEvent *ev,
+extern ImMemberAppend im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
 											   int64 *message_id, int64 *msg_seq);
 /* jsonb Datum from C text (for system event bodies). */
 extern Datum im_jsonb_from_cstring(const char *json);
