@@ -9,7 +9,11 @@
  *     statement;
  *   - a position suppressed by its idempotency key writes nothing (no gap);
  *   - every position gets its outbox item, and the fanout workers are woken
- *     at commit (never by NOTIFY, which would serialize every send).
+ *     at commit (never by NOTIFY, which would serialize every send);
+ *   - a member's message (im_append_member_message) is checked against the
+ *     sender's open period by a statement that starts after the
+ *     conversation row lock is held, so a concurrent leave is either before
+ *     it (seen, the send is refused) or after it (inside the period).
  */
 #include "im_sync.h"
 #include "common.h"
@@ -106,4 +110,91 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	conv->head_msg_seq = *msg_seq;
 	im_wake_fanout_at_commit();
 	return true;
+}
+
+/* Result columns of the member append statement. */
+enum
+{
+	Anum_member_is_member = 1,
+	Anum_member_message_id,
+	Anum_member_heads_moved,
+	Anum_member_outbox_items
+};
+
+ImMemberAppend
+im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
+						 int64 *message_id, int64 *msg_seq)
+{
+	static SPIPlanPtr plan;
+	Datum		args[9];
+	char		nulls[9];
+	bool		isnull;
+
+	Assert(strcmp(ev->kind, "message") == 0 && ev->target_message_id == 0 &&
+		   ev->sender_id != 0 && ev->client_msg_id != NULL);
+
+	/*
+	 * The caller's lock read was its own statement, so this one has a new
+	 * snapshot in READ COMMITTED: it sees every leave committed before the
+	 * lock was granted.  If the sender is no member or the idempotency key
+	 * is taken, the event CTE inserts nothing and the head and outbox CTEs
+	 * see no row: nothing is written, no gap.  The key is probed here (an
+	 * index lookup, no statement of its own) so a retry draws no
+	 * message_id; ON CONFLICT still catches a concurrent duplicate.
+	 */
+	im_prepare(&plan,
+			   "WITH m AS ("
+			   "  SELECT EXISTS (SELECT 1 FROM im.membership_period p"
+			   "    WHERE p.conversation_id" EQ "$1 AND p.user_id" EQ "$4 AND p.leave_seq IS NULL) AS ok,"
+			   "    EXISTS (SELECT 1 FROM im.event e"
+			   "    WHERE e.sender_id" EQ "$4 AND e.client_msg_id" EQ "$5) AS dup),"
+			   " ins AS ("
+			   "  INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id,"
+			   "                        request_digest, content_type, body, mode)"
+			   "  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 FROM m WHERE m.ok AND NOT m.dup"
+			   "  ON CONFLICT (sender_id, client_msg_id) DO NOTHING"
+			   "  RETURNING message_id, msg_seq),"
+			   " head AS ("
+			   "  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins"
+			   "  WHERE c.conversation_id" EQ "$1 RETURNING 1),"
+			   " ob AS ("
+			   "  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)"
+			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"
+			   "SELECT m.ok, ins.message_id, (SELECT pg_catalog.count(*) FROM head),"
+			   "       (SELECT pg_catalog.count(*) FROM ob)"
+			   "  FROM m LEFT JOIN ins ON true",
+			   9, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
+			   JSONBOID, TEXTOID);
+	memset(nulls, ' ', sizeof(nulls));
+	args[0] = Int64GetDatum(conv->conversation_id);
+	args[1] = Int64GetDatum(conv->head_msg_seq + 1);
+	args[2] = CStringGetTextDatum(ev->kind);
+	args[3] = Int64GetDatum(ev->sender_id);
+	args[4] = CStringGetTextDatum(ev->client_msg_id);
+	args[5] = PointerGetDatum(ev->request_digest);
+	if (ev->request_digest == NULL)
+		nulls[5] = 'n';
+	args[6] = ev->content_type ? CStringGetTextDatum(ev->content_type) : (Datum) 0;
+	if (ev->content_type == NULL)
+		nulls[6] = 'n';
+	args[7] = ev->body;
+	if (ev->body == (Datum) 0)
+		nulls[7] = 'n';
+	args[8] = CStringGetTextDatum(conv->mode);
+	if (im_exec(plan, args, nulls, 0) != 1)
+		elog(ERROR, "im_sync: member append statement returned no row");
+
+	if (!im_get_bool(0, Anum_member_is_member, NULL))
+		return IM_MEMBER_APPEND_NOT_MEMBER;
+	*message_id = im_get_int64(0, Anum_member_message_id, &isnull);
+	if (isnull)
+		return IM_MEMBER_APPEND_DUPLICATE;
+	if (im_get_int64(0, Anum_member_heads_moved, NULL) != 1 ||
+		im_get_int64(0, Anum_member_outbox_items, NULL) != 1)
+		elog(ERROR, "im_sync: append to conversation " INT64_FORMAT " did not write head and outbox",
+			 conv->conversation_id);
+	*msg_seq = conv->head_msg_seq + 1;
+	conv->head_msg_seq = *msg_seq;
+	im_wake_fanout_at_commit();
+	return IM_MEMBER_APPEND_DONE;
 }

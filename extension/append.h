@@ -31,6 +31,24 @@ typedef struct ImNewEvent
  */
 extern bool im_append_event(ImConversation *conv, const ImNewEvent *ev,
 							int64 *message_id, int64 *msg_seq);
+/* Outcome of im_append_member_message. */
+typedef enum ImMemberAppend
+{
+	IM_MEMBER_APPEND_DONE,			/* written at the returned msg_seq */
+	IM_MEMBER_APPEND_NOT_MEMBER,	/* sender has no open period: nothing written */
+	IM_MEMBER_APPEND_DUPLICATE		/* (sender_id, client_msg_id) exists: nothing written */
+} ImMemberAppend;
+
+/*
+ * The fast path of a member's message (ev->kind 'message', no target),
+ * the caller holding the conversation row lock: checks the sender's open
+ * period and the idempotency key and writes event, head and outbox item in
+ * one statement.  Anything but DONE writes nothing; the caller then takes
+ * the general path for the right answer or error.  Wakes the workers at
+ * commit on DONE.
+ */
+extern ImMemberAppend im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
+											   int64 *message_id, int64 *msg_seq);
 /* jsonb Datum from C text (for system event bodies). */
 extern Datum im_jsonb_from_cstring(const char *json);
 

@@ -399,6 +399,13 @@ im_require_conversation(int64 conversation_id, ImConversation *conv)
 void
 im_lock_conversation(int64 conversation_id, ImConversation *conv)
 {
+	if (!im_try_lock_conversation(conversation_id, conv))
+		conversation_not_found(conversation_id);
+}
+
+bool
+im_try_lock_conversation(int64 conversation_id, ImConversation *conv)
+{
 	static SPIPlanPtr plan;
 	Datum		args[1];
 	char	   *s;
@@ -409,13 +416,14 @@ im_lock_conversation(int64 conversation_id, ImConversation *conv)
 			   1, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	if (im_exec(plan, args, NULL, 0) != 1)
-		conversation_not_found(conversation_id);
+		return false;
 	conv->conversation_id = conversation_id;
 	s = im_get_text(0, 1);
 	strlcpy(conv->kind, s, sizeof(conv->kind));
 	s = im_get_text(0, 2);
 	strlcpy(conv->mode, s, sizeof(conv->mode));
 	conv->head_msg_seq = im_get_int64(0, 3, NULL);
+	return true;
 }
 
 static int

@@ -88,6 +88,8 @@ typedef struct ImConversation
 extern void im_require_conversation(int64 conversation_id, ImConversation *conv);
 /* SELECT … FOR UPDATE on the conversation row; P0002 when unknown. */
 extern void im_lock_conversation(int64 conversation_id, ImConversation *conv);
+/* The same lock; false (nothing locked) when the conversation is unknown. */
+extern bool im_try_lock_conversation(int64 conversation_id, ImConversation *conv);
 /* 42501 unless the user ever had a period in the conversation. */
 extern void im_require_ever_member(int64 user_id, int64 conversation_id, const char *detail);
 /*

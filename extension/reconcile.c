@@ -144,6 +144,17 @@ static const ReconcileCheck checks[] = {
 	 "  AND e.created_at" GE "COALESCE((SELECT m.at FROM im.maintenance_state m "
 	 "      WHERE m.name" EQ "'outbox_collected_before'), '-infinity') "
 	 "ORDER BY e.conversation_id, e.msg_seq"},
+	/*
+	 * Every event belongs to a conversation.  No foreign key says so since
+	 * 1.2 (its check cost every send a query): append.c writes an event only
+	 * under its conversation's row lock, and conversations are never deleted.
+	 */
+	{"event_without_conversation",
+	 "SELECT 'event_without_conversation', 'critical', e.conversation_id, e.sender_id, "
+	 "  pg_catalog.jsonb_build_object('message_id', e.message_id, 'msg_seq', e.msg_seq, 'kind', e.kind) "
+	 "FROM im.event e WHERE NOT EXISTS (SELECT 1 FROM im.conversation c "
+	 "  WHERE c.conversation_id" EQ "e.conversation_id) "
+	 "ORDER BY e.conversation_id, e.msg_seq"},
 	/* Stored but not propagating: the outbox is stuck or the workers are down. */
 	{"outbox_pending_too_old",
 	 "SELECT 'outbox_pending_too_old', 'warning', o.conversation_id, o.private_user_id, "

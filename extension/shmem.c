@@ -109,7 +109,11 @@ im_shmem_publish_worker(int slot)
 static void
 wake_workers(void)
 {
-	if (im_shared == NULL)
+	/*
+	 * Paused workers fan out nothing and poll for the setting (their reload
+	 * wakes them): a wake-up per commit would only cost a signal each.
+	 */
+	if (im_shared == NULL || im_fanout_paused)
 		return;
 	for (int i = 0; i < IM_MAX_FANOUT_WORKERS; i++)
 	{

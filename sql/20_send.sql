@@ -119,6 +119,10 @@ SELECT * FROM im.leave_conversation(1, 2);
 SELECT try_sql($$SELECT * FROM im.send_message(2, 1, 'b-2', '{"text": "gone"}')$$);
 SELECT * FROM im.send_message(2, 1, 'b-1', '{"text": "hi", "n": 1}', 'markdown');
 SELECT try_sql($$SELECT * FROM im.recall_message(2, 1, 'b-recall', 5)$$);
+-- the key is answered before membership and existence: a used key with
+-- another request is IS409 even where the sender may not send
+SELECT try_sql($$SELECT * FROM im.send_message(2, 1, 'b-1', '{"text": "other"}')$$);
+SELECT try_sql($$SELECT * FROM im.send_message(2, 999, 'b-1', '{"text": "hi", "n": 1}', 'markdown')$$);
 
 -- msg_seq is gap-free and every position has exactly one outbox item
 SELECT conversation_id, count(*) AS positions, max(msg_seq) AS max_seq,

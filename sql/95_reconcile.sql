@@ -174,6 +174,14 @@ UPDATE im.conversation SET head_msg_seq = 7 WHERE conversation_id = 100;
 SELECT * FROM im.reconcile();
 ROLLBACK;
 
+-- event_without_conversation (no foreign key since 1.2: append.c writes an
+-- event only under its conversation's row lock)
+BEGIN;
+INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id, body)
+  VALUES (999999, 1, 'message', 20, 'orphan-1', '{"text": "orphan"}');
+SELECT * FROM im.reconcile();
+ROLLBACK;
+
 -- unread_mismatch
 BEGIN;
 UPDATE im.user_conversation SET unread_count = 5 WHERE user_id = 20;
