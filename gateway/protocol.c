@@ -120,6 +120,7 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 	{
 		case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
 			on_db_results();
+			im_gateway_poll_state();	/* a signal also wakes the loop this way */
 			break;
 		case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
 			return im_admit_upgrade(wsi);
@@ -139,6 +140,8 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 				im_stats.conns_current--;
 				im_session_unregister(s);
 				p->s = NULL;
+				if (im_draining && im_stats.conns_current == 0)
+					lws_cancel_service(lws_get_context(wsi));	/* drained: end the loop */
 			}
 			break;
 		case LWS_CALLBACK_HTTP:

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NBUCKETS 16384
+#define NBUCKETS 65536			/* chains stay short at 100,000 sessions */
 static session *sid_table[NBUCKETS];
 static session *user_table[NBUCKETS];
 session    *im_all_sessions;
