@@ -138,7 +138,8 @@ create_context(void)
 		g_event_lib = 1;
 		return ctx;
 	}
-	im_log("warn", "event=event_lib_unavailable lib=libev fallback=poll");
+	/* no libev plugin (or the listen failed: then poll fails the same way) */
+	im_log("warn", "event=context_failed event_loop=libev retry=poll");
 	info.options &= ~(uint64_t) LWS_SERVER_OPTION_LIBEV;
 	return lws_create_context(&info);
 }

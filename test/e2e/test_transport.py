@@ -371,9 +371,11 @@ def start_gateway(*args):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def free_port():
+def free_port(host="127.0.0.1"):
+    """A port free on host; "0.0.0.0" for a --listen 0.0.0.0 (a port free on
+    127.0.0.1 may be bound on another loopback address by a load generator)."""
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
+    s.bind((host, 0))
     p = s.getsockname()[1]
     s.close()
     return p
@@ -392,17 +394,18 @@ def healthz(url):
 async def test_non_loopback_listen_needs_tls():
     """--listen 0.0.0.0 without TLS exits non-zero with a clear message;
     with --insecure, or with --tls-cert/--tls-key, it serves."""
-    port = free_port()
+    port = free_port("0.0.0.0")
     p = start_gateway("--listen", "0.0.0.0:%d" % port)
     _, err = p.communicate(timeout=10)
     assert p.returncode != 0, p.returncode
     assert "without TLS" in err and "--insecure" in err, err
     for extra, scheme in ((["--insecure"], "http"),
                           (["--tls-cert", os.environ["IM_GW_CERT"], "--tls-key", os.environ["IM_GW_KEY"]], "https")):
-        port = free_port()
+        port = free_port("0.0.0.0")
         p = start_gateway("--listen", "0.0.0.0:%d" % port, *extra)
         try:
-            assert healthz("%s://127.0.0.1:%d" % (scheme, port)) == 200, (extra, p.poll())
+            code = healthz("%s://127.0.0.1:%d" % (scheme, port))
+            assert code == 200, (extra, code, p.poll(), p.stderr.read()[-2000:] if p.poll() is not None else "")
         finally:
             p.terminate()
             p.wait(timeout=10)
