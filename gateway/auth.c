@@ -13,6 +13,7 @@
 #include "db.h"
 #include "frame.h"
 #include "hints.h"
+#include "keepalive.h"
 #include "log.h"
 #include "log_hash.h"
 #include "metrics.h"
@@ -253,6 +254,7 @@ im_on_recheck_job(session *s, im_job *j)
 		 */
 		s->recheck_retry = 1;
 		s->recheck_hint |= j->key ? 1 : 0;
+		im_keepalive_soon(s);
 	}
 	if (s->recheck_pending)
 	{

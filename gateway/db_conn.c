@@ -148,17 +148,26 @@ setup_done(dbconn *c)
 }
 
 
+/* The index of sql among c's prepared statements, -1 when not prepared. */
+static int
+prepared_index(const dbconn *c, const char *sql)
+{
+	int			i;
+
+	for (i = 0; i < c->nprepared; i++)
+		if (c->prepared[i] == sql)
+			return i;
+	return -1;
+}
+
 static int
 send_job(dbconn *c, im_job *j)
 {
 	const char *vals[8];
 	char		name[16];
-	int			i;
+	int			i = prepared_index(c, j->sql);
 
-	for (i = 0; i < c->nprepared; i++)
-		if (c->prepared[i] == j->sql)
-			break;
-	if (i < c->nprepared)
+	if (i >= 0)
 	{
 		int			k;
 
@@ -185,7 +194,20 @@ im_conn_dispatch(dbconn *c, im_job *j)
 	int			sent;
 
 	c->preparing = 0;
-	if (j->txn)
+	if (j->txn && prepared_index(c, j->sql) >= 0)
+	{
+		/*
+		 * BEGIN and the prepared statement in one round trip: the Sync
+		 * after them does not end the transaction BEGIN opened, so it stays
+		 * open for the lws thread's decision as in the two-trip path.
+		 */
+		c->txn = TXN_PIPE;
+		c->pipe_nulls = 0;
+		sent = PQenterPipelineMode(c->pg) &&
+			PQsendQueryParams(c->pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
+			send_job(c, j) && PQpipelineSync(c->pg);
+	}
+	else if (j->txn)
 	{
 		c->txn = TXN_BEGIN;
 		sent = PQsendQuery(c->pg, "BEGIN");
@@ -342,6 +364,7 @@ txn_step(dbconn *c)
 				PQclear(res);
 			return 0;
 		case TXN_NONE:
+		case TXN_PIPE:			/* pipe_result turns it into TXN_STMT first */
 			break;
 	}
 	c->res = res;
@@ -385,6 +408,38 @@ keep_first_result(dbconn *c, PGresult *r)
 	}
 	else
 		PQclear(r);
+}
+
+/*
+ * One PQgetResult of a TXN_PIPE hello (r may be NULL).  Keeps BEGIN's
+ * result only when it failed (the statement then comes back aborted) and
+ * the statement's result; at the Sync leaves pipeline mode and returns 1:
+ * the statement's outcome is in c->res and the hello goes on as TXN_STMT.
+ */
+static int
+pipe_result(dbconn *c, PGresult *r)
+{
+	if (r == NULL)
+	{
+		c->pipe_nulls++;
+		return 0;
+	}
+	if (PQresultStatus(r) != PGRES_PIPELINE_SYNC)
+	{
+		if (c->pipe_nulls == 0 && PQresultStatus(r) != PGRES_FATAL_ERROR)
+			PQclear(r);			/* BEGIN went through */
+		else
+			keep_first_result(c, r);
+		return 0;
+	}
+	PQclear(r);
+	if (!PQexitPipelineMode(c->pg))
+	{
+		im_conn_down(c, PQerrorMessage(c->pg));
+		return 0;
+	}
+	c->txn = TXN_STMT;
+	return 1;
 }
 
 /*
@@ -453,6 +508,14 @@ im_conn_io(dbconn *c, short revents)
 			PGresult   *r = PQgetResult(c->pg);
 			int			next;
 
+			if (c->txn == TXN_PIPE)
+			{
+				if (!pipe_result(c, r))
+					continue;
+				if (txn_step(c) <= 0)
+					break;		/* held, answered or down */
+				continue;		/* ROLLBACK of a failed statement sent */
+			}
 			if (r != NULL)
 			{
 				keep_first_result(c, r);

@@ -24,7 +24,8 @@ typedef enum
 /* Where a txn job (im_job.txn) is on its connection. */
 typedef enum
 {
-	TXN_NONE, TXN_BEGIN, TXN_STMT, TXN_ABORT, TXN_END
+	TXN_NONE, TXN_BEGIN, TXN_STMT, TXN_ABORT, TXN_END,
+	TXN_PIPE					/* BEGIN and the statement sent as one pipeline */
 } txn_stage;
 
 typedef struct dbconn
@@ -48,6 +49,13 @@ typedef struct dbconn
 	int			nprepared;
 	int			preparing;
 	txn_stage	txn;
+	/*
+	 * TXN_PIPE: a hello whose statement is prepared here sends BEGIN, the
+	 * statement and a Sync in one round trip (libpq pipeline mode); results
+	 * arrive as BEGIN's, NULL, the statement's, NULL, PIPELINE_SYNC.  This
+	 * counts the NULLs seen (2: the Sync is next).
+	 */
+	int			pipe_nulls;
 	uint64_t	hold_id;		/* bumped per hold: a stale im_db_end_txn never matches */
 	PGresult   *txn_saved;		/* failed statement's result while ROLLBACK runs */
 } dbconn;

@@ -13,6 +13,7 @@
 #include "auth.h"
 #include "config.h"
 #include "db.h"
+#include "keepalive.h"
 #include "log.h"
 #include "log_hash.h"
 #include "metrics.h"
@@ -26,6 +27,9 @@
 #include <sys/resource.h>
 
 #define DRAIN_SECONDS 5
+/* descriptors kept beyond --max-connections: stdio, the wake pipes, lws'
+ * own, the LISTEN connection, HTTP clients and upgrades being refused */
+#define FD_RESERVE 128
 
 int			im_draining;
 static struct lws_context *g_ctx;
@@ -33,38 +37,17 @@ static volatile sig_atomic_t g_terminate;
 static lws_sorted_usec_list_t g_tick;
 
 /*
- * Once a second: hello pacing's rate, hello timeouts, keepalive (contract
- * §10: ping after ping_interval of silence, again every ping_interval;
- * close 1001 after idle_timeout) and re-checks that found no database.
+ * Once a second: hello pacing's rate, then the sessions with a deadline
+ * due (keepalive.c: hello timeouts, pings, idle closes, re-checks that
+ * found no database) — not every session.
  */
 static void
 tick(lws_sorted_usec_list_t *sul)
 {
-	session    *s;
-	double		now = im_now();
-
 	im_hello_tick();
-	for (s = im_all_sessions; s; s = s->all_next)
-	{
-		if (s->is_http || s->close_code)
-			continue;
-		if (!s->authed && !s->hello_pending && now - s->t_open > im_cfg.hello_timeout)
-			im_begin_close(s, 4001, "hello_timeout");
-		else if (now - s->t_heard >= im_cfg.idle_timeout)
-			im_begin_close(s, 1001, "idle_timeout");
-		else if (now - s->t_heard >= im_cfg.ping_interval && now - s->t_ping >= im_cfg.ping_interval)
-		{
-			s->t_ping = now;
-			s->ping_due = 1;
-			lws_callback_on_writable(s->wsi);
-		}
-		if (!s->close_code && s->recheck_retry && !s->recheck_inflight)
-		{
-			s->recheck_retry = 0;
-			im_request_recheck(s, 0);
-		}
-	}
+	im_keepalive_tick(im_now());
 	lws_sul_schedule(g_ctx, 0, &g_tick, tick, LWS_US_PER_SEC);
+	im_gateway_poll_state();
 }
 
 static void
@@ -74,6 +57,14 @@ on_signal(int sig)
 	g_terminate = 1;
 	if (g_ctx)
 		lws_cancel_service(g_ctx);
+}
+
+/* libev delivers SIGINT itself (a watcher): the same as the handler. */
+static void
+on_lws_signal(void *handle, int sig)
+{
+	(void) handle;
+	on_signal(sig);
 }
 
 static void
@@ -95,10 +86,35 @@ begin_drain(void)
 			im_begin_close(s, 1001, "shutdown");
 }
 
+/*
+ * No lws "validity" timers: by default lws 4.1 gives every WebSocket a
+ * 300 s ping/hangup timer (the context's default retry policy) and puts it
+ * into one deadline-sorted list per thread, re-inserted at the establish
+ * and at every pong.  A new deadline is the latest, so each insert walks
+ * the whole list: O(sessions) per connect and per pong, most of the
+ * gateway's CPU with 15,000 sessions open.  keepalive.c does the pings and
+ * idle closes (with close 1001) instead; secs_since_valid_hangup = 0 turns
+ * lws' off (_lws_validity_confirmed_role returns early).
+ */
+static const lws_retry_bo_t no_validity_timers = {
+	.secs_since_valid_ping = 0,
+	.secs_since_valid_hangup = 0,
+};
+
+/*
+ * The event loop: lws' libev loop (epoll) when its plugin loads, else lws'
+ * poll() loop.  poll() hands the kernel every descriptor on every wake-up:
+ * with 15,000 sessions open that was most of the gateway's CPU (sock_poll,
+ * tcp_poll), O(sessions) per database answer, frame or pong; epoll costs
+ * what is ready.
+ */
+static int	g_event_lib;
+
 static struct lws_context *
 create_context(void)
 {
 	struct lws_context_creation_info info;
+	struct lws_context *ctx;
 
 	lws_set_log_level(LLL_ERR, NULL);
 	memset(&info, 0, sizeof(info));
@@ -107,6 +123,7 @@ create_context(void)
 	info.protocols = im_protocols;
 	info.options = LWS_SERVER_OPTION_DISABLE_IPV6;
 	info.timeout_secs = 20;
+	info.retry_and_idle_policy = &no_validity_timers;
 	if (im_cfg.tls_cert)
 	{
 		/* OpenSSL through lws: wss:// and https:// on the one port */
@@ -114,7 +131,45 @@ create_context(void)
 		info.ssl_cert_filepath = im_cfg.tls_cert;
 		info.ssl_private_key_filepath = im_cfg.tls_key;
 	}
+	info.options |= LWS_SERVER_OPTION_LIBEV;
+	info.signal_cb = on_lws_signal;
+	if ((ctx = lws_create_context(&info)) != NULL)
+	{
+		g_event_lib = 1;
+		return ctx;
+	}
+	/* no libev plugin (or the listen failed: then poll fails the same way) */
+	im_log("warn", "event=context_failed event_loop=libev retry=poll");
+	info.options &= ~(uint64_t) LWS_SERVER_OPTION_LIBEV;
 	return lws_create_context(&info);
+}
+
+/*
+ * After each batch of wake-ups (signals, database answers) and each tick:
+ * SIGTERM starts the drain; once no session is left (or DRAIN_SECONDS
+ * passed) the loop ends.  With libev lws_service runs the whole loop, so
+ * the end is lws_context_destroy from inside it (lws defers the teardown
+ * until the loop is out); main finishes it.
+ */
+static double g_drain_deadline;
+static int	g_stopped;
+
+void
+im_gateway_poll_state(void)
+{
+	if (g_stopped)
+		return;
+	if (g_terminate && !im_draining)
+	{
+		g_drain_deadline = im_now() + DRAIN_SECONDS;
+		begin_drain();
+	}
+	if (im_draining && (im_stats.conns_current == 0 || im_now() > g_drain_deadline))
+	{
+		g_stopped = 1;
+		if (g_event_lib)
+			lws_context_destroy(g_ctx);
+	}
 }
 
 int
@@ -122,7 +177,6 @@ main(int argc, char **argv)
 {
 	struct rlimit rl;
 	char		err[256];
-	double		drain_deadline = 0;
 	int			rc;
 
 	if ((rc = im_config_load(argc, argv)) >= 0)
@@ -134,11 +188,30 @@ main(int argc, char **argv)
 		return 2;
 	}
 	im_db_set_statement_timeout(im_cfg.statement_timeout_ms);
-	/* many idle connections need many descriptors */
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max)
+	/*
+	 * Every session is a descriptor: raise the soft limit to the hard one
+	 * (lws sizes its fd table from it).  --max-connections above what the
+	 * descriptors allow would turn into failed accepts instead of HTTP 503,
+	 * so it is lowered to fit, leaving room for the database connections,
+	 * the listen socket and HTTP clients.
+	 */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
 	{
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
+		long		room;
+
+		if (rl.rlim_cur < rl.rlim_max)
+		{
+			rl.rlim_cur = rl.rlim_max;
+			if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+				getrlimit(RLIMIT_NOFILE, &rl);
+		}
+		room = (long) rl.rlim_cur - FD_RESERVE - im_cfg.pool;
+		if (rl.rlim_cur != RLIM_INFINITY && im_cfg.max_connections > room)
+		{
+			im_log("warn", "event=max_connections_lowered from=%d to=%ld nofile=%ld",
+				   im_cfg.max_connections, room < 1 ? 1 : room, (long) rl.rlim_cur);
+			im_cfg.max_connections = room < 1 ? 1 : (int) room;
+		}
 	}
 
 	g_ctx = create_context();
@@ -156,20 +229,13 @@ main(int argc, char **argv)
 		return 1;
 	}
 	lws_sul_schedule(g_ctx, 0, &g_tick, tick, LWS_US_PER_SEC);
-	im_log("info", "event=started listen=%s:%d tls=%s pool=%d max_frame=%zu statement_timeout_ms=%d",
+	im_log("info", "event=started listen=%s:%d tls=%s pool=%d max_frame=%zu statement_timeout_ms=%d max_connections=%d event_loop=%s",
 		   im_cfg.host, im_cfg.port, im_cfg.tls_cert ? "on" : "off", im_cfg.pool,
-		   im_cfg.max_frame, im_cfg.statement_timeout_ms);
+		   im_cfg.max_frame, im_cfg.statement_timeout_ms, im_cfg.max_connections,
+		   g_event_lib ? "libev" : "poll");
 
-	while (lws_service(g_ctx, 0) >= 0)
-	{
-		if (g_terminate && !im_draining)
-		{
-			drain_deadline = im_now() + DRAIN_SECONDS;
-			begin_drain();
-		}
-		if (im_draining && (im_stats.conns_current == 0 || im_now() > drain_deadline))
-			break;
-	}
+	while (!g_stopped && lws_service(g_ctx, 0) >= 0)
+		im_gateway_poll_state();
 	lws_context_destroy(g_ctx);
 	im_db_stop();
 	im_log("info", "event=stopped");

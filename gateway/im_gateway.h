@@ -10,4 +10,10 @@
  */
 extern int	im_draining;
 
+/*
+ * Called after each batch of wake-ups and each tick: starts the drain after
+ * SIGTERM/SIGINT and ends the event loop once it is done.
+ */
+extern void im_gateway_poll_state(void);
+
 #endif

@@ -14,6 +14,7 @@
 #include "hints.h"
 #include "http.h"
 #include "im_gateway.h"
+#include "keepalive.h"
 #include "metrics.h"
 #include "receive.h"
 #include "session.h"
@@ -104,6 +105,7 @@ on_established(struct lws *wsi, pss *p)
 	im_stats.conns_total++;
 	lws_get_peer_simple(wsi, ip, sizeof(ip));
 	s->unauth_ip = im_unauth_take(ip);
+	im_keepalive_add(s);
 	return 0;
 }
 
@@ -118,6 +120,7 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 	{
 		case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
 			on_db_results();
+			im_gateway_poll_state();	/* a signal also wakes the loop this way */
 			break;
 		case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
 			return im_admit_upgrade(wsi);
@@ -137,6 +140,8 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 				im_stats.conns_current--;
 				im_session_unregister(s);
 				p->s = NULL;
+				if (im_draining && im_stats.conns_current == 0)
+					lws_cancel_service(lws_get_context(wsi));	/* drained: end the loop */
 			}
 			break;
 		case LWS_CALLBACK_HTTP:
@@ -165,7 +170,13 @@ const struct lws_protocols im_protocols[] = {
 		.name = "im-sync.v1",
 		.callback = callback_im,
 		.per_session_data_size = sizeof(pss),
-		.rx_buffer_size = 4096,
+		/*
+		 * lws allocates this much per connection for its whole life
+		 * (rx_ubuf), idle or not: 4096 was most of an idle session's cost.
+		 * A frame longer than this arrives in several RECEIVE callbacks,
+		 * which receive.c joins; typical request frames fit in one.
+		 */
+		.rx_buffer_size = IM_RX_BUFFER_SIZE,
 	},
 	{.name = NULL}
 };

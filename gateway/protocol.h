@@ -6,6 +6,10 @@
 
 #include <libwebsockets.h>
 
+/* Bytes of a frame lws hands over per RECEIVE callback; lws keeps a buffer
+ * of this size (+ LWS_PRE) per connection for the connection's life. */
+#define IM_RX_BUFFER_SIZE 1024
+
 /* protocols[0] also takes HTTP and ws clients that name no subprotocol. */
 extern const struct lws_protocols im_protocols[];
 

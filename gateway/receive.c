@@ -194,6 +194,12 @@ frame_arrived(session *s, const char *buf, size_t len)
 	}
 	if (frame_rate_limited(s))
 		return;
+	if (!s->busy && !s->hello_pending && !s->in_head)
+	{
+		/* nothing ahead of it: handled at once, never queued (order kept) */
+		process_frame(s, buf, len);
+		return;
+	}
 	f = malloc(sizeof(inframe) + len + 1);
 	if (!f)
 		abort();
@@ -227,6 +233,16 @@ im_on_receive(struct lws *wsi, session *s, const void *in, size_t len)
 		s->bad_binary = lws_frame_is_binary(wsi) ? 1 : 0;
 	}
 	s->t_heard = im_now();
+	if (s->rxlen == 0 && lws_is_final_fragment(wsi) && !s->bad_binary &&
+		(s->authed || len <= MAX_HELLO_BYTES) && len <= im_cfg.max_frame)
+	{
+		/* a whole frame in one callback (the usual case): no copy into rx */
+		s->in_msg = 0;
+		frame_arrived(s, in, len);
+		if (!s->in_head)
+			free_rx(s);
+		return 0;
+	}
 	if (!s->authed && s->rxlen + len > MAX_HELLO_BYTES)
 	{
 		/* stop accumulating: the hello may not be larger */

@@ -12,6 +12,7 @@
 #include "admission.h"
 #include "config.h"
 #include "db.h"
+#include "keepalive.h"
 #include "log.h"
 #include "log_hash.h"
 #include "metrics.h"
@@ -22,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NBUCKETS 16384
+#define NBUCKETS 65536			/* chains stay short at 100,000 sessions */
 static session *sid_table[NBUCKETS];
 static session *user_table[NBUCKETS];
 session    *im_all_sessions;
@@ -64,6 +65,7 @@ im_session_register(struct lws *wsi, int is_http)
 	s->is_http = is_http;
 	s->registered = 1;
 	s->hint_hw = -1;
+	s->kw_slot = -1;
 	s->t_open = im_now();
 	s->t_heard = s->t_open;
 	s->frames.tokens = im_cfg.burst;
@@ -115,6 +117,7 @@ im_session_unregister(session *s)
 		}
 	if (s->authed)
 		user_unlink(s);
+	im_keepalive_remove(s);
 	if (s->all_prev)
 		s->all_prev->all_next = s->all_next;
 	else

@@ -81,6 +81,10 @@ typedef struct session
 	struct session *user_next;
 	struct session *all_prev,
 			   *all_next;
+	/* keepalive.c's wheel: the slot of the next deadline (-1: none) */
+	struct session *kw_prev,
+			   *kw_next;
+	int			kw_slot;
 } session;
 
 /* Every registered session, newest first (linked by all_next). */

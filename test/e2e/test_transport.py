@@ -371,9 +371,11 @@ def start_gateway(*args):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def free_port():
+def free_port(host="127.0.0.1"):
+    """A port free on host; "0.0.0.0" for a --listen 0.0.0.0 (a port free on
+    127.0.0.1 may be bound on another loopback address by a load generator)."""
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
+    s.bind((host, 0))
     p = s.getsockname()[1]
     s.close()
     return p
@@ -392,17 +394,18 @@ def healthz(url):
 async def test_non_loopback_listen_needs_tls():
     """--listen 0.0.0.0 without TLS exits non-zero with a clear message;
     with --insecure, or with --tls-cert/--tls-key, it serves."""
-    port = free_port()
+    port = free_port("0.0.0.0")
     p = start_gateway("--listen", "0.0.0.0:%d" % port)
     _, err = p.communicate(timeout=10)
     assert p.returncode != 0, p.returncode
     assert "without TLS" in err and "--insecure" in err, err
     for extra, scheme in ((["--insecure"], "http"),
                           (["--tls-cert", os.environ["IM_GW_CERT"], "--tls-key", os.environ["IM_GW_KEY"]], "https")):
-        port = free_port()
+        port = free_port("0.0.0.0")
         p = start_gateway("--listen", "0.0.0.0:%d" % port, *extra)
         try:
-            assert healthz("%s://127.0.0.1:%d" % (scheme, port)) == 200, (extra, p.poll())
+            code = healthz("%s://127.0.0.1:%d" % (scheme, port))
+            assert code == 200, (extra, code, p.poll(), p.stderr.read()[-2000:] if p.poll() is not None else "")
         finally:
             p.terminate()
             p.wait(timeout=10)
@@ -412,12 +415,66 @@ async def test_non_loopback_listen_needs_tls():
     assert p.returncode != 0 and "--tls-key" in err, (p.returncode, err)
 
 
+async def test_failed_hellos_leave_pool_usable():
+    """A hello whose statement is already prepared on its pool connection
+    sends BEGIN and the statement as one pipeline; when the statement fails
+    (a bad token) the transaction is rolled back and the connection serves
+    the next hellos and requests as before."""
+    await wait_no_connections()
+    a, b = new_user_ids(2)
+    register(a, "pipe")
+    register(b, "pipe")
+    ca = await Client.login(a, "pipe")      # prepares the hello statement
+    for bad in ("not-a-token", token(a, "pipe") + "x"):
+        c = await Client.open()
+        r = await c.req({"type": "hello", "token": bad})
+        assert r["type"] == "error" and r["code"] == "NOT_AUTHENTICATED", r
+        assert (await c.wait_closed())[0] == 4001
+    cb = await Client.login(b, "pipe")
+    for c in (ca, cb):
+        r = await c.req({"type": "sync", "sync_generation": c.welcome["sync_generation"],
+                         "local_applied_sync_seq": c.welcome["server_acked_sync_seq"] or 0})
+        assert r["type"] == "sync_result", r
+    await ca.close()
+    await cb.close()
+
+
+def check_max_connections_lowered():
+    """--max-connections above what RLIMIT_NOFILE allows is lowered at start
+    (logged), so connections past the descriptors get HTTP 503 at the
+    upgrade instead of failed accepts."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY:
+        return
+    p = start_gateway("--listen", "127.0.0.1:%d" % free_port(), "--max-connections", str(hard + 1000),
+                      "--pool", "2")
+    try:
+        lines = []
+        for line in p.stderr:
+            lines.append(line)
+            if "event=started" in line:
+                break
+        assert any("event=max_connections_lowered" in x for x in lines), lines
+        started = [x for x in lines if "event=started" in x][0]
+        n = int(started.split("max_connections=")[1].split()[0])
+        assert 0 < n < hard, (n, hard)
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+async def test_max_connections_fits_descriptors():
+    await asyncio.get_event_loop().run_in_executor(None, check_max_connections_lowered)
+
+
 TESTS = [test_hello_over_8k_not_authenticated, test_frame_while_hello_pending,
          test_unauth_per_ip_cap_503, test_global_connection_cap_503,
          test_origin_same_host_default, test_origin_allow_list,
          test_idle_client_closed_1001, test_answering_client_stays,
          test_rate_refused_hello_keeps_live_session, test_conn_cap_refused_hello_keeps_epoch,
-         test_non_loopback_listen_needs_tls]
+         test_non_loopback_listen_needs_tls, test_failed_hellos_leave_pool_usable,
+         test_max_connections_fits_descriptors]
 
 
 def main():
