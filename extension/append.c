@@ -41,8 +41,8 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 				int64 *message_id, int64 *msg_seq)
 {
 	static SPIPlanPtr plan;
-	Datum		args[11];
-	char		nulls[11];
+	Datum		args[13];
+	char		nulls[13];
 
 	/*
 	 * One statement: if the event insert is suppressed by the idempotency
@@ -53,8 +53,8 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 			   "WITH ins AS ("
 			   "  INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id,"
 			   "                        request_digest, content_type, body, target_message_id,"
-			   "                        subject_user_id, mode)"
-			   "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+			   "                        subject_user_id, mode, reply_to_message_id, pin_message_id)"
+			   "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
 			   "  ON CONFLICT (sender_id, client_msg_id) DO NOTHING"
 			   "  RETURNING message_id, msg_seq),"
 			   " head AS ("
@@ -65,8 +65,8 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"
 			   "SELECT ins.message_id, ins.msg_seq, (SELECT pg_catalog.count(*) FROM head),"
 			   "       (SELECT pg_catalog.count(*) FROM ob) FROM ins",
-			   11, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
-			   JSONBOID, INT8OID, INT8OID, TEXTOID);
+			   13, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
+			   JSONBOID, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID);
 
 	memset(nulls, ' ', sizeof(nulls));
 	args[0] = Int64GetDatum(conv->conversation_id);
@@ -94,6 +94,11 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	if (ev->subject_user_id == 0)
 		nulls[9] = 'n';
 	args[10] = CStringGetTextDatum(conv->mode);
+	/* issue 11 (contract §14): reply and pin targets, NULL when 0 */
+	args[11] = Int64GetDatum(ev->reply_to_message_id);
+	nulls[11] = ev->reply_to_message_id == 0 ? 'n' : ' ';
+	args[12] = Int64GetDatum(ev->pin_message_id);
+	nulls[12] = ev->pin_message_id == 0 ? 'n' : ' ';
 
 	if (im_exec(plan, args, nulls, 0) == 0)
 		return false;

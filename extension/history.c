@@ -12,6 +12,7 @@
 #include "im_sync.h"
 #include "common.h"
 #include "im_sql.h"
+#include "reaction_view.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -54,6 +55,8 @@
 	"      AND e.msg_seq" LE "LEAST($4, COALESCE(p.leave_seq, $4)) " \
 	"      AND (e.target_message_id IS NULL OR EXISTS (SELECT 1 FROM per q " \
 	"            WHERE " IM_PERIOD_COVERS_SQL("q", "t.msg_seq") ")) " \
+	/* issue 11: a reaction needs its own period to cover its target too */ \
+	"      AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "t.msg_seq") ") " \
 	"      AND " IM_NOT_DELETED_FOR_ME_SQL("$1") \
 	"    ORDER BY e.msg_seq LIMIT $5" PLUS "1) x " \
 	"  UNION " \
@@ -64,6 +67,7 @@
 	"           AND t.msg_seq" GE "p.join_seq " \
 	"           AND t.msg_seq" LE "p.leave_seq " \
 	"          WHERE p.leave_seq IS NOT NULL AND t.kind" EQ "'message')) " \
+	"    AND e.kind" NE "'reaction' " /* issue 11: never after the period */ \
 	"    AND e.msg_seq" GT "$3 AND e.msg_seq" LE "$4 " \
 	"    AND " IM_NOT_DELETED_FOR_ME_SQL("$1") \
 	"  UNION " \
@@ -129,7 +133,9 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 			   "WITH " HISTORY_VISIBLE_POSITIONS_SQL ", "
 			   "top AS (SELECT v.message_id, v.msg_seq FROM visible v "
 			   "        ORDER BY v.msg_seq LIMIT $5" PLUS "1), "
-			   "ev AS (SELECT e.msg_seq, " IM_EVENT_JSON_SQL " AS ev, "
+			   "ev AS (SELECT e.msg_seq, " IM_EVENT_JSON_SQL
+			   /* issue 11: reactions and my_reactions (reaction_view.h) */
+			   OP_CONCAT IM_MESSAGE_REACTIONS_SQL " AS ev, "
 			   "              pg_catalog.row_number() OVER (ORDER BY e.msg_seq) AS rn "
 			   "       FROM im.event e WHERE e.message_id" EQ
 			   "            ANY (ARRAY(SELECT top.message_id FROM top))), "
