@@ -13,6 +13,7 @@
 #include "common.h"
 #include "im_sql.h"
 #include "reaction_view.h"
+#include "relation.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -113,6 +114,7 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_relation_require_catalog("fetch_messages");	/* issue 11: message keys */
 
 	im_require_conversation(conversation_id, &conv);
 	up_to_seq = PG_ARGISNULL(4) ? conv.head_msg_seq : Min(PG_GETARG_INT64(4), conv.head_msg_seq);

@@ -32,8 +32,10 @@
 #include "append.h"
 #include "im_sql.h"
 #include "relation.h"
+#include "version_check.h"
 
 #include "catalog/pg_type.h"
+#include "storage/proc.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
@@ -47,6 +49,25 @@ im_kind_uses_marker(const char *kind)
 {
 	return strcmp(kind, "message") == 0 || strcmp(kind, "reaction") == 0 ||
 		strcmp(kind, "pin") == 0;
+}
+
+void
+im_relation_require_catalog(const char *function_name)
+{
+	static LocalTransactionId checked_in = InvalidLocalTransactionId;
+	char	   *version;
+
+	if (checked_in == MyProc->lxid && checked_in != InvalidLocalTransactionId)
+		return;
+	version = im_catalog_version();
+	if (version != NULL && (strcmp(version, "1.0") == 0 || strcmp(version, "1.1") == 0 ||
+							strcmp(version, "1.2") == 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("im.%s needs the im_sync %s catalog, this database has %s",
+						function_name, IM_LIBRARY_VERSION, version),
+				 errhint("Run ALTER EXTENSION im_sync UPDATE.")));
+	checked_in = MyProc->lxid;
 }
 
 /* What the target checks found; recalled is raised last (IS409). */
@@ -97,7 +118,7 @@ check_target(int64 conversation_id, int64 user_id, int64 target_message_id,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("user " INT64_FORMAT " is not a member of conversation " INT64_FORMAT,
 						user_id, conversation_id),
-				 errdetail("Only users with an active membership period can %s.", what)));
+				 errdetail("Only users with an active membership period can react, pin or reply.")));
 	if (!im_get_bool(0, 5, NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -127,7 +148,7 @@ im_relation_check_reply(int64 conversation_id, int64 user_id, int64 target_messa
 {
 	RelationTarget t = check_target(conversation_id, user_id, target_message_id, "reply");
 
-	require_not_recalled(target_message_id, &t, "reply");
+	require_not_recalled(target_message_id, &t, "replies");
 }
 
 /* ---- reading the previous state (under the conversation lock) ---------- */

@@ -25,6 +25,7 @@
 #include "common.h"
 #include "device_state.h"
 #include "im_sql.h"
+#include "relation.h"
 #include "token.h"
 
 #include "catalog/pg_type.h"
@@ -124,9 +125,9 @@
 	"    'dirty_version', COALESCE(uc.dirty_version, 0), " \
 	"    'recalled_message_ids', COALESCE((SELECT pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FROM pos x " \
 	"                        WHERE x.conversation_id" EQ "c.conversation_id " \
-	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb)" \
+	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb))" \
 	/* issue 11: the latest pin position visible at or before the cut */ \
-	"    " OP_CONCAT SNAPSHOT_PINNED_SQL ") AS body " \
+	"    " OP_CONCAT SNAPSHOT_PINNED_SQL " AS body " \
 	"  FROM conv c JOIN im.conversation k ON k.conversation_id" EQ "c.conversation_id " \
 	"  LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "$1 " \
 	"       AND uc.conversation_id" EQ "c.conversation_id), " \
@@ -269,6 +270,7 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_relation_require_catalog("begin_snapshot");	/* issue 11: items' pinned */
 
 	/* The device row lock orders this with every other call of the device. */
 	im_lock_device(user_id, device_id, &dev);

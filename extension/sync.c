@@ -22,6 +22,7 @@
 #include "common.h"
 #include "device_state.h"
 #include "im_sql.h"
+#include "relation.h"
 #include "shmem.h"
 #include "token.h"
 
@@ -522,6 +523,7 @@ IM_SENSITIVE_FUNCTION(im_sync_changes)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_relation_require_catalog("sync_changes");	/* issue 11: event keys */
 	im_lock_device(user_id, device_id, &dev);
 	if (PG_ARGISNULL(5))
 		start_batch(upper, &r, &dev, PG_ARGISNULL(2), PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2),
