@@ -90,6 +90,8 @@ Datum
 im_fetch_messages(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr page_plan;
+	static SPIPlanPtr page_plan_pre13;	/* issue 11: a pre-1.3 catalog (relation.h) */
+	SPIPlanPtr	page;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
 	int64		after_seq;
@@ -114,7 +116,6 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
-	im_relation_require_catalog("fetch_messages");	/* issue 11: message keys */
 
 	im_require_conversation(conversation_id, &conv);
 	up_to_seq = PG_ARGISNULL(4) ? conv.head_msg_seq : Min(PG_GETARG_INT64(4), conv.head_msg_seq);
@@ -131,7 +132,7 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 	 * next_after_seq its last position, so the next page starts right after
 	 * it: nothing skipped, nothing repeated.
 	 */
-	im_prepare(&page_plan,
+	page = im_prepare(im_relation_catalog() ? &page_plan : &page_plan_pre13, im_relation_sql(
 			   "WITH " HISTORY_VISIBLE_POSITIONS_SQL ", "
 			   "top AS (SELECT v.message_id, v.msg_seq FROM visible v "
 			   "        ORDER BY v.msg_seq LIMIT $5" PLUS "1), "
@@ -149,7 +150,7 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 			   "                '[]'::pg_catalog.jsonb), "
 			   "       COALESCE((SELECT pg_catalog.max(p.msg_seq) FROM page p), $3), "
 			   "       (SELECT pg_catalog.count(*) FROM ev)" GT
-			   "       (SELECT pg_catalog.count(*) FROM page)",
+			   "       (SELECT pg_catalog.count(*) FROM page)"),
 			   6, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(conversation_id);
@@ -157,7 +158,7 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 	args[3] = Int64GetDatum(up_to_seq);
 	args[4] = Int64GetDatum((int64) page_limit);
 	args[5] = Int64GetDatum((int64) im_max_page_bytes);
-	if (im_exec(page_plan, args, NULL, 1) != 1)
+	if (im_exec(page, args, NULL, 1) != 1)
 		elog(ERROR, "im_sync: fetch_messages page query returned no row");
 
 	values[0] = im_get_datum_copy(0, 1, &isnull);

@@ -32,6 +32,7 @@
 #include "append.h"
 #include "im_sql.h"
 #include "relation.h"
+#include "reaction_view.h"
 #include "version_check.h"
 
 #include "catalog/pg_type.h"
@@ -51,23 +52,48 @@ im_kind_uses_marker(const char *kind)
 		strcmp(kind, "pin") == 0;
 }
 
-void
-im_relation_require_catalog(const char *function_name)
+bool
+im_relation_catalog(void)
 {
 	static LocalTransactionId checked_in = InvalidLocalTransactionId;
+	static bool current = true;
 	char	   *version;
 
 	if (checked_in == MyProc->lxid && checked_in != InvalidLocalTransactionId)
-		return;
+		return current;
 	version = im_catalog_version();
-	if (version != NULL && (strcmp(version, "1.0") == 0 || strcmp(version, "1.1") == 0 ||
-							strcmp(version, "1.2") == 0))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("im.%s needs the im_sync %s catalog, this database has %s",
-						function_name, IM_LIBRARY_VERSION, version),
-				 errhint("Run ALTER EXTENSION im_sync UPDATE.")));
+	current = !(version != NULL && (strcmp(version, "1.0") == 0 || strcmp(version, "1.1") == 0 ||
+									strcmp(version, "1.2") == 0));
 	checked_in = MyProc->lxid;
+	return current;
+}
+
+/* sql with every occurrence of fragment replaced by replacement (palloc'd) */
+static char *
+replace_all(const char *sql, const char *fragment, const char *replacement)
+{
+	StringInfoData out;
+	const char *at;
+	size_t		flen = strlen(fragment);
+
+	initStringInfo(&out);
+	while ((at = strstr(sql, fragment)) != NULL)
+	{
+		appendBinaryStringInfo(&out, sql, at - sql);
+		appendStringInfoString(&out, replacement);
+		sql = at + flen;
+	}
+	appendStringInfoString(&out, sql);
+	return out.data;
+}
+
+const char *
+im_relation_sql(const char *sql)
+{
+	if (im_relation_catalog())
+		return sql;
+	return replace_all(replace_all(sql, IM_EVENT_RELATION_KEYS_SQL, "'{}'::pg_catalog.jsonb"),
+					   IM_MESSAGE_REACTIONS_SQL, "'{}'::pg_catalog.jsonb");
 }
 
 /* What the target checks found; recalled is raised last (IS409). */

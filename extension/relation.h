@@ -33,13 +33,17 @@ extern void im_relation_recalled(ImConversation *conv, int64 target_message_id);
 extern bool im_kind_uses_marker(const char *kind);
 
 /*
- * 55000 unless the catalog is at 1.3 or later (the event columns and kinds
- * of contract §14).  For the read paths whose objects gained keys from
- * them (fetch_messages, sync_changes, begin_snapshot): on an older catalog
- * under this library they refuse until ALTER EXTENSION im_sync UPDATE
- * (README "Versions and upgrades").  One catalog lookup per transaction.
+ * Whether this database's catalog is at 1.3 or later (the event columns and
+ * kinds of contract §14).  The library may serve an older catalog until
+ * ALTER EXTENSION im_sync UPDATE (README "Versions and upgrades"); the read
+ * paths then keep their older statements and objects: each keeps a second
+ * plan slot, and im_relation_sql() gives the statement text without the
+ * fragments of this issue (IM_EVENT_RELATION_KEYS_SQL and
+ * IM_MESSAGE_REACTIONS_SQL become an empty object).  One catalog lookup
+ * per transaction.
  */
-extern void im_relation_require_catalog(const char *function_name);
+extern bool im_relation_catalog(void);
+extern const char *im_relation_sql(const char *sql);
 
 /* send.c: the digest and idempotency lookup shared by every kind. */
 extern bool im_request_lookup(const char *kind, int64 sender_id, int64 conversation_id,

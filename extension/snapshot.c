@@ -25,7 +25,6 @@
 #include "common.h"
 #include "device_state.h"
 #include "im_sql.h"
-#include "relation.h"
 #include "token.h"
 
 #include "catalog/pg_type.h"
@@ -270,7 +269,6 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
-	im_relation_require_catalog("begin_snapshot");	/* issue 11: items' pinned */
 
 	/* The device row lock orders this with every other call of the device. */
 	im_lock_device(user_id, device_id, &dev);

@@ -193,13 +193,15 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 		  int64 *last, bool *more)
 {
 	static SPIPlanPtr plan;
+	static SPIPlanPtr plan_pre13;	/* issue 11: a pre-1.3 catalog (relation.h) */
+	SPIPlanPtr	p;
 	Datum		args[5];
 	bool		isnull;
 	Datum		events;
 	int64		n;
 	int64		taken;
 
-	im_prepare(&plan,
+	p = im_prepare(im_relation_catalog() ? &plan : &plan_pre13, im_relation_sql(
 			   "WITH r AS ("
 			   "  SELECT i.sync_seq, i.kind, i.conversation_id, i.source_event_id, i.payload "
 			   "  FROM im.inbox i WHERE i.user_id" EQ "$1 "
@@ -227,14 +229,14 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 			   "SELECT COALESCE(pg_catalog.jsonb_agg(ev ORDER BY sync_seq) FILTER (WHERE ev IS NOT NULL), "
 			   "                '[]'::pg_catalog.jsonb), "
 			   "       COALESCE(pg_catalog.max(sync_seq), $2), pg_catalog.count(*), "
-			   "       (SELECT pg_catalog.count(*) FROM j) FROM page",
+			   "       (SELECT pg_catalog.count(*) FROM j) FROM page"),
 			   5, INT8OID, INT8OID, INT8OID, INT4OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(after);
 	args[2] = Int64GetDatum(watermark);
 	args[3] = Int32GetDatum(limit);
 	args[4] = Int64GetDatum((int64) im_max_page_bytes);
-	im_exec(plan, args, NULL, 1);
+	im_exec(p, args, NULL, 1);
 	events = im_get_datum_copy(0, Anum_page_events, &isnull);
 	*last = im_get_int64(0, Anum_page_last, NULL);
 	taken = im_get_int64(0, Anum_page_taken, NULL);
@@ -523,7 +525,6 @@ IM_SENSITIVE_FUNCTION(im_sync_changes)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
-	im_relation_require_catalog("sync_changes");	/* issue 11: event keys */
 	im_lock_device(user_id, device_id, &dev);
 	if (PG_ARGISNULL(5))
 		start_batch(upper, &r, &dev, PG_ARGISNULL(2), PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2),

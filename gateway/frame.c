@@ -32,6 +32,8 @@ const im_op_info im_ops[IM_OP_COUNT] = {
 	[IM_OP_SNAPSHOT_BEGIN] = {"snapshot_begin", "snapshot_begin_result", IM_REPLY_ROW},
 	[IM_OP_SNAPSHOT_FETCH] = {"snapshot_fetch", "snapshot_fetch_result", IM_REPLY_ROW},
 	[IM_OP_SNAPSHOT_ACK] = {"snapshot_ack", "snapshot_ack_result", IM_REPLY_ROW},
+	[IM_OP_REACT] = {"react", "react_result", IM_REPLY_ROW},
+	[IM_OP_PIN] = {"pin", "pin_result", IM_REPLY_ROW},
 };
 
 typedef enum
@@ -41,6 +43,7 @@ typedef enum
 	F_DEVICE,					/* session device */
 	F_INT,						/* JSON integer -> bigint/int text */
 	F_TEXT,						/* JSON string */
+	F_BOOL,						/* JSON true/false -> boolean text (issue 11) */
 	F_OBJECT					/* JSON object: the frame's own text, the
 								 * statement extracts the field from it */
 } field_kind;
@@ -79,11 +82,14 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 		{U, D, {F_TEXT, "batch_token", 1, 0}, {F_INT, "acked_sync_seq", 1, 0}},
 		"SELECT * FROM im.ack_sync($1::bigint, $2::text, $3::text, $4::bigint)", NULL
 	},
+	/* issue 11: reply_to_message_id (NULL: no reply) before the defaulted last field */
 	[IM_OP_SEND] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_TEXT, "client_msg_id", 1, 0},
-		{F_OBJECT, "body", 1, 0}, {F_TEXT, "content_type", 0, 1}},
-		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', $5::text)",
-		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body')"
+		{F_OBJECT, "body", 1, 0}, {F_INT, "reply_to_message_id", 0, 0}, {F_TEXT, "content_type", 0, 1}},
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', "
+		"reply_to_message_id => $5::bigint, content_type => $6::text)",
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', "
+		"reply_to_message_id => $5::bigint)"
 	},
 	[IM_OP_RECALL] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_TEXT, "client_msg_id", 1, 0},
@@ -130,6 +136,17 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 	[IM_OP_SNAPSHOT_ACK] = {
 		{U, D, {F_TEXT, "snapshot_token", 1, 0}, {F_TEXT, "manifest_digest", 1, 0}},
 		"SELECT * FROM im.ack_snapshot($1::bigint, $2::text, $3::text, $4::text)", NULL
+	},
+	/* issue 11 (contract §14) */
+	[IM_OP_REACT] = {
+		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "target_message_id", 1, 0},
+		{F_TEXT, "reaction", 1, 0}, {F_BOOL, "present", 1, 0}, {F_TEXT, "client_msg_id", 1, 0}},
+		"SELECT * FROM im.react($1::bigint, $2::bigint, $3::bigint, $4::text, $5::boolean, $6::text)", NULL
+	},
+	[IM_OP_PIN] = {
+		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "target_message_id", 1, 0},
+		{F_BOOL, "pinned", 1, 0}, {F_TEXT, "client_msg_id", 1, 0}},
+		"SELECT * FROM im.pin_message($1::bigint, $2::bigint, $3::bigint, $4::boolean, $5::text)", NULL
 	},
 };
 
@@ -384,6 +401,13 @@ field_param(const field_spec *f, json_t *t, const char *buf, size_t len,
 		if (!json_is_integer(t))
 			return bad(req, IM_DECODE_BAD_FRAME, "field %s must be an integer", f->name);
 		*val = im_int64_text(json_integer_value(t));
+		return IM_DECODE_OK;
+	}
+	if (f->kind == F_BOOL)
+	{
+		if (!json_is_boolean(t))
+			return bad(req, IM_DECODE_BAD_FRAME, "field %s must be true or false", f->name);
+		*val = xstrdup(json_is_true(t) ? "true" : "false");
 		return IM_DECODE_OK;
 	}
 	if (f->kind == F_TEXT)
