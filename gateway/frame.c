@@ -66,6 +66,14 @@ typedef struct
 	 */
 	const char *sql_all;
 	const char *sql_default;
+	/*
+	 * issue 11: when set, the last field is optional and passed only when
+	 * the frame has it (send's reply_to_message_id), with these statements;
+	 * a frame without it runs sql_all/sql_default, which a pre-1.3 catalog
+	 * understands.  The defaulted field is then the one before it.
+	 */
+	const char *sql_all_trailing;
+	const char *sql_default_trailing;
 } op_stmt;
 
 #define U {F_USER, NULL, 0, 0}
@@ -82,12 +90,13 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 		{U, D, {F_TEXT, "batch_token", 1, 0}, {F_INT, "acked_sync_seq", 1, 0}},
 		"SELECT * FROM im.ack_sync($1::bigint, $2::text, $3::text, $4::bigint)", NULL
 	},
-	/* issue 11: reply_to_message_id (NULL: no reply) before the defaulted last field */
 	[IM_OP_SEND] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_TEXT, "client_msg_id", 1, 0},
-		{F_OBJECT, "body", 1, 0}, {F_INT, "reply_to_message_id", 0, 0}, {F_TEXT, "content_type", 0, 1}},
-		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', "
-		"reply_to_message_id => $5::bigint, content_type => $6::text)",
+		{F_OBJECT, "body", 1, 0}, {F_TEXT, "content_type", 0, 1},
+		{F_INT, "reply_to_message_id", 0, 0}},	/* issue 11 */
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', $5::text)",
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body')",
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', $5::text, $6::bigint)",
 		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', "
 		"reply_to_message_id => $5::bigint)"
 	},
@@ -471,6 +480,27 @@ decode_params(json_t *root, const char *buf, size_t len, int64_t user_id,
 		req->nparams = i + 1;
 		if (rc != IM_DECODE_OK)
 			return rc;
+	}
+	if (st->sql_all_trailing)
+	{
+		/* issue 11: the optional trailing field, kept only when present */
+		char	   *last = req->params[--req->nparams];
+
+		req->params[req->nparams] = NULL;
+		if (use_default)
+		{
+			free(req->params[req->nparams - 1]);
+			req->params[req->nparams - 1] = NULL;
+			req->nparams--;
+		}
+		if (last)
+		{
+			req->params[req->nparams++] = last;
+			req->sql = use_default ? st->sql_default_trailing : st->sql_all_trailing;
+		}
+		else
+			req->sql = use_default ? st->sql_default : st->sql_all;
+		return IM_DECODE_OK;
 	}
 	if (use_default)
 	{
