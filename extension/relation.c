@@ -96,12 +96,22 @@ im_relation_sql(const char *sql)
 					   IM_MESSAGE_REACTIONS_SQL, "'{}'::pg_catalog.jsonb");
 }
 
-/* What the target checks found; recalled is raised last (IS409). */
+/*
+ * What the target checks found; recalled is raised last (IS409).  The
+ * previous state comes with them, read by the same statement under the
+ * conversation lock (one statement less held under the lock): for a
+ * reaction the caller's set for the target, for a pin the conversation's
+ * list (texts, in order).
+ */
 typedef struct RelationTarget
 {
 	int64		msg_seq;
 	bool		recalled;
+	char	  **previous;
+	int			nprevious;
 } RelationTarget;
+
+static int	array_from_body(Datum d, bool isnull, const char *field, char ***out);
 
 /*
  * Checks 1-3 of contract §14 for a target of `what` (react, pin, reply):
@@ -113,9 +123,11 @@ check_target(int64 conversation_id, int64 user_id, int64 target_message_id,
 			 const char *what)
 {
 	static SPIPlanPtr plan;
-	Datum		args[3];
+	Datum		args[4];
 	RelationTarget t;
 	char	   *kind;
+	Datum		d;
+	bool		isnull;
 
 	im_prepare(&plan,
 			   "SELECT e.kind, e.msg_seq, e.recalled, "
@@ -124,12 +136,19 @@ check_target(int64 conversation_id, int64 user_id, int64 target_message_id,
 			   "                 AND a.leave_seq IS NULL), "
 			   "       EXISTS (SELECT 1 FROM im.membership_period p "
 			   "               WHERE p.conversation_id" EQ "$2 AND p.user_id" EQ "$3 "
-			   "                 AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") "
+			   "                 AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") "), "
+			   "       CASE $4 WHEN 'reaction' THEN (SELECT r.body FROM im.event r "
+			   "           WHERE r.target_message_id" EQ "$1 AND r.sender_id" EQ "$3 "
+			   "             AND r.kind" EQ "'reaction' ORDER BY r.msg_seq DESC LIMIT 1) "
+			   "         WHEN 'pin' THEN (SELECT l.body FROM im.event l "
+			   "           WHERE l.conversation_id" EQ "$2 AND l.kind" EQ "'pin' "
+			   "           ORDER BY l.msg_seq DESC LIMIT 1) END "
 			   "FROM im.event e WHERE e.message_id" EQ "$1 AND e.conversation_id" EQ "$2",
-			   3, INT8OID, INT8OID, INT8OID);
+			   4, INT8OID, INT8OID, INT8OID, TEXTOID);
 	args[0] = Int64GetDatum(target_message_id);
 	args[1] = Int64GetDatum(conversation_id);
 	args[2] = Int64GetDatum(user_id);
+	args[3] = CStringGetTextDatum(what);
 	if (im_exec(plan, args, NULL, 1) != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_NO_DATA_FOUND),
@@ -139,6 +158,9 @@ check_target(int64 conversation_id, int64 user_id, int64 target_message_id,
 	kind = im_get_text(0, 1);
 	t.msg_seq = im_get_int64(0, 2, NULL);
 	t.recalled = im_get_bool(0, 3, NULL);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6, &isnull);
+	t.nprevious = array_from_body(d, isnull, strcmp(what, "pin") == 0 ? "pinned" : "reactions",
+								  &t.previous);
 	if (!im_get_bool(0, 4, NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -180,14 +202,12 @@ im_relation_check_reply(int64 conversation_id, int64 user_id, int64 target_messa
 /* ---- reading the previous state (under the conversation lock) ---------- */
 
 /*
- * The texts of a jsonb array field of the body of the latest position the
- * plan finds (NULL body or none: empty).  Returns the count, texts in *out.
+ * The texts of a jsonb array field of a position's body (NULL body: none).
+ * Returns the count, texts in *out.
  */
 static int
-latest_array(SPIPlanPtr plan, Datum *args, const char *field, char ***out)
+array_from_body(Datum d, bool isnull, const char *field, char ***out)
 {
-	bool		isnull;
-	Datum		d;
 	Jsonb	   *jb;
 	JsonbValue	key;
 	JsonbValue *arr;
@@ -198,9 +218,6 @@ latest_array(SPIPlanPtr plan, Datum *args, const char *field, char ***out)
 	int			max;
 
 	*out = NULL;
-	if (im_exec(plan, args, NULL, 1) != 1)
-		return 0;
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	if (isnull)
 		return 0;
 	jb = DatumGetJsonbP(d);
@@ -226,24 +243,6 @@ latest_array(SPIPlanPtr plan, Datum *args, const char *field, char ***out)
 	return n;
 }
 
-/* The caller's set for the target: its latest reaction position's body. */
-static int
-current_reactions(int64 target_message_id, int64 user_id, char ***keys)
-{
-	static SPIPlanPtr plan;
-	Datum		args[2];
-
-	im_prepare(&plan,
-			   "SELECT e.body FROM im.event e "
-			   "WHERE e.target_message_id" EQ "$1 AND e.sender_id" EQ "$2 "
-			   "  AND e.kind" EQ "'reaction' "
-			   "ORDER BY e.msg_seq DESC LIMIT 1",
-			   2, INT8OID, INT8OID);
-	args[0] = Int64GetDatum(target_message_id);
-	args[1] = Int64GetDatum(user_id);
-	return latest_array(plan, args, "reactions", keys);
-}
-
 /* The conversation's pin list: its latest pin position's body. */
 static int
 current_pins(int64 conversation_id, char ***ids)
@@ -251,13 +250,18 @@ current_pins(int64 conversation_id, char ***ids)
 	static SPIPlanPtr plan;
 	Datum		args[1];
 
+	bool		isnull = true;
+	Datum		d = (Datum) 0;
+
 	im_prepare(&plan,
 			   "SELECT e.body FROM im.event e "
 			   "WHERE e.conversation_id" EQ "$1 AND e.kind" EQ "'pin' "
 			   "ORDER BY e.msg_seq DESC LIMIT 1",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
-	return latest_array(plan, args, "pinned", ids);
+	if (im_exec(plan, args, NULL, 1) == 1)
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return array_from_body(d, isnull, "pinned", ids);
 }
 
 static int
@@ -386,7 +390,8 @@ IM_SENSITIVE_FUNCTION(im_react)
 		im_lock_conversation(conversation_id, &conv);
 		t = check_target(conversation_id, user_id, target_message_id, "reaction");
 		check_reaction_key(key);
-		nkeys = current_reactions(target_message_id, user_id, &keys);
+		keys = t.previous;
+		nkeys = t.nprevious;
 		at = find_text(keys, nkeys, key);
 		if (present && at < 0 && nkeys >= IM_MAX_REACTION_KEYS)
 			ereport(ERROR,
@@ -498,7 +503,8 @@ IM_SENSITIVE_FUNCTION(im_pin_message)
 
 		im_lock_conversation(conversation_id, &conv);
 		t = check_target(conversation_id, user_id, target_message_id, "pin");
-		nids = current_pins(conversation_id, &ids);
+		ids = t.previous;
+		nids = t.nprevious;
 		snprintf(target, sizeof(target), INT64_FORMAT, target_message_id);
 		listed = find_text(ids, nids, target) >= 0;
 		if (pinned && !listed && nids >= IM_MAX_PINS)

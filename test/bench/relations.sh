@@ -74,13 +74,13 @@ done
 echo
 printf '%-36s %14s %14s\n' "per call (one client, small groups)" "WAL bytes" "statements"
 for k in $KINDS; do
-  q "SELECT pg_catalog.pg_stat_statements_reset()" >/dev/null 2>&1 || true
+  q "SELECT public.pg_stat_statements_reset()" >/dev/null 2>&1 || true
   l0=$(q "SELECT pg_catalog.pg_current_wal_lsn()")
   "$PGBIN/pgbench" -n -d im_test -f $D/$k.sql -c 1 -t "$NWAL" -D set=2 -D nconv=2000 >/dev/null 2>"$IM_TMP/pgbench.err" \
     || { cat "$IM_TMP/pgbench.err" >&2; exit 1; }
   l1=$(q "SELECT pg_catalog.pg_current_wal_lsn()")
   wal=$(q "SELECT round(pg_catalog.pg_wal_lsn_diff('$l1', '$l0') / $NWAL)")
-  st=$(q "SELECT round(sum(calls)::numeric / $NWAL, 1) FROM pg_stat_statements
+  st=$(q "SELECT round(sum(calls)::numeric / $NWAL, 1) FROM public.pg_stat_statements
           WHERE query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE 'SELECT m.msg_seq%'" 2>/dev/null || echo n/a)
   printf '%-36s %14s %14s\n' "$k" "$wal" "${st:-n/a}"
 done
