@@ -10,7 +10,7 @@
  *     CHECK event_check1 (target_message_id set exactly for recall, edit)
  *     gains 'reaction'; new columns reply_to_message_id (a message's reply
  *     target) and pin_message_id (a pin's target; NULL for the list change
- *     a recall makes), each with its CHECK and foreign key;
+ *     a recall makes), each with its CHECK (no foreign key: see below);
  *   - im.send_message(bigint, bigint, text, jsonb, text) is replaced by the
  *     6-argument im.send_message(..., reply_to_message_id bigint DEFAULT
  *     NULL): same result and attributes, owner and ACL carried over, so 4-
@@ -29,8 +29,13 @@ ALTER TABLE im.event ADD CONSTRAINT event_kind_check
 ALTER TABLE im.event DROP CONSTRAINT event_check1;
 ALTER TABLE im.event ADD CONSTRAINT event_check1
     CHECK ((target_message_id IS NOT NULL) = (kind IN ('recall', 'edit', 'reaction')));
-ALTER TABLE im.event ADD COLUMN reply_to_message_id bigint REFERENCES im.event;
-ALTER TABLE im.event ADD COLUMN pin_message_id bigint REFERENCES im.event;
+-- No foreign keys on the two new columns: the functions check the target
+-- under the conversation lock (contract §14) and events are never deleted,
+-- while a foreign key would lock the target row (FOR KEY SHARE: a WAL
+-- record and a dirtied page) on every reply and pin; reconcile checks them
+-- (relation_target).
+ALTER TABLE im.event ADD COLUMN reply_to_message_id bigint;
+ALTER TABLE im.event ADD COLUMN pin_message_id bigint;
 ALTER TABLE im.event ADD CONSTRAINT event_reply_to_check
     CHECK (reply_to_message_id IS NULL OR kind = 'message');
 ALTER TABLE im.event ADD CONSTRAINT event_pin_check

@@ -31,6 +31,7 @@
 #include "im_sync.h"
 #include "common.h"
 #include "im_sql.h"
+#include "relation.h"
 #include "shmem.h"
 
 #include "catalog/pg_type.h"
@@ -215,6 +216,21 @@ static const ReconcileCheck checks[] = {
 	 "          EXCEPT SELECT k FROM pg_catalog.jsonb_array_elements_text(p.body" " OPERATOR(pg_catalog.->) " "'pinned') k)"
 	 "       ) d)" GT "1 "
 	 "ORDER BY p.conversation_id, p.msg_seq"},
+	/*
+	 * issue 11: a reply's and a pin's target (columns without a foreign key,
+	 * checked by the functions under the conversation lock) is an earlier
+	 * message of the same conversation.
+	 */
+	{"relation_target",
+	 "SELECT 'relation_target_mismatch', 'error', e.conversation_id, e.sender_id, "
+	 "  pg_catalog.jsonb_build_object('message_id', e.message_id, 'msg_seq', e.msg_seq, 'kind', e.kind, "
+	 "    'target', COALESCE(e.reply_to_message_id, e.pin_message_id)) "
+	 "FROM im.event e LEFT JOIN im.event t "
+	 "  ON t.message_id" EQ "COALESCE(e.reply_to_message_id, e.pin_message_id) "
+	 "WHERE (e.reply_to_message_id IS NOT NULL OR e.pin_message_id IS NOT NULL) "
+	 "  AND (t.message_id IS NULL OR t.kind" NE "'message' OR t.conversation_id" NE "e.conversation_id "
+	 "       OR t.msg_seq" GE "e.msg_seq) "
+	 "ORDER BY e.conversation_id, e.msg_seq"},
 	/* Stored but not propagating: the outbox is stuck or the workers are down. */
 	{"outbox_pending_too_old",
 	 "SELECT 'outbox_pending_too_old', 'warning', o.conversation_id, o.private_user_id, "
@@ -424,6 +440,9 @@ im_reconcile(PG_FUNCTION_ARGS)
 	im_spi_connect();
 	for (int i = 0; i < (int) NUM_CHECKS; i++)
 	{
+		/* issue 11: a pre-1.3 catalog has no reply or pin target columns */
+		if (strcmp(checks[i].name, "relation_target") == 0 && !im_relation_catalog())
+			continue;
 		im_prepare(&plans[i], checks[i].sql, 2, INT4OID, INT4OID);
 		im_exec(plans[i], args, NULL, 0);
 		im_srf_rows_from_spi(fcinfo, 5);

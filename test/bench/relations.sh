@@ -68,19 +68,21 @@ for set in 1 2; do
   done
 done
 
-# Per call, load-independent: WAL bytes (pg_current_wal_lsn around NWAL
-# calls by one client, small groups) and the statements each call runs
-# (pg_stat_statements with track = all, when the module is available).
+# Per call, load-independent: WAL records, full-page images and bytes
+# (pg_stat_wal, reset after a CHECKPOINT, over NWAL calls by one client,
+# small groups) and the statements each call runs, nested ones included
+# (pg_stat_statements with track = all).
 echo
-printf '%-36s %14s %14s\n' "per call (one client, small groups)" "WAL bytes" "statements"
+printf '%-36s %12s %12s %12s %12s\n' "per call (one client, small groups)" "WAL records" "WAL FPIs" "WAL bytes" "statements"
 for k in $KINDS; do
+  q "CHECKPOINT" >/dev/null
+  q "SELECT pg_catalog.pg_stat_reset_shared('wal')" >/dev/null
   q "SELECT public.pg_stat_statements_reset()" >/dev/null 2>&1 || true
-  l0=$(q "SELECT pg_catalog.pg_current_wal_lsn()")
   "$PGBIN/pgbench" -n -d im_test -f $D/$k.sql -c 1 -t "$NWAL" -D set=2 -D nconv=2000 >/dev/null 2>"$IM_TMP/pgbench.err" \
     || { cat "$IM_TMP/pgbench.err" >&2; exit 1; }
-  l1=$(q "SELECT pg_catalog.pg_current_wal_lsn()")
-  wal=$(q "SELECT round(pg_catalog.pg_wal_lsn_diff('$l1', '$l0') / $NWAL)")
+  read -r rec fpi bytes < <(q "SELECT round(wal_records::numeric / $NWAL, 1), round(wal_fpi::numeric / $NWAL, 2),
+                                      round(wal_bytes / $NWAL) FROM pg_catalog.pg_stat_wal" | tr '|' ' ')
   st=$(q "SELECT round(sum(calls)::numeric / $NWAL, 1) FROM public.pg_stat_statements
           WHERE query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE 'SELECT m.msg_seq%'" 2>/dev/null || echo n/a)
-  printf '%-36s %14s %14s\n' "$k" "$wal" "${st:-n/a}"
+  printf '%-36s %12s %12s %12s %12s\n' "$k" "$rec" "$fpi" "$bytes" "${st:-n/a}"
 done
