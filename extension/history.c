@@ -136,11 +136,12 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 			   "WITH " HISTORY_VISIBLE_POSITIONS_SQL ", "
 			   "top AS (SELECT v.message_id, v.msg_seq FROM visible v "
 			   "        ORDER BY v.msg_seq LIMIT $5" PLUS "1), "
+			   IM_MESSAGE_REACTIONS_CTE_SQL ", "	/* issue 11 (reaction_view.h) */
 			   "ev AS (SELECT e.msg_seq, " IM_EVENT_JSON_SQL
 			   /* issue 11: reactions and my_reactions (reaction_view.h) */
 			   OP_CONCAT IM_MESSAGE_REACTIONS_SQL " AS ev, "
 			   "              pg_catalog.row_number() OVER (ORDER BY e.msg_seq) AS rn "
-			   "       FROM im.event e WHERE e.message_id" EQ
+			   "       FROM im.event e" IM_MESSAGE_REACTIONS_JOIN_SQL "WHERE e.message_id" EQ
 			   "            ANY (ARRAY(SELECT top.message_id FROM top))), "
 			   "sized AS (SELECT ev.*, pg_catalog.sum(" IM_PAGE_BYTES_SQL("ev.ev") ") "
 			   "                 OVER (ORDER BY ev.msg_seq) AS bytes FROM ev), "
