@@ -40,37 +40,51 @@ enum
 	Anum_append_outbox_items
 };
 
+/* The append statement; extra_cols/extra_vals: issue 11's target columns. */
+#define APPEND_SQL(extra_cols, extra_vals) \
+	"WITH ins AS (" \
+	"  INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id," \
+	"                        request_digest, content_type, body, target_message_id," \
+	"                        subject_user_id, mode" extra_cols ")" \
+	"  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11" extra_vals ")" \
+	"  ON CONFLICT (sender_id, client_msg_id) DO NOTHING" \
+	"  RETURNING message_id, msg_seq)," \
+	" head AS (" \
+	"  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins" \
+	"  WHERE c.conversation_id" EQ "$1 RETURNING 1)," \
+	" ob AS (" \
+	"  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)" \
+	"  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)" \
+	"SELECT ins.message_id, ins.msg_seq, (SELECT pg_catalog.count(*) FROM head)," \
+	"       (SELECT pg_catalog.count(*) FROM ob) FROM ins"
+
 bool
 im_append_event(ImConversation *conv, const ImNewEvent *ev,
 				int64 *message_id, int64 *msg_seq)
 {
 	static SPIPlanPtr plan;
-	Datum		args[11];
-	char		nulls[11];
+	static SPIPlanPtr relation_plan;
+	SPIPlanPtr	p;
+	Datum		args[13];
+	char		nulls[13];
 
 	/*
 	 * One statement: if the event insert is suppressed by the idempotency
 	 * key, the head and outbox CTEs see no row and change nothing, so a
-	 * suppressed append leaves no gap.
+	 * suppressed append leaves no gap.  issue 11: a reply or pin also
+	 * writes its target column; every other append keeps the statement a
+	 * pre-1.3 catalog understands (the library may run on one until
+	 * ALTER EXTENSION UPDATE).
 	 */
-	im_prepare(&plan,
-			   "WITH ins AS ("
-			   "  INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id,"
-			   "                        request_digest, content_type, body, target_message_id,"
-			   "                        subject_user_id, mode)"
-			   "  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
-			   "  ON CONFLICT (sender_id, client_msg_id) DO NOTHING"
-			   "  RETURNING message_id, msg_seq),"
-			   " head AS ("
-			   "  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins"
-			   "  WHERE c.conversation_id" EQ "$1 RETURNING 1),"
-			   " ob AS ("
-			   "  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)"
-			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"
-			   "SELECT ins.message_id, ins.msg_seq, (SELECT pg_catalog.count(*) FROM head),"
-			   "       (SELECT pg_catalog.count(*) FROM ob) FROM ins",
-			   11, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
-			   JSONBOID, INT8OID, INT8OID, TEXTOID);
+	if (ev->reply_to_message_id != 0 || ev->pin_message_id != 0)
+		p = im_prepare(&relation_plan,
+					   APPEND_SQL(", reply_to_message_id, pin_message_id", ", $12, $13"),
+					   13, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
+					   JSONBOID, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID);
+	else
+		p = im_prepare(&plan, APPEND_SQL("", ""),
+					   11, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
+					   JSONBOID, INT8OID, INT8OID, TEXTOID);
 
 	memset(nulls, ' ', sizeof(nulls));
 	args[0] = Int64GetDatum(conv->conversation_id);
@@ -98,8 +112,13 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	if (ev->subject_user_id == 0)
 		nulls[9] = 'n';
 	args[10] = CStringGetTextDatum(conv->mode);
+	/* issue 11 (contract §14): reply and pin targets, NULL when 0 */
+	args[11] = Int64GetDatum(ev->reply_to_message_id);
+	nulls[11] = ev->reply_to_message_id == 0 ? 'n' : ' ';
+	args[12] = Int64GetDatum(ev->pin_message_id);
+	nulls[12] = ev->pin_message_id == 0 ? 'n' : ' ';
 
-	if (im_exec(plan, args, nulls, 0) == 0)
+	if (im_exec(p, args, nulls, 0) == 0)
 		return false;
 	*message_id = im_get_int64(0, Anum_append_message_id, NULL);
 	*msg_seq = im_get_int64(0, Anum_append_msg_seq, NULL);

@@ -20,6 +20,8 @@ typedef struct ImNewEvent
 	Datum		body;			/* jsonb; (Datum) 0 = NULL */
 	int64		target_message_id;
 	int64		subject_user_id;
+	int64		reply_to_message_id;	/* issue 11: a message's reply target */
+	int64		pin_message_id; /* issue 11: a pin's target */
 } ImNewEvent;
 
 /*

@@ -42,7 +42,8 @@ enum
 	K_TARGET_MESSAGE_ID,
 	K_RECALLED,
 	K_CREATED_AT,
-	K_SYNC_SEQ
+	K_SYNC_SEQ,
+	K_REPLY_TO_MESSAGE_ID		/* last: only messages have it */
 };
 
 static const char *const event_keys[IM_EVENT_KEYS] = {
@@ -57,6 +58,7 @@ static const char *const event_keys[IM_EVENT_KEYS] = {
 	[K_RECALLED] = "recalled",
 	[K_CREATED_AT] = "created_at",
 	[K_SYNC_SEQ] = "sync_seq",
+	[K_REPLY_TO_MESSAGE_ID] = "reply_to_message_id",
 };
 
 void
@@ -117,8 +119,10 @@ im_event_json_make(ImEventPage *page, const ImEventRow *ev, int64 sync_seq,
 				   ImEventJson *out)
 {
 	JsonbValue *v = out->values;
+	int			nkeys = (ev->relation_keys && strcmp(ev->kind, "message") == 0) ?
+		IM_EVENT_KEYS : IM_EVENT_KEYS - 1;
 	/* "{" + "}" and ", " between the pairs */
-	int64		bytes = 2 + 2 * (IM_EVENT_KEYS - 1);
+	int64		bytes = 2 + 2 * (nkeys - 1);
 
 	bytes += set_string(page, &v[K_KIND], ev->kind);
 	bytes += set_int(&v[K_CONVERSATION_ID], ev->conversation_id);
@@ -147,10 +151,14 @@ im_event_json_make(ImEventPage *page, const ImEventRow *ev, int64 sync_seq,
 						JsonEncodeDateTime(NULL, TimestampTzGetDatum(ev->created_at),
 										   TIMESTAMPTZOID, NULL));
 	bytes += set_int(&v[K_SYNC_SEQ], sync_seq);
+	if (nkeys > K_REPLY_TO_MESSAGE_ID)
+		bytes += ev->has_reply ? set_int(&v[K_REPLY_TO_MESSAGE_ID], ev->reply_to_message_id) :
+			set_null(&v[K_REPLY_TO_MESSAGE_ID]);
 
 	/* every key is plain ASCII: its text is the name in quotes, then ": " */
-	for (int k = 0; k < IM_EVENT_KEYS; k++)
+	for (int k = 0; k < nkeys; k++)
 		bytes += strlen(event_keys[k]) + 2 + 2;
+	out->nkeys = nkeys;
 	out->text_bytes = bytes;
 }
 
@@ -158,7 +166,7 @@ void
 im_event_page_add_event(ImEventPage *page, const ImEventJson *ev)
 {
 	pushJsonbValue(&page->state, WJB_BEGIN_OBJECT, NULL);
-	for (int k = 0; k < IM_EVENT_KEYS; k++)
+	for (int k = 0; k < ev->nkeys; k++)
 	{
 		JsonbValue	key;
 

@@ -25,15 +25,22 @@ typedef struct ImEventRow
 	int64		target_message_id;
 	bool		recalled;
 	TimestampTz created_at;
+	/* issue 11 (contract §14): a message carries reply_to_message_id (NULL
+	 * when none) once the catalog has relations (relation_keys) */
+	bool		relation_keys;
+	bool		has_reply;
+	int64		reply_to_message_id;
 } ImEventRow;
 
-/* The keys of a §11 object in `events` (IM_EVENT_JSON_SQL + sync_seq). */
-#define IM_EVENT_KEYS 11
+/* The keys of a §11 object in `events` (IM_EVENT_JSON_SQL + sync_seq), at
+ * most: reply_to_message_id only on messages. */
+#define IM_EVENT_KEYS 12
 
 /* One §11 object, converted and measured, ready to be added to a page. */
 typedef struct ImEventJson
 {
 	JsonbValue	values[IM_EVENT_KEYS];
+	int			nkeys;			/* the first nkeys of the key list */
 	int64		text_bytes;		/* its JSON text, as jsonb_out prints it */
 } ImEventJson;
 

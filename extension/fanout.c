@@ -33,6 +33,7 @@
 #include "common.h"
 #include "fanout.h"
 #include "im_sql.h"
+#include "relation.h"
 #include "shmem.h"
 
 #include "access/xact.h"
@@ -275,6 +276,8 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 	"JOIN im.membership_period p ON p.conversation_id" EQ "e.conversation_id " \
 	" AND (" IM_PERIOD_COVERS_SQL("p", "COALESCE(t.msg_seq, e.msg_seq)") \
 	"      OR (e.kind" EQ "'leave' AND p.leave_event_id" EQ "e.message_id)) " \
+	/* issue 11: a reaction needs the period to cover its own position too */ \
+	" AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
 	"WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL "
 
 /*
@@ -836,7 +839,7 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 							   it->source_event_id)));
 		if (it->private_user_id != 0)
 			deliver_private(b, it);
-		else if (it->shared_log && strcmp(it->kind, "message") == 0)
+		else if (it->shared_log && im_kind_uses_marker(it->kind))	/* issue 11 */
 		{
 			int64	   *ids = palloc(sizeof(int64) * count);
 			int64	   *moved;
@@ -891,7 +894,7 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 static bool
 is_shared_log_message(const FanoutItem *it)
 {
-	return it->private_user_id == 0 && it->shared_log && strcmp(it->kind, "message") == 0;
+	return it->private_user_id == 0 && it->shared_log && im_kind_uses_marker(it->kind); /* issue 11 */
 }
 
 /* A position delivered as inbox events that may join a run (not `mode`). */

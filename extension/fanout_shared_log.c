@@ -30,7 +30,8 @@
 #include "catalog/pg_type.h"
 
 /*
- * Fan out a run of consecutive shared_log `message` positions of one
+ * Fan out a run of consecutive shared_log `message` positions (and, issue
+ * 11, `reaction` and `pin` positions, which raise no unread bound) of one
  * conversation (one fanout batch's worth, coalesced): every member whose
  * period covers one of them gets its marker raised once, to the highest
  * position it may see, with one version bump; a marker that was clean
@@ -52,11 +53,15 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 			   "WITH m AS ("
 			   "  SELECT p.user_id, pg_catalog.max(e.msg_seq) AS target,"
 			   "    (pg_catalog.array_agg(p.membership_period_id ORDER BY e.msg_seq DESC))[1] AS period,"
-			   "    (pg_catalog.array_agg(e.message_id ORDER BY e.msg_seq DESC))[1] AS message_id"
+			   "    (pg_catalog.array_agg(e.message_id ORDER BY e.msg_seq DESC))[1] AS message_id,"
+			   /* issue 11: the unread bound's m counts messages only (contract §3) */
+			   "    pg_catalog.max(e.msg_seq) FILTER (WHERE e.kind" EQ "'message') AS m"
 			   "  FROM im.event e JOIN im.membership_period p"
 			   "    ON p.conversation_id" EQ "e.conversation_id"
 			   "   AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq")
-			   "  WHERE e.message_id" EQ "ANY ($2::pg_catalog.int8[]) AND e.conversation_id" EQ "$1"
+			   /* issue 11: a reaction also needs the period to cover its target */
+			   "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id"
+			   "  WHERE (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "t.msg_seq") ") AND e.message_id" EQ "ANY ($2::pg_catalog.int8[]) AND e.conversation_id" EQ "$1"
 			   "  GROUP BY p.user_id),"
 			   " upd AS ("
 			   "  UPDATE im.user_conversation u SET"
@@ -64,7 +69,8 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 			   "    dirty_version = u.dirty_version" PLUS "1,"
 			   "    dirty = true,"
 			   "    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, m.target),"
-			   "    unread_count = pg_catalog.int8larger(0, m.target" MINUS "u.read_msg_seq),"
+			   "    unread_count = CASE WHEN m.m IS NULL THEN u.unread_count"	/* issue 11 */
+			   "                   ELSE pg_catalog.int8larger(0, m.m" MINUS "u.read_msg_seq) END,"
 			   "    version = u.version" PLUS "1"
 			   "  FROM m, im.user_conversation o"
 			   "  WHERE u.user_id" EQ "m.user_id AND u.conversation_id" EQ "$1"

@@ -12,6 +12,8 @@
 #include "im_sync.h"
 #include "common.h"
 #include "im_sql.h"
+#include "reaction_view.h"
+#include "relation.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -54,6 +56,8 @@
 	"      AND e.msg_seq" LE "LEAST($4, COALESCE(p.leave_seq, $4)) " \
 	"      AND (e.target_message_id IS NULL OR EXISTS (SELECT 1 FROM per q " \
 	"            WHERE " IM_PERIOD_COVERS_SQL("q", "t.msg_seq") ")) " \
+	/* issue 11: a reaction needs its own period to cover its target too */ \
+	"      AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "t.msg_seq") ") " \
 	"      AND " IM_NOT_DELETED_FOR_ME_SQL("$1") \
 	"    ORDER BY e.msg_seq LIMIT $5" PLUS "1) x " \
 	"  UNION " \
@@ -64,6 +68,7 @@
 	"           AND t.msg_seq" GE "p.join_seq " \
 	"           AND t.msg_seq" LE "p.leave_seq " \
 	"          WHERE p.leave_seq IS NOT NULL AND t.kind" EQ "'message')) " \
+	"    AND e.kind" NE "'reaction' " /* issue 11: never after the period */ \
 	"    AND e.msg_seq" GT "$3 AND e.msg_seq" LE "$4 " \
 	"    AND " IM_NOT_DELETED_FOR_ME_SQL("$1") \
 	"  UNION " \
@@ -85,6 +90,8 @@ Datum
 im_fetch_messages(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr page_plan;
+	static SPIPlanPtr page_plan_pre13;	/* issue 11: a pre-1.3 catalog (relation.h) */
+	SPIPlanPtr	page;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
 	int64		after_seq;
@@ -125,13 +132,16 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 	 * next_after_seq its last position, so the next page starts right after
 	 * it: nothing skipped, nothing repeated.
 	 */
-	im_prepare(&page_plan,
+	page = im_prepare(im_relation_catalog() ? &page_plan : &page_plan_pre13, im_relation_sql(
 			   "WITH " HISTORY_VISIBLE_POSITIONS_SQL ", "
 			   "top AS (SELECT v.message_id, v.msg_seq FROM visible v "
 			   "        ORDER BY v.msg_seq LIMIT $5" PLUS "1), "
-			   "ev AS (SELECT e.msg_seq, " IM_EVENT_JSON_SQL " AS ev, "
+			   IM_MESSAGE_REACTIONS_CTE_SQL ", "	/* issue 11 (reaction_view.h) */
+			   "ev AS (SELECT e.msg_seq, " IM_EVENT_JSON_SQL
+			   /* issue 11: reactions and my_reactions (reaction_view.h) */
+			   OP_CONCAT IM_MESSAGE_REACTIONS_SQL " AS ev, "
 			   "              pg_catalog.row_number() OVER (ORDER BY e.msg_seq) AS rn "
-			   "       FROM im.event e WHERE e.message_id" EQ
+			   "       FROM im.event e" IM_MESSAGE_REACTIONS_JOIN_SQL "WHERE e.message_id" EQ
 			   "            ANY (ARRAY(SELECT top.message_id FROM top))), "
 			   "sized AS (SELECT ev.*, pg_catalog.sum(" IM_PAGE_BYTES_SQL("ev.ev") ") "
 			   "                 OVER (ORDER BY ev.msg_seq) AS bytes FROM ev), "
@@ -141,7 +151,7 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 			   "                '[]'::pg_catalog.jsonb), "
 			   "       COALESCE((SELECT pg_catalog.max(p.msg_seq) FROM page p), $3), "
 			   "       (SELECT pg_catalog.count(*) FROM ev)" GT
-			   "       (SELECT pg_catalog.count(*) FROM page)",
+			   "       (SELECT pg_catalog.count(*) FROM page)"),
 			   6, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(conversation_id);
@@ -149,7 +159,7 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 	args[3] = Int64GetDatum(up_to_seq);
 	args[4] = Int64GetDatum((int64) page_limit);
 	args[5] = Int64GetDatum((int64) im_max_page_bytes);
-	if (im_exec(page_plan, args, NULL, 1) != 1)
+	if (im_exec(page, args, NULL, 1) != 1)
 		elog(ERROR, "im_sync: fetch_messages page query returned no row");
 
 	values[0] = im_get_datum_copy(0, 1, &isnull);

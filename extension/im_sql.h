@@ -10,6 +10,8 @@
 #ifndef IM_SQL_H
 #define IM_SQL_H
 
+#include "relation.h"		/* issue 11: IM_EVENT_RELATION_KEYS_SQL */
+
 #define EQ " OPERATOR(pg_catalog.=) "
 #define NE " OPERATOR(pg_catalog.<>) "
 #define LT " OPERATOR(pg_catalog.<) "
@@ -59,12 +61,14 @@
  * object in C (event_json.c, plus sync_seq): a key added here goes there
  * too. */
 #define IM_EVENT_JSON_SQL \
-	"pg_catalog.jsonb_build_object(" \
+	"(pg_catalog.jsonb_build_object(" \
 	"'kind', e.kind, 'conversation_id', e.conversation_id, 'msg_seq', e.msg_seq, " \
 	"'message_id', e.message_id, 'sender_id', e.sender_id, " \
 	"'content_type', e.content_type, 'body', e.body, " \
 	"'target_message_id', e.target_message_id, 'recalled', e.recalled, " \
-	"'created_at', e.created_at)"
+	"'created_at', e.created_at)" \
+	/* issue 11: reply and pin keys (relation.h) */ \
+	OP_CONCAT IM_EVENT_RELATION_KEYS_SQL ")"
 
 
 /*

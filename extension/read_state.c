@@ -310,6 +310,8 @@ im_message_status(PG_FUNCTION_ARGS)
 			   "    ON p.conversation_id" EQ "e.conversation_id "
 			   "  WHERE (" IM_PERIOD_COVERS_SQL("p", "e.cover_seq")
 			   "         OR p.leave_event_id" EQ "e.message_id) "
+			   /* issue 11: a reaction needs the period to cover its own position too */
+			   "    AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") "
 			   "    AND " IM_NOT_DELETED_FOR_ME_SQL("p.user_id") "), "
 			   "s AS ("
 			   "  SELECT u.user_id, "
@@ -322,7 +324,7 @@ im_message_status(PG_FUNCTION_ARGS)
 			   "                   AND q.user_id" EQ "u.user_id)) AS in_scope "
 			   "  FROM u) "
 			   "SELECT s.user_id, d.device_id, true, s.in_scope, "
-			   "  CASE WHEN e.kind" EQ "'message' "
+			   "  CASE WHEN e.kind IN ('message', 'reaction', 'pin') "	/* issue 11 */
 			   "            AND e.mode" EQ "'shared_log' THEN NULL "
 			   "       WHEN NOT s.in_scope THEN false "
 			   "       ELSE COALESCE("

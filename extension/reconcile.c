@@ -31,6 +31,7 @@
 #include "im_sync.h"
 #include "common.h"
 #include "im_sql.h"
+#include "relation.h"
 #include "shmem.h"
 
 #include "catalog/pg_type.h"
@@ -60,8 +61,9 @@
 	"WITH item AS (" \
 	"  SELECT o.outbox_id, o.conversation_id, o.msg_seq, o.source_event_id, o.processed_at, " \
 	"         o.private_user_id, COALESCE(e.kind, pe.kind) AS kind, " \
-	"         (e.kind" EQ "'message' AND e.mode" EQ "'shared_log') IS TRUE AS shared, " \
-	"         COALESCE(t.msg_seq, e.msg_seq) AS vis_seq " \
+	"         (e.kind IN ('message', 'reaction', 'pin') AND e.mode" EQ "'shared_log') IS TRUE AS shared, " \
+	"         COALESCE(t.msg_seq, e.msg_seq) AS vis_seq, " \
+	"         CASE WHEN e.kind" EQ "'reaction' THEN e.msg_seq END AS own_seq " /* issue 11 */ \
 	"  FROM im.outbox o " \
 	"  LEFT JOIN im.event e ON o.private_user_id IS NULL AND e.message_id" EQ "o.source_event_id " \
 	"  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
@@ -73,6 +75,7 @@
 	"  FROM item i JOIN im.membership_period p ON p.conversation_id" EQ "i.conversation_id " \
 	"   AND p.join_seq" LE "i.vis_seq " \
 	"   AND (p.leave_seq IS NULL OR p.leave_seq" GE "i.vis_seq) " \
+	"   AND (i.own_seq IS NULL OR p.leave_seq IS NULL OR p.leave_seq" GE "i.own_seq) " \
 	"  WHERE i.private_user_id IS NULL " \
 	"  UNION " \
 	"  SELECT i.outbox_id, p.user_id, p.membership_period_id " \
@@ -129,6 +132,9 @@ typedef struct ReconcileCheck
 	const char *sql;
 } ReconcileCheck;
 
+/* issue 11: "is not a JSON array" (NULL body included) */
+#define IS_DISTINCT_FROM_ARRAY_SQL " IS DISTINCT FROM 'array' "
+
 static const ReconcileCheck checks[] = {
 	/*
 	 * Every accepted position has its reliable event (§3.2, §6.1).  Done
@@ -154,6 +160,87 @@ static const ReconcileCheck checks[] = {
 	 "  pg_catalog.jsonb_build_object('message_id', e.message_id, 'msg_seq', e.msg_seq, 'kind', e.kind) "
 	 "FROM im.event e WHERE NOT EXISTS (SELECT 1 FROM im.conversation c "
 	 "  WHERE c.conversation_id" EQ "e.conversation_id) "
+	 "ORDER BY e.conversation_id, e.msg_seq"},
+	/*
+	 * issue 11 (contract §14): every reaction position carries its sender's
+	 * whole set for the target, built on that sender's previous position for
+	 * it: at most one key differs, the keys are distinct, 1..32 characters,
+	 * at most 20; the target is a message of the conversation; a recalled
+	 * target's reactions are all tombstones.  fetch_messages counts from the
+	 * latest set per (user, target), so these sets are what the counts are.
+	 */
+	{"reaction_set",
+	 "SELECT 'reaction_set_mismatch', 'error', r.conversation_id, r.sender_id, "
+	 "  pg_catalog.jsonb_build_object('message_id', r.message_id, 'msg_seq', r.msg_seq, "
+	 "    'target_message_id', r.target_message_id, 'body', r.body, 'previous', r.prev) "
+	 "FROM (SELECT e.message_id, e.conversation_id, e.msg_seq, e.sender_id, e.target_message_id, "
+	 "        e.body, t.kind AS t_kind, t.conversation_id AS t_conv, t.recalled AS t_recalled, "
+	 "        pg_catalog.lag(e.body) OVER (PARTITION BY e.target_message_id, e.sender_id "
+	 "                                     ORDER BY e.msg_seq) AS prev "
+	 "      FROM im.event e JOIN im.event t ON t.message_id" EQ "e.target_message_id "
+	 "      WHERE e.kind" EQ "'reaction') r "
+	 "WHERE CASE WHEN r.t_recalled THEN r.body IS NOT NULL "
+	 "  ELSE r.body IS NULL OR r.t_kind" NE "'message' OR r.t_conv" NE "r.conversation_id "
+	 "    OR pg_catalog.jsonb_typeof(r.body" " OPERATOR(pg_catalog.->) " "'reactions')" NE "'array' "
+	 "    OR (r.body" OP_GET_TEXT "'user_id')" NE "r.sender_id::pg_catalog.text "
+	 "    OR (SELECT pg_catalog.count(*)" NE "pg_catalog.count(DISTINCT k.k) OR pg_catalog.count(*)" GT "20 "
+	 "          OR COALESCE(pg_catalog.bool_or(pg_catalog.char_length(k.k) NOT BETWEEN 1 AND 32), false) "
+	 "        FROM pg_catalog.jsonb_array_elements_text(r.body" " OPERATOR(pg_catalog.->) " "'reactions') k(k)) "
+	 "    OR (SELECT pg_catalog.count(*) FROM ("
+	 "          (SELECT k FROM pg_catalog.jsonb_array_elements_text(r.body" " OPERATOR(pg_catalog.->) " "'reactions') k "
+	 "           EXCEPT SELECT k FROM pg_catalog.jsonb_array_elements_text("
+	 "             COALESCE(r.prev" " OPERATOR(pg_catalog.->) " "'reactions', '[]')) k) "
+	 "          UNION ALL "
+	 "          (SELECT k FROM pg_catalog.jsonb_array_elements_text("
+	 "             COALESCE(r.prev" " OPERATOR(pg_catalog.->) " "'reactions', '[]')) k "
+	 "           EXCEPT SELECT k FROM pg_catalog.jsonb_array_elements_text(r.body" " OPERATOR(pg_catalog.->) " "'reactions') k)"
+	 "        ) d)" GT "1 END "
+	 "ORDER BY r.conversation_id, r.msg_seq"},
+	/*
+	 * issue 11: every pin position carries the whole list, built on the
+	 * conversation's previous pin position: at most one id differs, ids are
+	 * distinct messages of the conversation, at most 50; the latest list
+	 * holds no recalled message (a recall appends the list without it).
+	 */
+	{"pin_list",
+	 "SELECT 'pin_list_mismatch', 'error', p.conversation_id, p.sender_id, "
+	 "  pg_catalog.jsonb_build_object('message_id', p.message_id, 'msg_seq', p.msg_seq, "
+	 "    'pinned', p.body, 'previous', p.prev) "
+	 "FROM (SELECT e.*, pg_catalog.lag(e.body) OVER w AS prev, "
+	 "        pg_catalog.row_number() OVER (PARTITION BY e.conversation_id ORDER BY e.msg_seq DESC) AS newest "
+	 "      FROM im.event e WHERE e.kind" EQ "'pin' "
+	 "      WINDOW w AS (PARTITION BY e.conversation_id ORDER BY e.msg_seq)) p "
+	 "WHERE pg_catalog.jsonb_typeof(p.body" " OPERATOR(pg_catalog.->) " "'pinned')" IS_DISTINCT_FROM_ARRAY_SQL
+	 "   OR (SELECT pg_catalog.count(*)" NE "pg_catalog.count(DISTINCT x.id) OR pg_catalog.count(*)" GT "50 "
+	 "         OR pg_catalog.count(*)" NE "pg_catalog.count(m.message_id) "
+	 "         OR (p.newest" EQ "1 AND COALESCE(pg_catalog.bool_or(m.recalled), false)) "
+	 "       FROM pg_catalog.jsonb_array_elements_text(p.body" " OPERATOR(pg_catalog.->) " "'pinned') x(id) "
+	 "       LEFT JOIN im.event m ON m.message_id" EQ "x.id::pg_catalog.int8 "
+	 "            AND m.conversation_id" EQ "p.conversation_id AND m.kind" EQ "'message') "
+	 "   OR (SELECT pg_catalog.count(*) FROM ("
+	 "         (SELECT k FROM pg_catalog.jsonb_array_elements_text(p.body" " OPERATOR(pg_catalog.->) " "'pinned') k "
+	 "          EXCEPT SELECT k FROM pg_catalog.jsonb_array_elements_text("
+	 "            COALESCE(p.prev" " OPERATOR(pg_catalog.->) " "'pinned', '[]')) k) "
+	 "         UNION ALL "
+	 "         (SELECT k FROM pg_catalog.jsonb_array_elements_text("
+	 "            COALESCE(p.prev" " OPERATOR(pg_catalog.->) " "'pinned', '[]')) k "
+	 "          EXCEPT SELECT k FROM pg_catalog.jsonb_array_elements_text(p.body" " OPERATOR(pg_catalog.->) " "'pinned') k)"
+	 "       ) d)" GT "1 "
+	 "ORDER BY p.conversation_id, p.msg_seq"},
+	/*
+	 * issue 11: a reply's and a pin's target (columns without a foreign key,
+	 * checked by the functions under the conversation lock) is an earlier
+	 * message of the same conversation.
+	 */
+	{"relation_target",
+	 "SELECT 'relation_target_mismatch', 'error', e.conversation_id, e.sender_id, "
+	 "  pg_catalog.jsonb_build_object('message_id', e.message_id, 'msg_seq', e.msg_seq, 'kind', e.kind, "
+	 "    'target', COALESCE(e.reply_to_message_id, e.pin_message_id)) "
+	 "FROM im.event e LEFT JOIN im.event t "
+	 "  ON t.message_id" EQ "COALESCE(e.reply_to_message_id, e.pin_message_id) "
+	 "WHERE (e.reply_to_message_id IS NOT NULL OR e.pin_message_id IS NOT NULL) "
+	 "  AND (t.message_id IS NULL OR t.kind" NE "'message' OR t.conversation_id" NE "e.conversation_id "
+	 "       OR t.msg_seq" GE "e.msg_seq) "
 	 "ORDER BY e.conversation_id, e.msg_seq"},
 	/* Stored but not propagating: the outbox is stuck or the workers are down. */
 	{"outbox_pending_too_old",
@@ -364,6 +451,9 @@ im_reconcile(PG_FUNCTION_ARGS)
 	im_spi_connect();
 	for (int i = 0; i < (int) NUM_CHECKS; i++)
 	{
+		/* issue 11: a pre-1.3 catalog has no reply or pin target columns */
+		if (strcmp(checks[i].name, "relation_target") == 0 && !im_relation_catalog())
+			continue;
 		im_prepare(&plans[i], checks[i].sql, 2, INT4OID, INT4OID);
 		im_exec(plans[i], args, NULL, 0);
 		im_srf_rows_from_spi(fcinfo, 5);

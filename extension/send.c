@@ -17,6 +17,7 @@
 #include "common.h"
 #include "append.h"
 #include "im_sql.h"
+#include "relation.h"
 
 #include <math.h>
 
@@ -42,6 +43,7 @@ typedef struct SendRequest
 	int64		conversation_id;
 	char	   *client_msg_id;
 	int64		target_message_id;	/* 0 for message */
+	int64		reply_to_message_id;	/* issue 11: 0 when not a reply */
 	char	   *content_type;	/* NULL for recall/edit */
 	Datum		body;			/* jsonb, 0 for recall */
 	char	   *body_text;		/* canonical jsonb text */
@@ -180,6 +182,12 @@ compute_digest(SendRequest *req)
 	append_field(ctx, num);
 	append_field(ctx, req->content_type);
 	append_field(ctx, req->body_text);
+	/* issue 11: only a reply hashes its target, so digests of 1.1 sends stay valid */
+	if (req->reply_to_message_id != 0)
+	{
+		snprintf(num, sizeof(num), "reply:" INT64_FORMAT, req->reply_to_message_id);
+		append_field(ctx, num);
+	}
 	if (pg_cryptohash_final(ctx, (uint8 *) VARDATA(d), PG_SHA256_DIGEST_LENGTH) < 0)
 		elog(ERROR, "im_sync: sha256 final failed");
 	pg_cryptohash_free(ctx);
@@ -304,7 +312,10 @@ check_target(SendRequest *req)
 				 errdetail("A recalled message can be neither recalled again nor edited.")));
 }
 
-/* After the recall event: tombstone the target and every edit of it. */
+/*
+ * After the recall event: tombstone the target and every edit and reaction
+ * of it (a recalled target keeps no reactions, contract §14).
+ */
 static void
 tombstone_target(int64 target_message_id)
 {
@@ -314,7 +325,7 @@ tombstone_target(int64 target_message_id)
 	im_prepare(&plan,
 			   "UPDATE im.event SET recalled = true, body = NULL "
 			   "WHERE message_id" EQ "$1 "
-			   "   OR (target_message_id" EQ "$1 AND kind" EQ "'edit')",
+			   "   OR (target_message_id" EQ "$1 AND kind IN ('edit', 'reaction'))",
 			   1, INT8OID);
 	args[0] = Int64GetDatum(target_message_id);
 	im_exec(plan, args, NULL, 0);
@@ -361,15 +372,17 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 	ev.content_type = req->content_type;
 	ev.body = req->body;
 	ev.target_message_id = req->target_message_id;
+	ev.reply_to_message_id = req->reply_to_message_id;
 
 	/*
-	 * A message takes the fast path: lock the conversation, then check the
-	 * period and the key and write in one statement.  A retry, a non-member
+	 * A message that is not a reply takes the fast path: lock the
+	 * conversation, then check the period and the key and write in one
+	 * statement.  A retry, a non-member
 	 * or an unknown conversation wrote nothing and goes through the general
 	 * path below, which gives the answer or error the contract names (the
 	 * original for a retry, IS409, 42501, P0002), in the same order.
 	 */
-	if (req->target_message_id == 0 &&
+	if (req->target_message_id == 0 && req->reply_to_message_id == 0 &&
 		im_try_lock_conversation(req->conversation_id, &conv) &&
 		im_append_member_message(&conv, &ev, &message_id, &msg_seq) == IM_MEMBER_APPEND_DONE)
 		created = true;
@@ -379,12 +392,19 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 		require_active_member(req->conversation_id, req->sender_id);
 		if (req->target_message_id != 0)
 			check_target(req);
+		if (req->reply_to_message_id != 0)	/* issue 11: contract §14 checks */
+			im_relation_check_reply(req->conversation_id, req->sender_id,
+									req->reply_to_message_id);
 
 		if (im_append_event(&conv, &ev, &message_id, &msg_seq))
 		{
 			created = true;
 			if (strcmp(req->kind, "recall") == 0)
+			{
 				tombstone_target(req->target_message_id);
+				/* issue 11: a pinned target leaves the pin list at a new position */
+				im_relation_recalled(&conv, req->target_message_id);
+			}
 			else if (strcmp(req->kind, "edit") == 0)
 				replace_target_body(req->target_message_id, req->body);
 		}
@@ -416,7 +436,9 @@ common_args(FunctionCallInfo fcinfo, SendRequest *req, const char *kind)
 
 /*
  * im.send_message(sender_id, conversation_id, client_msg_id, body,
- *                 content_type DEFAULT 'text')
+ *                 content_type DEFAULT 'text', reply_to_message_id DEFAULT NULL)
+ * A 1.1 catalog (5 arguments) may still call this library before
+ * ALTER EXTENSION UPDATE: PG_NARGS tells.
  */
 IM_SENSITIVE_FUNCTION(im_send_message)
 {
@@ -425,6 +447,8 @@ IM_SENSITIVE_FUNCTION(im_send_message)
 	common_args(fcinfo, &req, "message");
 	check_body(fcinfo, 3, &req);
 	req.content_type = im_arg_text(fcinfo, 4, "content_type", IM_MAX_CONTENT_TYPE);
+	if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
+		req.reply_to_message_id = im_arg_id(fcinfo, 5, "reply_to_message_id");
 	return do_send(fcinfo, &req);
 }
 
@@ -447,4 +471,32 @@ IM_SENSITIVE_FUNCTION(im_edit_message)
 	req.target_message_id = im_arg_id(fcinfo, 3, "target_message_id");
 	check_body(fcinfo, 4, &req);
 	return do_send(fcinfo, &req);
+}
+
+/*
+ * issue 11 (relation.c): the digest and idempotency lookup of a react or pin
+ * request, the same as a send's, so every kind shares one client_msg_id
+ * namespace (contract §14).  detail and body_text stand in for content_type
+ * and body in the digest.  Returns true with the original's ids, false when
+ * the key is new (then *digest is the one to store); IS409 on a mismatch.
+ */
+bool
+im_request_lookup(const char *kind, int64 sender_id, int64 conversation_id,
+				  const char *client_msg_id, int64 target_message_id,
+				  const char *detail, const char *body_text,
+				  bytea **digest, int64 *message_id, int64 *msg_seq)
+{
+	SendRequest req;
+
+	memset(&req, 0, sizeof(req));
+	req.kind = kind;
+	req.sender_id = sender_id;
+	req.conversation_id = conversation_id;
+	req.client_msg_id = (char *) client_msg_id;
+	req.target_message_id = target_message_id;
+	req.content_type = (char *) detail;
+	req.body_text = (char *) body_text;
+	compute_digest(&req);
+	*digest = req.digest;
+	return lookup_existing(&req, message_id, msg_seq);
 }

@@ -62,6 +62,18 @@
  * be ahead of the log (contract §6), the rest changes only together with
  * the log, in the fanout transaction.
  */
+/*
+ * issue 11 (contract §14): an item's `pinned`, the body list of the latest
+ * pin position in `pos` (delivered to the user, visible at its own
+ * position) of conversation c, [] when none.
+ */
+#define SNAPSHOT_PINNED_SQL \
+	"pg_catalog.jsonb_build_object('pinned', COALESCE((" \
+	"  SELECT pe.body" " OPERATOR(pg_catalog.->) " "'pinned' FROM im.event pe " \
+	"  WHERE pe.message_id" EQ "(SELECT x.message_id FROM pos x " \
+	"        WHERE x.conversation_id" EQ "c.conversation_id AND x.kind" EQ "'pin' " \
+	"        ORDER BY x.msg_seq DESC LIMIT 1)), '[]'::pg_catalog.jsonb))"
+
 #define SNAPSHOT_ITEMS_SQL \
 	"WITH per AS (" \
 	"  SELECT p.* FROM im.membership_period p WHERE p.user_id" EQ "$1), " \
@@ -80,6 +92,11 @@
 	"              AND " IM_PERIOD_COVERS_SQL("p", "COALESCE(t.msg_seq, e.msg_seq)") ") " \
 	"         OR (e.kind" EQ "'leave' AND EXISTS (SELECT 1 FROM per p " \
 	"            WHERE p.leave_event_id" EQ "e.message_id))) " \
+	/* issue 11: a reaction needs one period covering its target and itself */ \
+	"    AND (e.kind" NE "'reaction' OR EXISTS (SELECT 1 FROM per p " \
+	"            WHERE p.conversation_id" EQ "e.conversation_id " \
+	"              AND " IM_PERIOD_COVERS_SQL("p", "t.msg_seq") \
+	"              AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ")) " \
 	"    AND NOT EXISTS (SELECT 1 FROM im.outbox o " \
 	"            WHERE o.source_event_id" EQ "e.message_id " \
 	"              AND (o.state" NE "'done' " \
@@ -107,7 +124,9 @@
 	"    'dirty_version', COALESCE(uc.dirty_version, 0), " \
 	"    'recalled_message_ids', COALESCE((SELECT pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FROM pos x " \
 	"                        WHERE x.conversation_id" EQ "c.conversation_id " \
-	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb)) AS body " \
+	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb))" \
+	/* issue 11: the latest pin position visible at or before the cut */ \
+	"    " OP_CONCAT SNAPSHOT_PINNED_SQL " AS body " \
 	"  FROM conv c JOIN im.conversation k ON k.conversation_id" EQ "c.conversation_id " \
 	"  LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "$1 " \
 	"       AND uc.conversation_id" EQ "c.conversation_id), " \

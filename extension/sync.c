@@ -26,6 +26,7 @@
 #include "device_state.h"
 #include "event_json.h"
 #include "im_sql.h"
+#include "relation.h"
 #include "shmem.h"
 #include "token.h"
 
@@ -188,6 +189,8 @@ enum
 	Anum_page_target_message_id,
 	Anum_page_recalled,
 	Anum_page_created_at,
+	Anum_page_reply_to_message_id,	/* issue 11 (NULL on a pre-1.3 catalog) */
+	Anum_page_pin_message_id,
 	Anum_page_gc_floor,			/* the user's head, in the rows' snapshot */
 	Anum_page_user_hw
 };
@@ -232,6 +235,15 @@ page_event_row(uint64 row, ImEventRow *ev)
 	ev->has_target = !isnull;
 	ev->recalled = im_get_bool(row, Anum_page_recalled, NULL);
 	ev->created_at = DatumGetTimestampTz(page_col(row, Anum_page_created_at, &isnull));
+	/* issue 11: a message's reply key; a pin's target is its pinned message */
+	ev->relation_keys = im_relation_catalog();
+	ev->reply_to_message_id = im_get_int64(row, Anum_page_reply_to_message_id, &isnull);
+	ev->has_reply = !isnull;
+	if (strcmp(ev->kind, "pin") == 0)
+	{
+		ev->target_message_id = im_get_int64(row, Anum_page_pin_message_id, &isnull);
+		ev->has_target = !isnull;
+	}
 	return true;
 }
 
@@ -240,6 +252,8 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 		  int64 *last, bool *more, PageSeen *seen)
 {
 	static SPIPlanPtr plan;
+	static SPIPlanPtr plan_pre13;	/* issue 11: a pre-1.3 catalog (relation.h) */
+	SPIPlanPtr	p;
 	Datum		args[4];
 	ImEventPage page;
 	uint64		nrows;
@@ -255,7 +269,7 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 	 * that holds no lock on the head can tell whether gc_inbox, which moves
 	 * gc_floor in the transaction that deletes, took rows of the range.
 	 */
-	im_prepare(&plan,
+	p = im_prepare(im_relation_catalog() ? &plan : &plan_pre13, im_relation_sql(
 			   "SELECT r.sync_seq, "
 			   "  CASE WHEN r.kind" EQ "ANY " PRIVATE_KINDS_SQL
 			   "    THEN pg_catalog.jsonb_build_object('sync_seq', r.sync_seq, 'kind', r.kind, "
@@ -263,6 +277,7 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 			   "        " OP_CONCAT "COALESCE(r.payload, '{}'::pg_catalog.jsonb) END, "
 			   "  e.kind, e.conversation_id, e.msg_seq, e.message_id, e.sender_id, "
 			   "  e.content_type, e.body, e.target_message_id, e.recalled, e.created_at, "
+			   "  " IM_EVENT_RELATION_COLS_SQL ", "
 			   "  (SELECT h.gc_floor FROM im.user_head h WHERE h.user_id" EQ "$1), "
 			   "  (SELECT h.high_watermark FROM im.user_head h WHERE h.user_id" EQ "$1) "
 			   "FROM (SELECT i.sync_seq, i.kind, i.conversation_id, i.source_event_id, i.payload "
@@ -271,19 +286,20 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 			   "      ORDER BY i.sync_seq LIMIT $4) r "
 			   "LEFT JOIN LATERAL ("
 			   "  SELECT e.kind, e.conversation_id, e.msg_seq, e.message_id, e.sender_id, "
-			   "         e.content_type, e.body, e.target_message_id, e.recalled, e.created_at "
+			   "         e.content_type, e.body, e.target_message_id, e.recalled, e.created_at, "
+			   "         " IM_EVENT_RELATION_COLS_SQL " "
 			   "  FROM im.event e WHERE e.message_id" EQ "r.source_event_id "
 			   "  AND r.kind" NE "ALL " PRIVATE_KINDS_SQL
 			   "  AND (NOT EXISTS (SELECT 1 FROM im.deleted_for_me d0 WHERE d0.user_id" EQ "$1) "
 			   "       OR " IM_NOT_DELETED_FOR_ME_SQL("$1") ") "
 			   "  OFFSET 0) e ON true "
-			   "ORDER BY r.sync_seq",
+			   "ORDER BY r.sync_seq"),
 			   4, INT8OID, INT8OID, INT8OID, INT4OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(after);
 	args[2] = Int64GetDatum(watermark);
 	args[3] = Int32GetDatum(limit);
-	nrows = im_exec(plan, args, NULL, 0);
+	nrows = im_exec(p, args, NULL, 0);
 	seen->rows = nrows;
 	if (nrows > 0)
 	{

@@ -32,6 +32,8 @@ const im_op_info im_ops[IM_OP_COUNT] = {
 	[IM_OP_SNAPSHOT_BEGIN] = {"snapshot_begin", "snapshot_begin_result", IM_REPLY_ROW},
 	[IM_OP_SNAPSHOT_FETCH] = {"snapshot_fetch", "snapshot_fetch_result", IM_REPLY_ROW},
 	[IM_OP_SNAPSHOT_ACK] = {"snapshot_ack", "snapshot_ack_result", IM_REPLY_ROW},
+	[IM_OP_REACT] = {"react", "react_result", IM_REPLY_ROW},
+	[IM_OP_PIN] = {"pin", "pin_result", IM_REPLY_ROW},
 };
 
 typedef enum
@@ -41,6 +43,7 @@ typedef enum
 	F_DEVICE,					/* session device */
 	F_INT,						/* JSON integer -> bigint/int text */
 	F_TEXT,						/* JSON string */
+	F_BOOL,						/* JSON true/false -> boolean text (issue 11) */
 	F_OBJECT					/* JSON object: the frame's own text, the
 								 * statement extracts the field from it */
 } field_kind;
@@ -63,6 +66,14 @@ typedef struct
 	 */
 	const char *sql_all;
 	const char *sql_default;
+	/*
+	 * issue 11: when set, the last field is optional and passed only when
+	 * the frame has it (send's reply_to_message_id), with these statements;
+	 * a frame without it runs sql_all/sql_default, which a pre-1.3 catalog
+	 * understands.  The defaulted field is then the one before it.
+	 */
+	const char *sql_all_trailing;
+	const char *sql_default_trailing;
 } op_stmt;
 
 #define U {F_USER, NULL, 0, 0}
@@ -81,9 +92,13 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 	},
 	[IM_OP_SEND] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_TEXT, "client_msg_id", 1, 0},
-		{F_OBJECT, "body", 1, 0}, {F_TEXT, "content_type", 0, 1}},
+		{F_OBJECT, "body", 1, 0}, {F_TEXT, "content_type", 0, 1},
+		{F_INT, "reply_to_message_id", 0, 0}},	/* issue 11 */
 		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', $5::text)",
-		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body')"
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body')",
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', $5::text, $6::bigint)",
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', "
+		"reply_to_message_id => $5::bigint)"
 	},
 	[IM_OP_RECALL] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_TEXT, "client_msg_id", 1, 0},
@@ -130,6 +145,17 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 	[IM_OP_SNAPSHOT_ACK] = {
 		{U, D, {F_TEXT, "snapshot_token", 1, 0}, {F_TEXT, "manifest_digest", 1, 0}},
 		"SELECT * FROM im.ack_snapshot($1::bigint, $2::text, $3::text, $4::text)", NULL
+	},
+	/* issue 11 (contract §14) */
+	[IM_OP_REACT] = {
+		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "target_message_id", 1, 0},
+		{F_TEXT, "reaction", 1, 0}, {F_BOOL, "present", 1, 0}, {F_TEXT, "client_msg_id", 1, 0}},
+		"SELECT * FROM im.react($1::bigint, $2::bigint, $3::bigint, $4::text, $5::boolean, $6::text)", NULL
+	},
+	[IM_OP_PIN] = {
+		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "target_message_id", 1, 0},
+		{F_BOOL, "pinned", 1, 0}, {F_TEXT, "client_msg_id", 1, 0}},
+		"SELECT * FROM im.pin_message($1::bigint, $2::bigint, $3::bigint, $4::boolean, $5::text)", NULL
 	},
 };
 
@@ -386,6 +412,13 @@ field_param(const field_spec *f, json_t *t, const char *buf, size_t len,
 		*val = im_int64_text(json_integer_value(t));
 		return IM_DECODE_OK;
 	}
+	if (f->kind == F_BOOL)
+	{
+		if (!json_is_boolean(t))
+			return bad(req, IM_DECODE_BAD_FRAME, "field %s must be true or false", f->name);
+		*val = xstrdup(json_is_true(t) ? "true" : "false");
+		return IM_DECODE_OK;
+	}
 	if (f->kind == F_TEXT)
 	{
 		if (!json_is_string(t))
@@ -447,6 +480,27 @@ decode_params(json_t *root, const char *buf, size_t len, int64_t user_id,
 		req->nparams = i + 1;
 		if (rc != IM_DECODE_OK)
 			return rc;
+	}
+	if (st->sql_all_trailing)
+	{
+		/* issue 11: the optional trailing field, kept only when present */
+		char	   *last = req->params[--req->nparams];
+
+		req->params[req->nparams] = NULL;
+		if (use_default)
+		{
+			free(req->params[req->nparams - 1]);
+			req->params[req->nparams - 1] = NULL;
+			req->nparams--;
+		}
+		if (last)
+		{
+			req->params[req->nparams++] = last;
+			req->sql = use_default ? st->sql_default_trailing : st->sql_all_trailing;
+		}
+		else
+			req->sql = use_default ? st->sql_default : st->sql_all;
+		return IM_DECODE_OK;
 	}
 	if (use_default)
 	{

@@ -34,6 +34,8 @@ typedef enum im_op
 	IM_OP_SNAPSHOT_BEGIN,
 	IM_OP_SNAPSHOT_FETCH,
 	IM_OP_SNAPSHOT_ACK,
+	IM_OP_REACT,				/* issue 11, contract §14 */
+	IM_OP_PIN,
 	IM_OP_COUNT
 } im_op;
 

@@ -9,6 +9,7 @@
 SELECT im.create_conversation('group', ARRAY[2201, 9007199254740991]::bigint[], 2201) AS c \gset
 SELECT state FROM im.register_device(9007199254740991, 'phone');
 SELECT msg_seq FROM im.send_message(9007199254740991, :c, 'max-1', '{"text": "from 2^53-1"}');
+SELECT message_id AS m FROM im.event WHERE client_msg_id = 'max-1' \gset
 SELECT im.run_fanout() > 0 AS fanned_out;
 
 -- every argument that names a user; %1$s is the id under test
@@ -36,8 +37,10 @@ INSERT INTO user_arg VALUES
  ('report_read',         'user_id',   $$SELECT * FROM im.report_read(%1$s, :c, 1)$$),
  ('clear_dirty',         'user_id',   $$SELECT * FROM im.clear_dirty(%1$s, :c, 0, 0)$$),
  ('conversation_list',   'user_id',   $$SELECT * FROM im.conversation_list(%1$s)$$),
- ('delete_for_me',       'user_id',   $$SELECT im.delete_for_me(%1$s, :c, 1)$$);
-UPDATE user_arg SET q = replace(q, ':c', :'c');
+ ('delete_for_me',       'user_id',   $$SELECT im.delete_for_me(%1$s, :c, 1)$$),
+ ('react',               'user_id',   $$SELECT * FROM im.react(%1$s, :c, :m, 'x', true, 'uid-r')$$),
+ ('pin_message',         'user_id',   $$SELECT * FROM im.pin_message(%1$s, :c, :m, true, 'uid-p')$$);
+UPDATE user_arg SET q = replace(replace(q, ':c', :'c'), ':m', :'m');
 
 -- every im function with an argument that names a user is listed above
 SELECT p.proname, a.name

@@ -58,6 +58,8 @@ class Device:
             return
         self.view[(p['conversation_id'], p['msg_seq'])] = p
         for t in self.view.values():
+            if p['kind'] == 'recall' and t['kind'] == 'reaction' and t['target_message_id'] == p['target_message_id']:
+                t['body'], t['recalled'] = None, True         # a recalled message keeps no reactions
             if p['kind'] in ('recall', 'edit') and t['message_id'] == p['target_message_id']:
                 if p['kind'] == 'recall' or p['recalled']:
                     t['body'], t['recalled'] = None, True     # a tombstone never shows the body again
@@ -209,5 +211,43 @@ say("B's phone learns the read position as a read_cursor event on its next sync:
 b_phone.sync()
 table(q("SELECT * FROM im.conversation_list(%s)", (B,)),
       ['conversation_id', 'last_msg_seq', 'read_msg_seq', 'unread_count', 'head_msg_seq'])
+section("8. Replies, reactions and pins travel as positions (contract §14)")
+r = q("SELECT * FROM im.send_message(%s, %s, %s, %s, 'text', %s)",
+      (B, conv, 'b-desktop-1', psycopg2.extras.Json({'text': 'at 6, ok'}), mids[2]))[0]
+reply = r['message_id']
+say('send_message(B, "at 6, ok", reply_to_message_id %s) -> message_id %s, msg_seq %s' % (mids[2], reply, r['msg_seq']))
+for u, dev, target, key, present in ((A, 'a-phone-r1', reply, '👍', True), (B, 'b-phone-r1', m1, '❤', True),
+                                     (B, 'b-desktop-r2', m1, '👋', True), (B, 'b-phone-r3', m1, '❤', False)):
+    r = q("SELECT * FROM im.react(%s, %s, %s, %s, %s, %s)", (u, conv, target, key, present, dev))[0]
+    say('react(%s, message %s, %s, present %s) -> msg_seq %s' % (NAMES[u], target, key, present, r['msg_seq']))
+r = q("SELECT * FROM im.pin_message(%s, %s, %s, true, %s)", (A, conv, mids[2], 'a-phone-p1'))[0]
+say('pin_message(A, message %s) -> msg_seq %s' % (mids[2], r['msg_seq']))
+fanout()
+hints()
+b_desktop.sync()
+b_phone.sync()
+def local_relations(d):
+    latest, pins = {}, []
+    for k, p in sorted(d.view.items()):
+        if p['kind'] == 'reaction':
+            latest[(p['target_message_id'], p['sender_id'])] = (p['body'] or {}).get('reactions', [])
+        elif p['kind'] == 'pin':
+            pins = p['body']['pinned']
+    counts = {}
+    for (t, _), keys in latest.items():
+        for key in keys:
+            counts.setdefault(t, {})[key] = counts.setdefault(t, {}).get(key, 0) + 1
+    return counts, pins
+truth = q("SELECT * FROM im.fetch_messages(%s, %s, 0, 1000)", (B, conv))[0]['messages']
+server = {p['message_id']: p['reactions'] for p in truth if p['kind'] == 'message' and p['reactions']}
+for d in (b_desktop, b_phone):
+    counts, pins = local_relations(d)
+    say('%s: reactions %s, pinned %s (replayed from the reaction and pin positions in msg_seq order)' % (
+        d.label(), json.dumps(counts, ensure_ascii=False), pins))
+say('fetch_messages(B): reactions %s, reply_to_message_id of message %s = %s' % (
+    json.dumps(server, ensure_ascii=False), reply, [p['reply_to_message_id'] for p in truth if p['message_id'] == reply][0]))
+if any(local_relations(d)[0] != server for d in (b_desktop, b_phone)):
+    raise SystemExit('demo: the reaction views do not match fetch_messages')
+
 print('\ndemo: done')
 PYEOF

@@ -120,6 +120,22 @@ def sha256_hex(text):
 
 POS_KEYS = ('kind', 'conversation_id', 'msg_seq', 'message_id', 'sender_id',
             'content_type', 'body', 'target_message_id', 'recalled', 'created_at')
+# Contract §14 (issue 11): a message also carries reply_to_message_id; in
+# fetch_messages it carries its reactions as the reader sees them.
+REPLY_KEY = 'reply_to_message_id'
+VIEW_KEYS = ('reactions', 'my_reactions')
+REACTION_KEYS = ('👍', '❤', '🎉', 'ok')
+
+
+def pos_keys(kind):
+    """The keys of a position of this kind (contract §11, §14)."""
+    return POS_KEYS + (REPLY_KEY,) if kind == 'message' else POS_KEYS
+
+
+def hides_with_target(kind):
+    """Kinds hidden with their target when it is deleted for the user
+    (contract §1): a pin names its target only in its body, so never."""
+    return kind in ('recall', 'edit', 'reaction')
 
 
 class Conv:
@@ -169,10 +185,10 @@ def apply_position(st, p, floor=0):
     the same statement returned, so every edit at or below it was committed
     before that read and is already in the body."""
     c = st.convs.setdefault(p['conversation_id'], Conv())
-    pos = {k: p.get(k) for k in POS_KEYS}
-    for k in POS_KEYS:
+    pos = {k: p.get(k) for k in pos_keys(p['kind'])}
+    for k in pos_keys(p['kind']):
         check(k in p, 'position lacks key %s: %r', k, p)
-    if pos['message_id'] in c.deleted or pos['target_message_id'] in c.deleted:
+    if pos['message_id'] in c.deleted or (hides_with_target(pos['kind']) and pos['target_message_id'] in c.deleted):
         # Deleted for me: the message, and (as fetch_messages does) its
         # recalls and edits, which would bring its text back.
         return
@@ -194,7 +210,8 @@ def apply_position(st, p, floor=0):
             t['body'] = None
             t['recalled'] = True
         for q in c.pos.values():
-            if q['kind'] == 'edit' and q['target_message_id'] == pos['target_message_id']:
+            # a recall tombstones the target's edits and reactions (contract §14)
+            if q['kind'] in ('edit', 'reaction') and q['target_message_id'] == pos['target_message_id']:
                 q['body'] = None
                 q['recalled'] = True
     elif kind == 'edit':
@@ -210,6 +227,34 @@ def apply_position(st, p, floor=0):
         if t is not None and t['recalled']:
             pos['body'] = None
             pos['recalled'] = True
+    elif kind == 'reaction':
+        # full state per (sender, target): nothing to merge, the view takes
+        # the latest position (reaction_view); a recalled target keeps none
+        t = c.by_id(pos['target_message_id'])
+        if t is not None and t['recalled']:
+            pos['body'] = None
+            pos['recalled'] = True
+
+
+def reaction_view(conv, mid, user):
+    """A device's local view of a message's reactions (contract §14): per
+    reacting user its latest reaction position's set, counted per key."""
+    latest = {}
+    for s in sorted(conv.pos):
+        p = conv.pos[s]
+        if p['kind'] == 'reaction' and p['target_message_id'] == mid:
+            latest[p['sender_id']] = (p['body'] or {}).get('reactions', [])
+    counts = {}
+    for keys in latest.values():
+        for k in keys:
+            counts[k] = counts.get(k, 0) + 1
+    return counts, latest.get(user, [])
+
+
+def pin_view(conv):
+    """A device's local pin list: the body of its latest pin position."""
+    pins = [conv.pos[s] for s in sorted(conv.pos) if conv.pos[s]['kind'] == 'pin']
+    return pins[-1]['body']['pinned'] if pins else []
 
 
 def apply_event(st, ev):
@@ -221,7 +266,8 @@ def apply_event(st, ev):
         c = st.convs.setdefault(ev['conversation_id'], Conv())
         mid = ev['message_id']
         c.deleted.add(mid)
-        for s in [s for s, p in c.pos.items() if mid in (p['message_id'], p['target_message_id'])]:
+        for s in [s for s, p in c.pos.items()
+                  if p['message_id'] == mid or (hides_with_target(p['kind']) and p['target_message_id'] == mid)]:
             del c.pos[s]
     elif kind == 'conversation_dirty':
         check(set(ev) == {'sync_seq', 'kind', 'conversation_id', 'dirty_target_msg_seq', 'dirty_version'},
@@ -232,7 +278,7 @@ def apply_event(st, ev):
         st.convs.setdefault(ev['conversation_id'], Conv())
         st.dirty.add(ev['conversation_id'])
     else:
-        check(set(ev) == set(POS_KEYS) | {'sync_seq'}, 'event keys %s (contract §11)', sorted(ev))
+        check(set(ev) == set(pos_keys(ev['kind'])) | {'sync_seq'}, 'event keys %s (contract §11)', sorted(ev))
         apply_position(st, ev)
 
 
@@ -339,18 +385,78 @@ class Model:
         body = {'text': 'msg %s from %d' % (k, s), 'n': self.ckey}
         if self.rng.random() < 0.1:
             body['text'] += ' "quoted" \\ tab\t ü'
-        r = self.q1("SELECT * FROM im.send_message(%s, %s, %s, %s)",
-                    (s, c, k, psycopg2.extras.Json(body)))
+        # issue 11: sometimes a reply to a live message the sender may see
+        reply = None
+        if self.rng.random() < 0.2:
+            targets = self.visible_live(s, c)
+            reply = self.rng.choice(targets) if targets else None
+        r = self.q1("SELECT * FROM im.send_message(%s, %s, %s, %s, 'text', %s)",
+                    (s, c, k, psycopg2.extras.Json(body), reply))
         check(r['created'], 'first send not created: %r', r)
+        if reply:
+            self.count('op.reply')
         if self.rng.random() < 0.15:   # the response was lost: retry the same key
-            r2 = self.q1("SELECT * FROM im.send_message(%s, %s, %s, %s)",
-                         (s, c, k, psycopg2.extras.Json(body)))
+            r2 = self.q1("SELECT * FROM im.send_message(%s, %s, %s, %s, 'text', %s)",
+                         (s, c, k, psycopg2.extras.Json(body), reply))
             check(not r2['created'] and r2['message_id'] == r['message_id']
                   and r2['msg_seq'] == r['msg_seq'], 'retry not idempotent: %r vs %r', r, r2)
             self.count('op.send_retry')
         self.sent.append([c, s, r['message_id'], False])
         self.note('send u%d c%d -> seq %d' % (s, c, r['msg_seq']))
         self.count('op.send')
+
+    def visible_live(self, u, c, recalled=False):
+        """Live (or recalled) messages of c inside one of u's periods (sorted ids)."""
+        return [r['message_id'] for r in self.q(
+            "SELECT e.message_id FROM im.event e WHERE e.conversation_id = %s AND e.kind = 'message' "
+            "AND e.recalled = %s AND EXISTS (SELECT 1 FROM im.membership_period p WHERE p.conversation_id = %s "
+            "AND p.user_id = %s AND p.join_seq <= e.msg_seq AND (p.leave_seq IS NULL OR p.leave_seq >= e.msg_seq)) "
+            "ORDER BY 1", (c, recalled, c, u))]
+
+    def op_react(self):
+        """issue 11: set or clear a key of a member's reactions; sometimes
+        on a recalled message (IS409, nothing written)."""
+        c = self.rng.choice(sorted(self.members))
+        if not self.members[c]:
+            return self.op_join()
+        u = self.rng.choice(sorted(self.members[c]))
+        dead = self.visible_live(u, c, recalled=True)
+        if dead and self.rng.random() < 0.05:
+            try:
+                self.q("SELECT * FROM im.react(%s, %s, %s, 'x', true, %s)", (u, c, self.rng.choice(dead), self.key()))
+                raise ModelFailure('react on a recalled message was accepted')
+            except psycopg2.Error as e:
+                check(e.pgcode == 'IS409', 'react on a recalled message: %s %s', e.pgcode, e)
+            self.count('op.react_refused')
+            return
+        targets = self.visible_live(u, c)
+        if not targets:
+            return self.op_send(c)
+        mid = self.rng.choice(targets)
+        key, present = self.rng.choice(REACTION_KEYS), self.rng.random() < 0.7
+        k = self.key()
+        r = self.q1("SELECT * FROM im.react(%s, %s, %s, %s, %s, %s)", (u, c, mid, key, present, k))
+        check(r['created'], 'react not created: %r', r)
+        if self.rng.random() < 0.1:    # a lost response: the retry returns the same position
+            r2 = self.q1("SELECT * FROM im.react(%s, %s, %s, %s, %s, %s)", (u, c, mid, key, present, k))
+            check(not r2['created'] and r2['msg_seq'] == r['msg_seq'], 'react retry: %r vs %r', r, r2)
+        self.note('react u%d c%d msg %d %s %s -> seq %d' % (u, c, mid, key, present, r['msg_seq']))
+        self.count('op.react' if present else 'op.unreact')
+
+    def op_pin(self):
+        """issue 11: pin or unpin a live message for the conversation."""
+        c = self.rng.choice(sorted(self.members))
+        if not self.members[c]:
+            return self.op_join()
+        u = self.rng.choice(sorted(self.members[c]))
+        targets = self.visible_live(u, c)
+        if not targets:
+            return self.op_send(c)
+        mid, pinned = self.rng.choice(targets), self.rng.random() < 0.6
+        r = self.q1("SELECT * FROM im.pin_message(%s, %s, %s, %s, %s)", (u, c, mid, pinned, self.key()))
+        check(r['created'], 'pin not created: %r', r)
+        self.note('pin u%d c%d msg %d %s -> seq %d' % (u, c, mid, pinned, r['msg_seq']))
+        self.count('op.pin' if pinned else 'op.unpin')
 
     def _own_live(self):
         live = [m for m in self.sent if not m[3] and m[1] in self.members[m[0]]]
@@ -666,7 +772,8 @@ class Model:
             # to the highest position it returned.
             floor = max([p['msg_seq'] for p in m['messages']] or [0])
             for p in m['messages']:
-                check(set(p) == set(POS_KEYS), 'fetch_messages keys %s (contract §11)', sorted(p))
+                check(set(p) == set(pos_keys(p['kind'])) | (set(VIEW_KEYS) if p['kind'] == 'message' else set()),
+                      'fetch_messages keys %s (contract §11, §14)', sorted(p))
                 check(after < p['msg_seq'] <= upto, 'fetch_messages out of range (%d, %d]: %r', after, upto, p)
                 apply_position(st, p, floor)
             self.count('fetch_messages')
@@ -764,6 +871,9 @@ class Model:
             for mid in it['recalled_message_ids'] or []:
                 t = conv.by_id(mid)
                 check(t is None or t['recalled'], 'manifest recalls %s, fetch_messages shows it live', mid)
+            # issue 11: the item's pin list is the latest pin position up to its last_msg_seq
+            check(it['pinned'] == pin_view(conv), 'snapshot item c%d pinned %r, fetch_messages up to %d says %r',
+                  c, it['pinned'], it['last_msg_seq'], pin_view(conv))
         a = self.q1("SELECT * FROM im.ack_snapshot(%s, %s, %s, %s)", (d.user, d.name, tok, manifest))
         check(a['status'] == 'OK' and a['acked_sync_seq'] == S, 'ack_snapshot: %r', a)
         if faults and self.rng.random() < 0.05:
@@ -785,6 +895,7 @@ class Model:
         for u in self.users:
             convs = self.conv_list(u)
             truth = {}
+            views = {}
             for cl in convs:
                 c = cl['conversation_id']
                 pos, after_seq = [], 0
@@ -794,7 +905,9 @@ class Model:
                     if not m['has_more']:
                         break
                     after_seq = m['next_after_seq']
-                truth[c] = ([{k: p[k] for k in POS_KEYS} for p in pos], cl['read_msg_seq'])
+                truth[c] = ([{k: p[k] for k in pos_keys(p['kind'])} for p in pos], cl['read_msg_seq'])
+                views[c] = {p['message_id']: (p['reactions'], p['my_reactions'])
+                            for p in pos if p['kind'] == 'message'}
                 # Unread (contract §3), counted independently of the server's
                 # recount: exact in fanout mode; in shared_log mode the upper
                 # bound max(0, target - read), never below the true count.
@@ -834,6 +947,14 @@ class Model:
                                                u, d.name, c, len(have), len(want), diff or (have[len(want):] or want[len(have):])[:3]))
                     check(got[c].read == read, 'user %d device %s conversation %d read cursor %d, server %d',
                           u, d.name, c, got[c].read, read)
+                    # issue 11: the local view of reactions (latest set per
+                    # user, replayed in msg_seq order) is fetch_messages'
+                    for mid, (counts, mine) in views[c].items():
+                        local = reaction_view(got[c], mid, u)
+                        check(local == (counts, mine),
+                              'user %d device %s conversation %d message %d: local reactions %r, fetch_messages %r',
+                              u, d.name, c, mid, local, (counts, mine))
+                        self.count('final.reaction_views', 1 if counts else 0)
         rows = self.q("SELECT * FROM im.reconcile()")
         check(not rows, 'reconcile reports problems: %r', rows)
 
@@ -843,7 +964,8 @@ class Model:
         ops = [(self.op_send, 25), (self.op_recall, 4), (self.op_edit, 5), (self.op_join, 3),
                (self.op_leave, 3), (self.op_read, 4), (self.op_delete, 2), (self.op_fanout, 12),
                (self.op_sync, 30), (self.op_rollback, 6), (self.op_reinstall, 2),
-               (self.op_late_ack, 3), (self.op_gc, 1), (self.op_mode, 3), (self.op_open, 3)]
+               (self.op_late_ack, 3), (self.op_gc, 1), (self.op_mode, 3), (self.op_open, 3),
+               (self.op_react, 6), (self.op_pin, 2)]
         ops = [(f, w) for f, w in ops if f.__name__[3:] not in self.skip]
         fns = [f for f, _ in ops]
         weights = [w for _, w in ops]
@@ -899,6 +1021,7 @@ def main():
                   c.get('switch.auto', 0), c.get('switch.noop', 0), c.get('dirty.events', 0),
                   c.get('dirty.fetches', 0), c.get('dirty.raced', 0), c.get('clear.ok', 0),
                   c.get('clear.failed', 0), c.get('final.shared_log_convs', 0)))
+        print('  relations (issue 11): reactions views compared=%d' % c.get('final.reaction_views', 0))
         print('  sync statuses: ' + ', '.join('%s=%d' % (k[5:], v) for k, v in sorted(c.items())
                                                 if k.startswith('sync.') and k[5:].isupper()))
     print('model: %d seeds, %d failed' % (len(seeds), failed))

@@ -32,7 +32,7 @@ rc=0
 py="${IM_PYTHON:-/usr/bin/python3}"
 "$py" test/e2e/test_gateway.py ${IM_E2E_TESTS:-} || rc=1
 # data-path hardening (issue 8 items 1, 2, 4, 7, 15); IM_E2E_SCRIPTS picks some
-for t in ${IM_E2E_SCRIPTS:-body_roundtrip notify_spoof metrics_cache int_range large_replies}; do
+for t in ${IM_E2E_SCRIPTS:-body_roundtrip notify_spoof metrics_cache int_range large_replies relations}; do
   "$py" test/e2e/test_$t.py || rc=1
 done
 
@@ -46,6 +46,8 @@ port3=$(im_free_port)
 gw3=$!
 for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port3/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
 IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_small_gateway.py || rc=1
+# issue 11: react, pin and reply with the gateway role's grants only
+IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_relations.py || rc=1
 IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_gateway.py scenario shared_log supersede revoke http || rc=1
 if grep -q 'permission denied\|members_lookup_failed' "$IM_TMP/gateway-small.log"; then
   echo "the gateway role lacks a grant:"; grep 'permission denied\|members_lookup_failed' "$IM_TMP/gateway-small.log" | head -3; rc=1
