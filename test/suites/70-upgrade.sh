@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Upgrade from the last release as a DBA does it (issue 9 item 7), in a
+# Upgrade from the last release (or IM_UPGRADE_FROM) as a DBA does it (issue 9 item 7), in a
 # private copy of PostgreSQL under a temp directory (the binaries are
 # relocatable), so neither the system install nor the suite's cluster is
 # touched:
@@ -21,7 +21,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-read -r release commit < <(grep -v '^#' test/upgrade/releases.txt | tail -n 1)
+# IM_UPGRADE_FROM=1.0 picks an older release (71-upgrade-oldest.sh).
+read -r release commit < <(grep -v '^#' test/upgrade/releases.txt | grep "^${IM_UPGRADE_FROM:-}" | tail -n 1)
 latest=$(sed -n "s/^default_version = '\(.*\)'/\1/p" im_sync.control)
 [ -n "$release" ] && [ -n "$commit" ] && [ -n "$latest" ] && [ "$release" != "$latest" ] \
   || { echo "no release to upgrade from (releases.txt: '$release $commit', control: '$latest')"; exit 1; }
