@@ -16,9 +16,15 @@
 #     2-core machine is shared, and alternating short rounds keeps a load
 #     spike elsewhere from landing on one side only.  The CPU shares of the
 #     load generator and the gateway are printed per round.
-#  3. IDLE idle authenticated sessions from source addresses 127.0.0.2, …
-#     (PER_SRC each): gateway RSS growth per session, and send-to-hint
-#     latency of one active pair (PROBE_RATE sends/s) while they are open.
+#  3. IDLE idle authenticated sessions from loopback source addresses
+#     (PER_SRC each, so ephemeral ports do not bound them): gateway RSS
+#     growth per session, and send-to-hint latency of PROBE_DEVICES active
+#     devices (in pairs, PROBE_RATE sends/s) while they are open.  One session is one
+#     descriptor on each side: when the descriptor limit (raised to the hard
+#     limit; as root with CAP_SYS_RESOURCE the hard limit too) is below
+#     IDLE, the sessions are spread over as many gateway processes (and
+#     load generator processes) as needed — several gateways may serve one
+#     database (contract §10) — and the output says so.
 #  4. reconnect storm of STORM devices (the first STORM idle devices, after
 #     the idle sessions closed): time until all caught up (hello, sync, ack),
 #     refusals and whether every refusal carried retry_after_ms.
@@ -26,34 +32,56 @@
 # POOL DB connections, so the pool stays busy); pgbench is a closed loop per
 # connection.
 #   BENCH_DEVICES=40 BENCH_SECONDS=10 BENCH_ROUNDS=5 BENCH_POOL=4 BENCH_RATE=200
-#   BENCH_IDLE=100000 BENCH_PER_SRC=4000 BENCH_PROBE_RATE=20 BENCH_STORM=10000
-#   BENCH_PAIRS=1 (0: skip parts 1-2); BENCH_GW_ARGS adds gateway options
+#   BENCH_IDLE=100000 BENCH_IDLE_SECONDS=240 (time to open them; then the
+#   figures are for those up) BENCH_PER_SRC=4000 BENCH_PROBE_DEVICES=4
+#   BENCH_PROBE_RATE=20 BENCH_STORM=10000
+#   BENCH_PAIRS=1 (0: skip parts 1-2); BENCH_GW_ARGS adds gateway options;
+#   BENCH_KEEP=DIR keeps the logs and outputs
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source test/cluster.sh
 im_bench_parse_args "$@" || exit 2
 N=${BENCH_DEVICES:-40}; SECS=${BENCH_SECONDS:-10}; POOL=${BENCH_POOL:-4}; ROUNDS=${BENCH_ROUNDS:-5}
-RATE=${BENCH_RATE:-200}; PROBE_RATE=${BENCH_PROBE_RATE:-20}
-IDLE=${BENCH_IDLE:-100000}; PER_SRC=${BENCH_PER_SRC:-4000}; STORM=${BENCH_STORM:-10000}; PAIRS=${BENCH_PAIRS:-1}
+RATE=${BENCH_RATE:-200}; PROBE_RATE=${BENCH_PROBE_RATE:-20}; PROBE_DEVICES=${BENCH_PROBE_DEVICES:-4}
+IDLE=${BENCH_IDLE:-100000}; PER_SRC=${BENCH_PER_SRC:-4000}; IDLE_SECS=${BENCH_IDLE_SECONDS:-240}; STORM=${BENCH_STORM:-10000}; PAIRS=${BENCH_PAIRS:-1}
 NIDLE=$(( IDLE > STORM ? IDLE : STORM ))   # users 200001.. serve both parts
 LOAD=test/bench/gateway/im_load
 make -s -C test/bench/gateway >/dev/null || { echo "cannot build $LOAD"; exit 1; }
 
-# one descriptor per session on both sides (+ the pool, listeners, files):
-# as root the hard limit can be raised up to fs.nr_open
-want_fds=$(( 2 * NIDLE + 4096 ))
+# one descriptor per session in the gateway and in the load generator (+ the
+# pool, listeners, files): the hard limit can be raised with CAP_SYS_RESOURCE
+# (root, outside a restricted container) up to fs.nr_open
+want_fds=$(( NIDLE + N + 4096 ))
+nr_open=$(cat /proc/sys/fs/nr_open)
+hard_note=""
 if [ "$(ulimit -Hn)" != unlimited ] && [ "$(ulimit -Hn)" -lt "$want_fds" ]; then
-  ulimit -Hn "$(( want_fds < $(cat /proc/sys/fs/nr_open) ? want_fds : $(cat /proc/sys/fs/nr_open) ))" 2>/dev/null
+  ulimit -Hn "$(( want_fds < nr_open ? want_fds : nr_open ))" 2>/dev/null ||
+    hard_note=" (hard limit $(ulimit -Hn) cannot be raised here: no CAP_SYS_RESOURCE)"
 fi
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
-if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $(( NIDLE + 1024 )) ]; then
-  echo "ulimit -n $(ulimit -n) is below the $NIDLE sessions (not root?): lower BENCH_IDLE/BENCH_STORM"; exit 1
-fi
+FDS=$(ulimit -n); [ "$FDS" = unlimited ] && FDS=$nr_open
+PER_PROC=$(( FDS - 1000 ))                     # sessions per process, the rest for pool, files
+[ "$PER_PROC" -ge $(( STORM + N + 100 )) ] || { echo "ulimit -n $FDS$hard_note is below the storm's $STORM sessions: lower BENCH_STORM"; exit 1; }
 
 DB=im_bench
-gw=""; idle_pid=""
+gw=""; idle_pids=(); idle_gws=()
+stop_idle() {
+  local p
+  for p in "${idle_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${idle_pids[@]}"; do wait "$p" 2>/dev/null; done
+  idle_pids=()
+}
+stop_idle_gateways() {
+  local p
+  for p in "${idle_gws[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${idle_gws[@]}"; do wait "$p" 2>/dev/null; done
+  idle_gws=()
+}
 cleanup() {
-  [ -n "$idle_pid" ] && kill "$idle_pid" 2>/dev/null && wait "$idle_pid" 2>/dev/null
+  # BENCH_KEEP=DIR keeps the gateway logs and the load generators' output
+  [ -n "${BENCH_KEEP:-}" ] && mkdir -p "$BENCH_KEEP" && cp "$IM_TMP"/*.log "$IM_TMP"/*.out "$BENCH_KEEP"/ 2>/dev/null
+  stop_idle
+  stop_idle_gateways
   [ -n "$gw" ] && kill -TERM "$gw" 2>/dev/null && wait "$gw" 2>/dev/null
   im_cluster_destroy
 }
@@ -96,19 +124,25 @@ head -n "$STORM" "$IM_TMP/all.txt" >"$IM_TMP/storm.txt"
 echo "setup: $N pair devices, $NIDLE idle/storm devices and their tokens in $(( $(date +%s) - t_setup )) s"
 
 # Limits chosen for the benchmark: no per-session frame limit in the way of
-# a closed loop (3+ frames per cycle), connection caps above the idle count
-# (every session's address is one of a few loopback addresses).
-GW_LIMITS=(--pool "$POOL" --rate 1000000 --burst 1000000
-           --max-connections $(( NIDLE + N + 1000 )) --max-unauth-per-ip $(( NIDLE + N + 1000 )))
-port=$(im_free_port)
-./gateway/im_gateway --listen 127.0.0.1:"$port" "${GW_LIMITS[@]}" ${BENCH_GW_ARGS:-} \
-   --db "host=$PGHOST port=$PGPORT user=$PGUSER dbname=$DB" 2>"$IM_TMP/gateway.log" &
-gw=$!
+# a closed loop (3+ frames per cycle), connection caps above the sessions a
+# process can hold (every session's address is one of a few loopback
+# addresses, so the per-address cap must be as high).
+CAP=$(( PER_PROC < NIDLE + N + 100 ? PER_PROC : NIDLE + N + 100 ))
+GW_LIMITS=(--pool "$POOL" --rate 1000000 --burst 1000000 --max-connections "$CAP" --max-unauth-per-ip "$CAP")
+# start_gateway LOG: a gateway on a free port (sets gw_pid, gw_port)
+start_gateway() {
+  gw_port=$(im_free_port)
+  ./gateway/im_gateway --listen 127.0.0.1:"$gw_port" "${GW_LIMITS[@]}" ${BENCH_GW_ARGS:-} \
+     --db "host=$PGHOST port=$PGPORT user=$PGUSER dbname=$DB" 2>"$1" &
+  gw_pid=$!
+  for _ in $(seq 50); do curl -fs "http://127.0.0.1:$gw_port/healthz" >/dev/null && return 0; sleep 0.2; done
+  echo "gateway not healthy"; tail "$1"; return 1
+}
+start_gateway "$IM_TMP/gateway.log" || exit 1
+gw=$gw_pid; port=$gw_port
 export IM_GW_URL="ws://127.0.0.1:$port/"
-for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.2; done
-curl -fs "http://127.0.0.1:$port/healthz" >/dev/null || { echo "gateway not healthy"; tail "$IM_TMP/gateway.log"; exit 1; }
 echo "gateway: ${GW_LIMITS[*]} ${BENCH_GW_ARGS:-} (other limits: defaults, see gateway/README.md)"
-echo "descriptors: ulimit -n $(ulimit -n) (gateway and load generator each); fs.nr_open $(cat /proc/sys/fs/nr_open);" \
+echo "descriptors: ulimit -n $FDS per process$hard_note; fs.nr_open $nr_open;" \
      "net.core.somaxconn $(cat /proc/sys/net/core/somaxconn); ephemeral ports $(tr '\t' '-' </proc/sys/net/ipv4/ip_local_port_range) per source address"
 
 # CPU seconds (user+sys) of a process, and of the whole machine, to see
@@ -179,45 +213,73 @@ echo "RESULT send-to-hint p99 at saturation per round (ms):$lat99 median $(echo 
 fi
 
 if [ "$IDLE" -gt 0 ]; then
-echo "== 3. $IDLE idle sessions from $(( (IDLE + PER_SRC - 1) / PER_SRC )) source addresses (127.0.0.2 …, $PER_SRC each)"
-rss() { awk '/VmRSS/ {print $2}' /proc/"$gw"/status; }
+# G gateways (fresh, so their baseline RSS is an idle gateway's), each with
+# its share of the sessions from one load generator process; G = 1 unless the
+# descriptor limit forces more
+G=$(( (IDLE + PER_PROC - 1) / PER_PROC ))
+echo "== 3. $IDLE idle sessions on $G gateway process(es) (descriptor limit $FDS per process), $PER_SRC per loopback source address"
+rss() { awk '/VmRSS/ {print $2}' /proc/"$1"/status 2>/dev/null || echo 0; }
+sum_rss() { local p t=0; for p in "$@"; do t=$(( t + $(rss "$p") )); done; echo $t; }
 avail() { awk '/MemAvailable/ {print $2}' /proc/meminfo; }
-conns() { curl -s --max-time 10 "http://127.0.0.1:$port/metrics" | awk '$1 == "im_gateway_connections" {print $2}'; }
-r0=$(rss); a0=$(avail); w0=$(now); g0=$(cpu_of "$gw")
-rm -f "$IM_TMP/idle.ready"
-start_load idle "$IM_TMP/idle.txt" --per-src "$PER_SRC" --ready "$IM_TMP/idle.ready" --max-seconds 600 \
-  --probe "$IM_TMP/pairs.txt" --rate "$PROBE_RATE" --rate-seconds "$SECS" --hold 900 >"$IM_TMP/idle.out" 2>&1 </dev/null
-idle_pid=$lp
-while [ ! -f "$IM_TMP/idle.ready" ] && kill -0 "$idle_pid" 2>/dev/null; do sleep 0.5; done
-[ -f "$IM_TMP/idle.ready" ] || { cat "$IM_TMP/idle.out"; wait "$idle_pid"; echo "idle sessions failed (exit $?)"; idle_pid=""; exit 1; }
-w1=$(now); g1=$(cpu_of "$gw")
-sleep 2
-r1=$(rss); a1=$(avail)
-crss=$(awk '/VmRSS/ {print $2}' /proc/"$idle_pid"/status 2>/dev/null || echo 0)
-echo "open sessions (gateway metric): $(conns); gateway CPU while connecting: $(share "$g0" "$g1" "$w0" "$w1")% of a core"
-# the probe's paced phase runs now, the idle sessions still open
-for _ in $(seq $(( 2 * SECS + 120 ))); do
-  grep -q '^RESULT paced' "$IM_TMP/idle.out" && break; kill -0 "$idle_pid" 2>/dev/null || break; sleep 0.5
+conns() { curl -s --max-time 10 "http://127.0.0.1:$1/metrics" | awk '$1 == "im_gateway_connections" {print $2}'; }
+idle_ports=()
+for k in $(seq 0 $(( G - 1 ))); do
+  start_gateway "$IM_TMP/gateway-idle-$k.log" || exit 1
+  idle_gws+=("$gw_pid"); idle_ports+=("$gw_port")
 done
-r2=$(rss)
-cat "$IM_TMP/idle.out"
-grep -q '^RESULT paced' "$IM_TMP/idle.out" || { echo "idle probe failed"; exit 1; }
-echo "RESULT idle sessions=$IDLE gateway_rss_kib=$r0..$r1 gateway_rss_per_session_kib=$(awk -v a="$r0" -v b="$r1" -v n="$IDLE" 'BEGIN{printf "%.2f", (b-a)/n}') (goal <= 4)" \
-     "after_probe_per_session_kib=$(awk -v a="$r0" -v b="$r2" -v n="$IDLE" 'BEGIN{printf "%.2f", (b-a)/n}')" \
-     "memavailable_drop_minus_client_per_session_kib=$(awk -v a="$a0" -v b="$a1" -v c="$crss" -v n="$IDLE" 'BEGIN{printf "%.2f", (a-b-c)/n}')" \
-     "client_rss_per_session_kib=$(awk -v c="$crss" -v n="$IDLE" 'BEGIN{printf "%.2f", c/n}')"
-echo "RESULT idle hint p99 while open: $(sed -n 's/^RESULT paced .*send_to_hint_p99_ms=\([0-9.]*\).*/\1/p' "$IM_TMP/idle.out") ms (goal <= 100)"
-echo "bounds: sessions per process by ulimit -n $(ulimit -n) (--max-connections $(( NIDLE + N + 1000 ))); client ports by $(( (IDLE + PER_SRC - 1) / PER_SRC )) source addresses x $PER_SRC; memory: $(( a1 / 1024 )) MiB still available; PostgreSQL max_connections not involved (sessions share --pool $POOL)"
-kill "$idle_pid" 2>/dev/null; wait "$idle_pid" 2>/dev/null; idle_pid=""
-# the gateway sees every close before the storm starts
-for _ in $(seq 60); do [ "$(conns)" = 0 ] && break; sleep 0.5; done
-echo "open sessions after the idle client ended: $(conns)"
+sleep 1
+r0=$(sum_rss "${idle_gws[@]}"); w0=$(now)
+share_n=$(( (IDLE + G - 1) / G ))
+for k in $(seq 0 $(( G - 1 ))); do
+  sed -n "$(( k * share_n + 1 )),$(( (k + 1) * share_n ))p" "$IM_TMP/idle.txt" >"$IM_TMP/idle-$k.txt"
+  rm -f "$IM_TMP/idle-$k.ready"
+  # process k binds 127.0.(k+1).2, … so no two processes share a source address's ports
+  "$LOAD" idle "$IM_TMP/idle-$k.txt" --url "ws://127.0.0.1:${idle_ports[$k]}/" --src-base "127.0.$(( k + 1 )).2" \
+    --per-src "$PER_SRC" --ready "$IM_TMP/idle-$k.ready" --max-seconds "$IDLE_SECS" --timeout 60 --hold 900 >"$IM_TMP/idle-$k.out" 2>&1 </dev/null &
+  idle_pids+=($!)
+done
+# every process up (or out of time with the sessions it has), or one failed
+while :; do
+  up=0; dead=""
+  for k in $(seq 0 $(( G - 1 ))); do
+    [ -f "$IM_TMP/idle-$k.ready" ] && up=$(( up + 1 )) && continue
+    kill -0 "${idle_pids[$k]}" 2>/dev/null || dead=$k
+  done
+  [ "$up" = "$G" ] && break
+  [ -n "$dead" ] && { cat "$IM_TMP/idle-$dead.out"; echo "idle sessions failed (load generator $dead)"; exit 1; }
+  sleep 0.5
+done
+w1=$(now)
+sleep 2
+r1=$(sum_rss "${idle_gws[@]}"); a1=$(avail); crss=$(sum_rss "${idle_pids[@]}")
+open=0; for p in "${idle_ports[@]}"; do open=$(( open + $(conns "$p") )); done
+grep -h '^RESULT idle' "$IM_TMP"/idle-*.out
+echo "up in $(awk -v a="$w0" -v b="$w1" 'BEGIN{printf "%.1f", b-a}') s; open sessions (gateway metrics): $open"
+# one active pair on the first gateway, paced, while every idle session stays open
+echo "probe: $PROBE_DEVICES devices (pairs) on gateway 1, paced at $PROBE_RATE sends/s for $SECS s"
+start_load pairs "$IM_TMP/pairs.txt" 0 --devices "$PROBE_DEVICES" --rate "$PROBE_RATE" --rate-seconds "$SECS" \
+  --url "ws://127.0.0.1:${idle_ports[0]}/" --src-base 127.0.200.2 >"$IM_TMP/probe.out" 2>&1
+watch_load $(( 2 * SECS + 60 ))
+cat "$IM_TMP/probe.out"
+[ "$rc" = 0 ] || { echo "probe failed (exit $rc)"; exit 1; }
+r2=$(sum_rss "${idle_gws[@]}")
+[ "$open" -gt 0 ] || { echo "no idle session open"; exit 1; }
+[ "$open" -lt "$IDLE" ] && echo "NOTE: only $open of $IDLE sessions opened within BENCH_IDLE_SECONDS=$IDLE_SECS (bound: hello rate); figures below are per open session"
+echo "RESULT idle sessions=$open gateways=$G gateway_rss_kib=$r0..$r1 gateway_rss_per_session_kib=$(awk -v a="$r0" -v b="$r1" -v n="$open" 'BEGIN{printf "%.2f", (b-a)/n}') (goal <= 4 at 100000)" \
+     "after_probe_per_session_kib=$(awk -v a="$r0" -v b="$r2" -v n="$open" 'BEGIN{printf "%.2f", (b-a)/n}')" \
+     "client_rss_per_session_kib=$(awk -v c="$crss" -v n="$open" 'BEGIN{printf "%.2f", c/n}')"
+echo "RESULT idle hint p99 while open: $(sed -n 's/^RESULT paced .*send_to_hint_p99_ms=\([0-9.]*\).*/\1/p' "$IM_TMP/probe.out") ms (goal <= 100)"
+echo "bounds: descriptors — ulimit -n $FDS per process$hard_note, so $G gateway process(es) of <= $PER_PROC sessions (--max-connections $CAP);" \
+     "client ports — $(( (share_n + PER_SRC - 1) / PER_SRC )) source address(es) x $PER_SRC per load generator; memory — $(( a1 / 1024 )) MiB still available;" \
+     "PostgreSQL max_connections not involved (sessions share each gateway's --pool $POOL); connect time — hellos (authenticate transactions) through the pools"
+stop_idle
+stop_idle_gateways
 fi
 
 if [ "$STORM" -gt 0 ]; then
-echo "== 4. reconnect storm: $STORM devices at once, from $(( (STORM + PER_SRC - 1) / PER_SRC )) source addresses"
+echo "== 4. reconnect storm: $STORM devices at once (idle sessions closed), from $(( (STORM + PER_SRC - 1) / PER_SRC )) source addresses"
 g0=$(cpu_of "$gw"); m0=$(cpu_all); w0=$(now)
-start_load storm "$IM_TMP/storm.txt" --per-src "$PER_SRC" --max-seconds 150 >"$IM_TMP/storm.out" 2>&1
+start_load storm "$IM_TMP/storm.txt" --per-src "$PER_SRC" --max-seconds 150 --timeout 60 >"$IM_TMP/storm.out" 2>&1
 watch_load 200
 g1=$(cpu_of "$gw"); m1=$(cpu_all); w1=$(now)
 cat "$IM_TMP/storm.out"

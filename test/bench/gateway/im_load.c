@@ -3,18 +3,20 @@
  * WebSocket sessions (contract §10) in one libwebsockets client event loop;
  * jansson builds and reads the frames.
  *
- *   im_load pairs TOKENS SECONDS [--rate R] [--rate-seconds S]
- *       Devices in pairs sharing a direct conversation.  Closed loop: every
- *       device repeats send -> sync -> ack (the three calls pgbench makes per
- *       transaction) for SECONDS; prints sends/s, frames/s and send-to-hint
- *       latency at that saturation.  With --rate R (sends/s in total) a second
- *       phase runs the same cycles paced at R, partners syncing on hints, and
- *       prints send-to-hint p50/p99 at that moderate rate.
- *   im_load idle TOKENS [--ready FILE] [--probe PAIRS] [--rate R] [--rate-seconds S] [--hold S]
+ *   im_load pairs TOKENS SECONDS [--devices K] [--rate R] [--rate-seconds S]
+ *       Devices in pairs sharing a direct conversation (the first K lines).
+ *       Closed loop: every device repeats send -> sync -> ack (the three
+ *       calls pgbench makes per transaction) for SECONDS; prints sends/s,
+ *       frames/s and send-to-hint latency at that saturation.  With --rate R
+ *       (sends/s in total) a second phase runs the same cycles paced at R,
+ *       partners syncing on hints, and prints send-to-hint p50/p99 at that
+ *       moderate rate.  SECONDS 0 runs the paced phase only.
+ *   im_load idle TOKENS [--ready FILE] [--hold S]
  *       Opens every session (hello -> welcome) and keeps it idle; prints when
- *       all are up (and writes FILE).  With --probe, two devices of PAIRS then
- *       run the paced phase while the idle sessions stay open.  Holds until
- *       SIGTERM/SIGINT, end of a piped stdin, or --hold seconds (default 900).
+ *       all are up (and writes FILE).  After --max-seconds (default 300) it
+ *       starts no more sessions and reports those up once the started ones
+ *       are.  Holds until SIGTERM/SIGINT, the end of a piped stdin, or --hold
+ *       seconds (default 900).
  *   im_load storm TOKENS [--max-seconds S]
  *       Every device connects at once, says hello and syncs and ACKs until
  *       caught up; a refusal (RATE_LIMITED/UNAVAILABLE) is retried after its
@@ -146,9 +148,9 @@ struct dev
 static struct
 {
 	mode_t_		mode;
-	const char *tokens, *probe, *ready;
+	const char *tokens, *ready;
 	double		seconds, rate, rate_seconds, hold, max_seconds, timeout;
-	int			per_src, concurrency;
+	int			per_src, concurrency, devices;
 	const char *src_base;
 	char		host[256];
 	int			port;
@@ -161,18 +163,17 @@ static struct
 static struct lws_context *ctx;
 static dev *devs;				/* the mode's devices */
 static int	ndev;
-static dev *probe;				/* idle mode: the probe pair */
-static int	nprobe;
 static char *srcs[MAX_SRC];
 static volatile sig_atomic_t stop_signal;
 
 /* progress and counters */
 static int	next_connect, inflight, nup, ndone;
+static int	idle_target;		/* idle: sessions to open (all, or those started when time ran out) */
 static int64_t frames_in, frames_out, sends, refusals, refusals_no_retry, http_refusals;
 static lws_usec_t t_start;
 static lws_sorted_usec_list_t tick_sul, pace_sul;
 
-/* phases of pairs (and of the idle probe) */
+/* phases of pairs */
 typedef enum
 {
 	PH_SETUP, PH_LOOP, PH_LOOP_DRAIN, PH_PACED, PH_PACED_DRAIN, PH_HOLD
@@ -208,7 +209,8 @@ fail(const dev *d, const char *fmt,...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	fprintf(stderr, "\nim_load: progress: %d of %d up, %d caught up, %d connects/hellos in flight, %" PRId64
+			" refusals, %.1f s since start\n", nup, ndev, ndone, inflight, refusals, (now_us() - t_start) / 1e6);
 	_exit(1);
 }
 
@@ -499,6 +501,7 @@ on_snapshot(dev *d, json_t *r)
 /* ---- connections ---- */
 
 static void connect_dev(dev *d);
+static void idle_check_up(void);
 static void launch_connects(void);
 static void on_welcomed(dev *d);
 static void hint_sync(dev *d);
@@ -728,7 +731,7 @@ connect_dev(dev *d)
 static void
 launch_connects(void)
 {
-	while (next_connect < ndev && inflight < opt.concurrency)
+	while (next_connect < idle_target && inflight < opt.concurrency)
 		connect_dev(&devs[next_connect++]);
 }
 
@@ -941,23 +944,11 @@ pairs_ready(dev *d)
 		printf("im_load: %d devices up and caught up in %.1f s\n", nact, (now_us() - t_start) / 1e6);
 		fflush(stdout);
 		phase = PH_SETUP;
-		/* pairs: the closed loop, then (--rate) the paced phase; the idle probe: paced only */
-		start_phase(opt.mode == M_PAIRS ? PH_LOOP : PH_PACED);
+		/* the closed loop, then (--rate) the paced phase */
+		start_phase(opt.seconds > 0 ? PH_LOOP : PH_PACED);
 	}
 	else if (opt.mode == M_PAIRS)
 		launch_connects();
-}
-
-static void
-probe_start(void)
-{
-	int			i;
-
-	act = probe;
-	nact = nprobe;
-	nup = 0;
-	for (i = 0; i < nprobe; i++)
-		connect_dev(&probe[i]);
 }
 
 static void
@@ -980,7 +971,7 @@ on_welcomed(dev *d)
 {
 	if (d->lat)
 	{
-		/* pairs, or the idle probe: catch up, then the phases */
+		/* pairs: catch up, then the phases */
 		d->busy = 1;
 		catch_up(d, 1, pairs_ready);
 		return;
@@ -992,12 +983,21 @@ on_welcomed(dev *d)
 	}
 	/* idle */
 	inflight--;
-	if (++nup == ndev)
+	nup++;
+	idle_check_up();
+}
+
+/* idle: every session to open is up: say so (and in the ready file), hold */
+static void
+idle_check_up(void)
+{
+	if (nup == idle_target)
 	{
-		printf("RESULT idle sessions=%d up_s=%.1f refusals=%" PRId64 " refusals_without_retry_after=%" PRId64
+		printf("RESULT idle sessions=%d of %d up_s=%.1f%s refusals=%" PRId64 " refusals_without_retry_after=%" PRId64
 			   " http_503=%" PRId64 " source_addresses=%d client_cpu_pct=%.0f\n",
-			   ndev, (now_us() - t_start) / 1e6, refusals, refusals_no_retry, http_refusals,
-			   (ndev + opt.per_src - 1) / opt.per_src, cpu_pct_since(&ru_phase, t_start));
+			   nup, ndev, (now_us() - t_start) / 1e6, nup < ndev ? " (time limit: --max-seconds)" : "",
+			   refusals, refusals_no_retry, http_refusals,
+			   (nup + opt.per_src - 1) / opt.per_src, cpu_pct_since(&ru_phase, t_start));
 		fflush(stdout);
 		if (opt.ready)
 		{
@@ -1008,13 +1008,7 @@ on_welcomed(dev *d)
 			fprintf(f, "%d\n", nup);
 			fclose(f);
 		}
-		if (nprobe)
-		{
-			phase = PH_SETUP;
-			probe_start();
-		}
-		else
-			start_phase(PH_HOLD);
+		start_phase(PH_HOLD);
 	}
 	else
 		launch_connects();
@@ -1030,9 +1024,6 @@ tick_cb(lws_sorted_usec_list_t *sul)
 	for (i = 0; i < ndev; i++)
 		if (devs[i].deadline && t > devs[i].deadline)
 			fail(&devs[i], "no answer within %.0f s", opt.timeout);
-	for (i = 0; i < nprobe; i++)
-		if (probe[i].deadline && t > probe[i].deadline)
-			fail(&probe[i], "no answer within %.0f s", opt.timeout);
 	if (phase == PH_LOOP && t >= phase_stop)
 		phase = PH_LOOP_DRAIN;
 	if (phase == PH_LOOP_DRAIN || phase == PH_PACED_DRAIN)
@@ -1044,9 +1035,15 @@ tick_cb(lws_sorted_usec_list_t *sul)
 	if (phase == PH_SETUP && opt.mode != M_IDLE && t - t_start > (lws_usec_t) (opt.max_seconds * 1e6))
 		fail(NULL, "%d of %d devices caught up after %.0f s (refusals %" PRId64 ")",
 			 opt.mode == M_STORM ? ndone : nup, ndev, opt.max_seconds, refusals);
-	if (opt.mode == M_IDLE && nup < ndev && t - t_start > (lws_usec_t) (opt.max_seconds * 1e6))
-		fail(NULL, "%d of %d idle sessions up after %.0f s (refusals %" PRId64 ", in flight %d)",
-			 nup, ndev, opt.max_seconds, refusals, inflight);
+	if (opt.mode == M_IDLE && idle_target == ndev && nup < ndev
+		&& t - t_start > (lws_usec_t) (opt.max_seconds * 1e6))
+	{
+		/* out of time: the sessions started so far finish, no new ones */
+		idle_target = next_connect;
+		fprintf(stderr, "im_load: %d of %d sessions up after %.0f s; finishing the %d started\n",
+				nup, ndev, opt.max_seconds, idle_target - nup);
+		idle_check_up();
+	}
 	if (phase == PH_HOLD)
 	{
 		struct stat sb;
@@ -1147,8 +1144,8 @@ static void
 usage(void)
 {
 	fprintf(stderr,
-			"usage: im_load pairs TOKENS SECONDS [--rate R] [--rate-seconds S]\n"
-			"       im_load idle TOKENS [--ready FILE] [--probe PAIRS] [--rate R] [--rate-seconds S] [--hold S]\n"
+			"usage: im_load pairs TOKENS SECONDS [--devices K] [--rate R] [--rate-seconds S]\n"
+			"       im_load idle TOKENS [--ready FILE] [--hold S]\n"
 			"       im_load storm TOKENS [--max-seconds S]\n"
 			"  common: --url ws://HOST:PORT/ (or IM_GW_URL) --src-base 127.0.0.2 --per-src N\n"
 			"          --concurrency C --timeout S\n");
@@ -1196,8 +1193,8 @@ parse_args(int argc, char **argv)
 			opt.rate_seconds = atof(v);
 		else if (!strcmp(a, "--ready"))
 			opt.ready = v;
-		else if (!strcmp(a, "--probe"))
-			opt.probe = v;
+		else if (!strcmp(a, "--devices"))
+			opt.devices = atoi(v);
 		else if (!strcmp(a, "--hold"))
 			opt.hold = atof(v);
 		else if (!strcmp(a, "--max-seconds"))
@@ -1224,8 +1221,8 @@ parse_args(int argc, char **argv)
 	snprintf(opt.path, sizeof(opt.path), "/%s", path);
 	if (opt.per_src <= 0 || opt.concurrency <= 0 || opt.timeout <= 0)
 		fail(NULL, "--per-src, --concurrency and --timeout must be positive");
-	if (opt.probe && opt.rate <= 0)
-		opt.rate = 20;
+	if (opt.mode == M_PAIRS && opt.seconds <= 0 && opt.rate <= 0)
+		fail(NULL, "pairs: SECONDS 0 needs --rate");
 }
 
 int
@@ -1243,7 +1240,8 @@ main(int argc, char **argv)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	devs = load_tokens(opt.tokens, &ndev, 0);
+	devs = load_tokens(opt.tokens, &ndev, opt.mode == M_PAIRS ? opt.devices : 0);
+	idle_target = ndev;
 	assign_sources(devs, ndev, 0);
 	if (opt.mode == M_PAIRS)
 	{
@@ -1256,18 +1254,9 @@ main(int argc, char **argv)
 	}
 	if (opt.mode == M_STORM)
 		opt.concurrency = ndev;
-	if (opt.mode == M_IDLE && opt.probe)
-	{
-		probe = load_tokens(opt.probe, &nprobe, 2);
-		if (nprobe != 2 || probe[0].conv != probe[1].conv || probe[0].conv == 0)
-			fail(NULL, "--probe %s: its first two lines must share a conversation", opt.probe);
-		assign_sources(probe, nprobe, ndev);
-		for (i = 0; i < nprobe; i++)
-			probe[i].lat = calloc(1, sizeof(lat_state));
-	}
-	if ((long) rl.rlim_max < ndev + nprobe + 64)
+	if ((long) rl.rlim_max < ndev + 64)
 		fail(NULL, "%d sessions need as many descriptors; the hard limit is %ld (ulimit -Hn)",
-			 ndev + nprobe, (long) rl.rlim_max);
+			 ndev, (long) rl.rlim_max);
 
 	lws_set_log_level(LLL_ERR, NULL);
 	memset(&info, 0, sizeof(info));
