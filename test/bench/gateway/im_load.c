@@ -8,9 +8,10 @@
  *       Closed loop: every device repeats send -> sync -> ack (the three
  *       calls pgbench makes per transaction) for SECONDS; prints sends/s,
  *       frames/s and send-to-hint latency at that saturation.  With --rate R
- *       (sends/s in total) a second phase runs the same cycles paced at R,
- *       partners syncing on hints, and prints send-to-hint p50/p99 at that
- *       moderate rate.  SECONDS 0 runs the paced phase only.
+ *       a second phase paces sends at R per second in total: the first device
+ *       of each pair only sends, its partner syncs and ACKs on every hint
+ *       (the same three calls per message as a cycle); prints send-to-hint
+ *       p50/p99 at that moderate rate.  SECONDS 0 runs the paced phase only.
  *   im_load idle TOKENS [--ready FILE] [--hold S]
  *       Opens every session (hello -> welcome) and keeps it idle; prints when
  *       all are up (and writes FILE).  After --max-seconds (default 300) it
@@ -20,8 +21,10 @@
  *   im_load storm TOKENS [--max-seconds S]
  *       Every device connects at once, says hello and syncs and ACKs until
  *       caught up; a refusal (RATE_LIMITED/UNAVAILABLE) is retried after its
- *       retry_after_ms (x 1..1.5 jitter).  Prints the time until all are
- *       caught up, the refusals and whether each carried retry_after_ms.
+ *       retry_after_ms (x 1..1.5 jitter); a close before the welcome (no
+ *       frame) counts as a refusal without retry_after_ms and is retried
+ *       after 1 s (x 1..1.5).  Prints the time until all are caught up, the
+ *       refusals and whether each carried retry_after_ms.
  *
  * Common options: --url ws://HOST:PORT/ (default $IM_GW_URL), --src-base ADDR
  * (first loopback source address, default 127.0.0.2) and --per-src N
@@ -64,6 +67,7 @@
 #define MAX_SRC 4096
 #define MAX_CATCHUP_BATCHES 50
 #define DRAIN_GRACE 1000000		/* us after a phase's last send */
+#define LAUNCH_CHUNK 500
 
 typedef enum
 {
@@ -138,6 +142,7 @@ struct dev
 	/* pairs */
 	int64_t		nsent;
 	int			busy;			/* in a cycle or a hint sync */
+	int			receiver;		/* paced phase: syncs on hints, never sends */
 	int			hint_pending;
 	lat_state  *lat;
 	/* reconnects */
@@ -170,6 +175,10 @@ static volatile sig_atomic_t stop_signal;
 static int	next_connect, inflight, nup, ndone;
 static int	idle_target;		/* idle: sessions to open (all, or those started when time ran out) */
 static int64_t frames_in, frames_out, sends, refusals, refusals_no_retry, http_refusals;
+static int64_t closes_before_welcome;	/* storm: closed with no frame, counted in refusals */
+static int	last_close_code;
+static int64_t connect_failures;	/* storm: connects that failed before the upgrade */
+static char first_connect_error[128];
 static lws_usec_t t_start;
 static lws_sorted_usec_list_t tick_sul, pace_sul;
 
@@ -502,6 +511,7 @@ on_snapshot(dev *d, json_t *r)
 
 static void connect_dev(dev *d);
 static void idle_check_up(void);
+static void closed_before_welcome(dev *d, int code);
 static void launch_connects(void);
 static void on_welcomed(dev *d);
 static void hint_sync(dev *d);
@@ -534,6 +544,25 @@ on_refusal(dev *d, json_t *r)
 	d->retry_ms = (int64_t) (ms * (1.0 + 0.5 * (random() / (double) RAND_MAX)));
 }
 
+/*
+ * storm: the gateway closed before any welcome or refusal frame (e.g. its
+ * hello timeout, 4001, fired before it read the hello): a refusal without
+ * retry_after_ms; the device comes back after 1 s (x 1..1.5), as a client would
+ */
+static void
+closed_before_welcome(dev *d, int code)
+{
+	if (d->st == ST_REFUSED)
+		return;
+	refusals++;
+	refusals_no_retry++;
+	closes_before_welcome++;
+	if (code > 0 && last_close_code == 0)
+		last_close_code = code;
+	d->st = ST_REFUSED;
+	d->retry_ms = (int64_t) (1000 * (1.0 + 0.5 * (random() / (double) RAND_MAX)));
+}
+
 static void
 handle_frame(dev *d, json_t *f)
 {
@@ -549,7 +578,7 @@ handle_frame(dev *d, json_t *f)
 		if (json_is_integer(hw))
 		{
 			on_hint_hw(d, json_integer_value(hw));
-			if (d->lat && (phase == PH_PACED || phase == PH_PACED_DRAIN || phase == PH_HOLD))
+			if (d->receiver && (phase == PH_PACED || phase == PH_PACED_DRAIN || phase == PH_HOLD))
 			{
 				/* the partner syncs on the hint, as a client does */
 				if (d->busy)
@@ -617,10 +646,22 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in
 			if (!d)
 				break;
 			d->wsi = NULL;
-			if (in && strstr((const char *) in, "503") && opt.mode != M_PAIRS && !d->lat)
+			if (opt.mode == M_STORM || (in && strstr((const char *) in, "503") && opt.mode != M_PAIRS && !d->lat))
 			{
-				/* over a connection cap: HTTP 503, no retry_after_ms to honour */
-				http_refusals++;
+				/*
+				 * over a connection cap: HTTP 503, no retry_after_ms to honour;
+				 * in a storm also a connection the gateway dropped before the
+				 * upgrade: both come back after 0.5-1 s
+				 */
+				if (in && strstr((const char *) in, "503"))
+					http_refusals++;
+				else
+				{
+					connect_failures++;
+					if (!first_connect_error[0])
+						snprintf(first_connect_error, sizeof(first_connect_error), "%s",
+								 in ? (const char *) in : "(no reason)");
+				}
 				d->st = ST_RETRY;
 				d->deadline = 0;
 				inflight--;
@@ -670,9 +711,11 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in
 			}
 			break;
 		case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
-			if (d && d->st != ST_REFUSED && !stop_signal)
-				fail(d, "gateway closed the session with %d",
-					 len >= 2 ? (((unsigned char *) in)[0] << 8) | ((unsigned char *) in)[1] : -1);
+			n = len >= 2 ? (((unsigned char *) in)[0] << 8) | ((unsigned char *) in)[1] : -1;
+			if (d && (d->st == ST_HELLO || d->st == ST_CONNECT) && opt.mode == M_STORM)
+				closed_before_welcome(d, n);
+			else if (d && d->st != ST_REFUSED && !stop_signal)
+				fail(d, "gateway closed the session with %d", n);
 			break;
 		case LWS_CALLBACK_CLIENT_CLOSED:
 			if (!d)
@@ -689,6 +732,16 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in
 				launch_connects();
 				break;
 			}
+			if ((d->st == ST_HELLO || d->st == ST_CONNECT) && opt.mode == M_STORM)
+			{
+				closed_before_welcome(d, -1);
+				d->st = ST_RETRY;
+				d->deadline = 0;
+				inflight--;
+				lws_sul_schedule(ctx, 0, &d->sul, retry_cb, (lws_usec_t) d->retry_ms * 1000);
+				launch_connects();
+				break;
+			}
 			if (!stop_signal)
 				fail(d, "session closed");
 			break;
@@ -697,6 +750,17 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in
 	}
 	return 0;
 }
+
+/*
+ * No lws validity timer per connection: lws keeps its timers in one sorted
+ * list and inserts from the head, so a 5-minute validity timer per session
+ * made every new connection walk all established ones (O(n) per connect,
+ * 88% of the CPU at 4,000 sessions).  The gateway pings silent sessions
+ * itself and lws answers pings; every wait here has its own deadline.
+ */
+static const lws_retry_bo_t no_validity_timer = {
+	.secs_since_valid_ping = 0, .secs_since_valid_hangup = 0,
+};
 
 static const struct lws_protocols protocols[] = {
 	{"im-sync.v1", callback, 0, 4096, 0, NULL, 0},
@@ -718,6 +782,7 @@ connect_dev(dev *d)
 	ci.iface = d->src;
 	ci.opaque_user_data = d;
 	ci.pwsi = &d->wsi;
+	ci.retry_and_idle_policy = &no_validity_timer;
 	d->st = ST_CONNECT;
 	d->want = NULL;
 	d->deadline = now_us() + (lws_usec_t) (opt.timeout * 1e6);
@@ -727,12 +792,34 @@ connect_dev(dev *d)
 			 sysconf(_SC_OPEN_MAX));
 }
 
-/* connects the mode's devices, at most --concurrency connects/hellos in flight */
+static lws_sorted_usec_list_t launch_sul;
+
+static void
+launch_cb(lws_sorted_usec_list_t *sul)
+{
+	launch_connects();
+}
+
+/*
+ * Connects the mode's devices, at most --concurrency connects/hellos in
+ * flight, LAUNCH_CHUNK per turn of the event loop so that a storm's
+ * thousands of connects do not keep it from serving the sockets (and the
+ * timeouts) meanwhile.
+ */
 static void
 launch_connects(void)
 {
+	int			n = 0;
+
 	while (next_connect < idle_target && inflight < opt.concurrency)
+	{
+		if (n++ == LAUNCH_CHUNK)
+		{
+			lws_sul_schedule(ctx, 0, &launch_sul, launch_cb, 1000);
+			return;
+		}
 		connect_dev(&devs[next_connect++]);
+	}
 }
 
 /* ---- the closed loop and the paced phase ---- */
@@ -792,7 +879,10 @@ static void
 on_send_result(dev *d)
 {
 	d->st = ST_IDLE;
-	catch_up(d, 0, cycle_done);
+	if (phase == PH_PACED || phase == PH_PACED_DRAIN)
+		cycle_done(d);			/* the partner syncs, on the hint */
+	else
+		catch_up(d, 0, cycle_done);
 }
 
 static void
@@ -815,7 +905,7 @@ hint_sync(dev *d)
 	catch_up(d, 0, hint_sync_done);
 }
 
-/* paced phase: the sends due by now go to idle devices in turn */
+/* paced phase: the sends due by now go to idle senders (even indexes) in turn */
 static void
 pace_cb(lws_sorted_usec_list_t *sul)
 {
@@ -834,15 +924,15 @@ pace_cb(lws_sorted_usec_list_t *sul)
 	due = (int64_t) ((t - phase_start) / 1e6 * opt.rate) + 1;
 	while (paced_issued < due)
 	{
-		for (tried = 0; tried < nact && act[pace_next].busy; tried++)
-			pace_next = (pace_next + 1) % nact;
-		if (tried == nact)
+		for (tried = 0; tried < nact / 2 && act[pace_next].busy; tried++)
+			pace_next = (pace_next + 2) % nact;
+		if (tried == nact / 2)
 		{
-			paced_lagged++;		/* every device busy: the rate is not held */
+			paced_lagged++;		/* every sender waits for its send_result: the rate is not held */
 			break;
 		}
 		cycle_start(&act[pace_next]);
-		pace_next = (pace_next + 1) % nact;
+		pace_next = (pace_next + 2) % nact;
 		paced_issued++;
 	}
 	lws_sul_schedule(ctx, 0, &pace_sul, pace_cb, 2000);
@@ -893,8 +983,9 @@ start_phase(phase_t ph)
 	else if (phase == PH_PACED_DRAIN)
 	{
 		el = (phase_stop - phase_start) / 1e6;
-		printf("RESULT paced devices=%d rate_goal=%.0f sends_per_s=%.1f lagged_ticks=%" PRId64 " client_cpu_pct=%.0f",
-			   nact, opt.rate, sends / el, paced_lagged, cpu_pct_since(&ru_phase, phase_start));
+		printf("RESULT paced senders=%d receivers=%d rate_goal=%.0f sends_per_s=%.1f all_senders_busy_ticks=%" PRId64
+			   " client_cpu_pct=%.0f", nact / 2, nact / 2, opt.rate, sends / el, paced_lagged,
+			   cpu_pct_since(&ru_phase, phase_start));
 		print_latency("paced");
 		printf(" unhinted=%" PRId64 "\n", unhinted());
 		fflush(stdout);
@@ -915,6 +1006,9 @@ start_phase(phase_t ph)
 		case PH_PACED:
 			phase_stop = t + (lws_usec_t) (opt.rate_seconds * 1e6);
 			paced_issued = paced_lagged = 0;
+			pace_next = 0;
+			for (i = 0; i < nact; i++)
+				act[i].receiver = i % 2;
 			lws_sul_schedule(ctx, 0, &pace_sul, pace_cb, 1000);
 			break;
 		case PH_HOLD:
@@ -958,8 +1052,10 @@ storm_done(dev *d)
 	if (++ndone == ndev)
 	{
 		printf("RESULT storm devices=%d all_caught_up_s=%.2f refusals=%" PRId64
-			   " refusals_without_retry_after=%" PRId64 " http_503=%" PRId64 " client_cpu_pct=%.0f\n",
-			   ndev, (now_us() - t_start) / 1e6, refusals, refusals_no_retry, http_refusals,
+			   " refusals_without_retry_after=%" PRId64 " closes_before_welcome=%" PRId64 " first_close_code=%d"
+			   " http_503=%" PRId64 " connect_failures=%" PRId64 " first_connect_error=\"%s\" client_cpu_pct=%.0f\n",
+			   ndev, (now_us() - t_start) / 1e6, refusals, refusals_no_retry, closes_before_welcome,
+			   last_close_code, http_refusals, connect_failures, first_connect_error,
 			   cpu_pct_since(&ru_phase, t_start));
 		fflush(stdout);
 		_exit(0);
@@ -1265,6 +1361,7 @@ main(int argc, char **argv)
 	info.options = LWS_SERVER_OPTION_DISABLE_IPV6;
 	info.timeout_secs = (unsigned) opt.timeout;
 	info.connect_timeout_secs = (unsigned) opt.timeout;
+	info.retry_and_idle_policy = &no_validity_timer;
 	/* client handshakes in flight each hold a header table */
 	info.max_http_header_pool = (unsigned short) (opt.concurrency + 16 > 60000 ? 60000 : opt.concurrency + 16);
 	ctx = lws_create_context(&info);
