@@ -215,6 +215,24 @@ echo "RESULT ratio gateway/pgbench per round:$ratios median $(echo "$ratios" | m
 echo "RESULT send-to-hint p99 at saturation per round (ms):$lat99 median $(echo "$lat99" | median)"
 fi
 
+if [ "$NIDLE" -gt 0 ]; then
+# The floor of parts 3 and 4: the gateway's hello transaction made by pgbench
+# over the connections hellos may use (--pool - 1), prepared
+HCONN=$(( POOL > 1 ? POOL - 1 : 1 ))
+awk '{print NR "\t" $4}' "$IM_TMP/all.txt" >"$IM_TMP/tokens.tsv"
+im_psql -q -c "CREATE TABLE public.bench_tokens(i int PRIMARY KEY, t text)" -c "\\copy public.bench_tokens FROM '$IM_TMP/tokens.tsv'" || exit 1
+cat >"$IM_TMP/hello.sql" <<SQL
+\\set i random(1, $NIDLE)
+BEGIN;
+SELECT a.user_id, d.state FROM im.authenticate((SELECT t FROM public.bench_tokens WHERE i = :i)) a,
+       LATERAL im.device_session(a.user_id, a.device_id, a.connection_epoch) d;
+COMMIT;
+SQL
+pgb=$(timeout -k 5 $(( SECS + 60 )) "$PGBIN/pgbench" -n -M prepared -c "$HCONN" -j 1 -T "$SECS" -f "$IM_TMP/hello.sql" "$DB" 2>&1) || { echo "$pgb"; exit 1; }
+hello_floor=$(echo "$pgb" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
+echo "RESULT hello floor: pgbench making the hello transaction (BEGIN; im.authenticate + im.device_session; COMMIT) over $HCONN connection(s): $hello_floor hellos/s"
+fi
+
 if [ "$IDLE" -gt 0 ]; then
 # G gateways (fresh, so their baseline RSS is an idle gateway's), each with
 # its share of the sessions from one load generator process; G = 1 unless the
@@ -257,7 +275,8 @@ sleep 2
 r1=$(sum_rss "${idle_gws[@]}"); a1=$(avail); crss=$(sum_rss "${idle_pids[@]}")
 open=0; for p in "${idle_ports[@]}"; do open=$(( open + $(conns "$p") )); done
 grep -h '^RESULT idle' "$IM_TMP"/idle-*.out
-echo "up in $(awk -v a="$w0" -v b="$w1" 'BEGIN{printf "%.1f", b-a}') s; open sessions (gateway metrics): $open"
+echo "up in $(awk -v a="$w0" -v b="$w1" 'BEGIN{printf "%.1f", b-a}') s; open sessions (gateway metrics): $open;" \
+     "$(awk -v n="$open" -v a="$w0" -v b="$w1" -v f="$hello_floor" -v g="$G" 'BEGIN{printf "%.0f hellos/s over %d gateway(s) (hello floor %.0f/s per pool)", n/(b-a), g, f}')"
 # one active pair on the first gateway, paced, while every idle session stays open
 echo "probe: $PROBE_DEVICES devices (pairs) on gateway 1, paced at $PROBE_RATE sends/s for $SECS s"
 start_load pairs "$IM_TMP/pairs.txt" 0 --devices "$PROBE_DEVICES" --rate "$PROBE_RATE" --rate-seconds "$SECS" \
@@ -314,7 +333,7 @@ cat "$IM_TMP"/storm-*.out
 sum_field() { sed -n "s/^RESULT storm .* $1=\([0-9.]*\).*/\1/p" "$IM_TMP"/storm-*.out | awk '{s += $1} END{print s + 0}'; }
 echo "RESULT storm devices=$STORM all_caught_up_s=$(sed -n 's/^RESULT storm .*all_caught_up_s=\([0-9.]*\).*/\1/p' "$IM_TMP"/storm-*.out | sort -n | tail -1)" \
      "refusals=$(sum_field refusals) refusals_without_retry_after=$(sum_field refusals_without_retry_after) http_503=$(sum_field http_503)" \
-     "(goal: <= 10 s, every refusal with retry_after_ms)"
+     "(goal: <= 10 s, every refusal with retry_after_ms; its hellos alone at the hello floor would take $(awk -v n="$STORM" -v f="$hello_floor" 'BEGIN{ if (f > 0) printf "%.1f", n/f; else print "?" }') s)"
 echo "CPU during storm: load generators $(share 0 "$lc" "$w0" "$w1")% of a core, gateway $(share "$g0" "$g1" "$w0" "$w1")%, machine $(share "$m0" "$m1" "$w0" "$w1")% (of $(nproc)00%)"
 echo "bound: 3 database calls per device (hello = authenticate transaction, sync, ack) over --pool $POOL, hellos paced by --max-pending-hello (refusals)"
 fi
