@@ -219,7 +219,9 @@ fail(const dev *d, const char *fmt,...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "\nim_load: progress: %d of %d up, %d caught up, %d connects/hellos in flight, %" PRId64
-			" refusals, %.1f s since start\n", nup, ndev, ndone, inflight, refusals, (now_us() - t_start) / 1e6);
+			" refusals (%" PRId64 " without retry_after_ms, %" PRId64 " closes before welcome, %" PRId64
+			" connect failures), %.1f s since start\n", nup, ndev, ndone, inflight, refusals, refusals_no_retry,
+			closes_before_welcome, connect_failures, (now_us() - t_start) / 1e6);
 	_exit(1);
 }
 
