@@ -5,9 +5,11 @@
 # load generator ends the run with its message and exit status 1.
 #  1. N devices (pairs sharing a direct conversation) through the gateway,
 #     each looping send -> sync -> ack on its own: sends/s, frames/s, and
-#     send-to-partner's-hint p50/p99 at that saturation.  Round 1 then runs
-#     the same cycles paced at RATE sends/s in total, partners syncing on
-#     hints: send-to-hint p50/p99 at a moderate rate.
+#     send-to-partner's-hint p50/p99 at that saturation.  Round 1 then
+#     paces sends at RATE/s in total (the first device of each pair sends,
+#     its partner syncs and ACKs on every hint): p50/p99 at a moderate rate.
+#     Then a hello floor: pgbench making the gateway's hello transaction
+#     over --pool - 1 connections, the floor of parts 3 and 4.
 #  2. pgbench making the same calls per transaction (send_message,
 #     sync_changes, ack_sync; prepared, as the gateway prepares them; the
 #     generation/applied seq carried from one sync to the next as the gateway
@@ -19,15 +21,18 @@
 #  3. IDLE idle authenticated sessions from loopback source addresses
 #     (PER_SRC each, so ephemeral ports do not bound them): gateway RSS
 #     growth per session, and send-to-hint latency of PROBE_DEVICES active
-#     devices (in pairs, PROBE_RATE sends/s) while they are open.  One session is one
-#     descriptor on each side: when the descriptor limit (raised to the hard
+#     devices (in pairs, PROBE_RATE sends/s) while they are open.  One
+#     session is one descriptor on each side: when the descriptor limit (raised to the hard
 #     limit; as root with CAP_SYS_RESOURCE the hard limit too) is below
 #     IDLE, the sessions are spread over as many gateway processes (and
 #     load generator processes) as needed — several gateways may serve one
 #     database (contract §10) — and the output says so.
 #  4. reconnect storm of STORM devices (the first STORM idle devices, after
-#     the idle sessions closed): time until all caught up (hello, sync, ack),
+#     the idle sessions closed; STORM_PROC per load generator process, all
+#     started together): time until all caught up (hello, sync, ack),
 #     refusals and whether every refusal carried retry_after_ms.
+# The whole run takes ~12 minutes (setup of 100,000 devices ~2 min, part 3
+# at most BENCH_IDLE_SECONDS + 1 min, the storm at most 150 s).
 # Fairness: the gateway side is a closed loop per device (N in flight over
 # POOL DB connections, so the pool stays busy); pgbench is a closed loop per
 # connection.
