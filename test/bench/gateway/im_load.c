@@ -143,6 +143,7 @@ struct dev
 	int64_t		nsent;
 	int			busy;			/* in a cycle or a hint sync */
 	int			receiver;		/* paced phase: syncs on hints, never sends */
+	int			final_sync;		/* loop phase: the sync after the last cycle is done */
 	int			hint_pending;
 	lat_state  *lat;
 	/* reconnects */
@@ -861,12 +862,20 @@ check_drained(void)
 static void
 cycle_done(dev *d)
 {
-	if (phase == PH_LOOP || phase == PH_PACED)
+	if ((phase == PH_LOOP || phase == PH_PACED) && !d->final_sync)
 		sends++;
 	d->busy = 0;
 	if (phase == PH_LOOP && now_us() < phase_stop)
 	{
 		cycle_start(d);
+		return;
+	}
+	if ((phase == PH_LOOP || phase == PH_LOOP_DRAIN) && !d->final_sync)
+	{
+		/* one more sync finds the partner's last messages, so their hints count */
+		d->final_sync = 1;
+		d->busy = 1;
+		catch_up(d, 0, cycle_done);
 		return;
 	}
 	if (d->hint_pending && (phase == PH_PACED || phase == PH_PACED_DRAIN || phase == PH_HOLD))
@@ -1007,6 +1016,8 @@ start_phase(phase_t ph)
 			break;
 		case PH_PACED:
 			phase_stop = t + (lws_usec_t) (opt.rate_seconds * 1e6);
+			for (i = 0; i < nact; i++)
+				act[i].final_sync = 0;
 			paced_issued = paced_lagged = 0;
 			pace_next = 0;
 			for (i = 0; i < nact; i++)
