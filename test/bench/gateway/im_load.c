@@ -130,6 +130,7 @@ struct dev
 	/* sync state */
 	int64_t		gen;
 	int64_t		applied;
+	int64_t		welcome_hw;		/* the user's high watermark at welcome */
 	char	   *batch_token;
 	int64_t		batch_gen, batch_hw, user_hw;
 	int			batch_ok;		/* status OK (not RECOVERY) */
@@ -174,6 +175,7 @@ static volatile sig_atomic_t stop_signal;
 
 /* progress and counters */
 static int	next_connect, inflight, nup, ndone;
+static int	storm_welcome_only;	/* storm: caught up by the welcome alone */
 static int	idle_target;		/* idle: sessions to open (all, or those started when time ran out) */
 static int64_t frames_in, frames_out, sends, refusals, refusals_no_retry, http_refusals;
 static int64_t closes_before_welcome;	/* storm: closed with no frame, counted in refusals */
@@ -614,6 +616,7 @@ handle_frame(dev *d, json_t *f)
 		case ST_HELLO:
 			d->gen = jint(d, f, "sync_generation", 0);
 			d->applied = jint(d, f, "server_acked_sync_seq", 1);
+			d->welcome_hw = jint(d, f, "high_watermark", 1);
 			d->st = ST_IDLE;
 			on_welcomed(d);
 			break;
@@ -1064,10 +1067,10 @@ storm_done(dev *d)
 	inflight--;
 	if (++ndone == ndev)
 	{
-		printf("RESULT storm devices=%d all_caught_up_s=%.2f refusals=%" PRId64
+		printf("RESULT storm devices=%d all_caught_up_s=%.2f caught_up_at_welcome=%d refusals=%" PRId64
 			   " refusals_without_retry_after=%" PRId64 " closes_before_welcome=%" PRId64 " first_close_code=%d"
 			   " http_503=%" PRId64 " connect_failures=%" PRId64 " first_connect_error=\"%s\" client_cpu_pct=%.0f\n",
-			   ndev, (now_us() - t_start) / 1e6, refusals, refusals_no_retry, closes_before_welcome,
+			   ndev, (now_us() - t_start) / 1e6, storm_welcome_only, refusals, refusals_no_retry, closes_before_welcome,
 			   last_close_code, http_refusals, connect_failures, first_connect_error,
 			   cpu_pct_since(&ru_phase, t_start));
 		fflush(stdout);
@@ -1087,6 +1090,17 @@ on_welcomed(dev *d)
 	}
 	if (opt.mode == M_STORM)
 	{
+		/*
+		 * A welcome whose acked position is the user's head says there is
+		 * nothing to fetch (same generation, contract §10): a client is
+		 * caught up without a sync, as the reference client is.
+		 */
+		if (d->applied == d->welcome_hw)
+		{
+			storm_welcome_only++;
+			storm_done(d);
+			return;
+		}
 		catch_up(d, 1, storm_done);
 		return;
 	}
