@@ -23,7 +23,7 @@
 # clients, fanout >= 0.6x floor.
 # Knobs: IM_BENCH_T (seconds per pgbench run, 6), IM_BENCH_ROUNDS (send
 # runs per side, median kept, 3), IM_BENCH_FAN_MSGS (200), IM_BENCH_WAL_TX
-# (2000), IM_BENCH_CPU_TX (2000), IM_BENCH_CPU_ROUNDS (3, median kept),
+# (2000), IM_BENCH_CPU_TX (1000), IM_BENCH_CPU_ROUNDS (5, medians kept),
 # IM_BENCH_SEND_ONLY=1 (only the paused send runs, CPU and WAL),
 # IM_BENCH_CPU_ONLY=1 (only the CPU figure).
 # About 3-4 minutes on 2 cores.
@@ -38,8 +38,8 @@ NMSG=${IM_BENCH_FAN_MSGS:-200}
 WAL_TX=${IM_BENCH_WAL_TX:-2000}
 SEND_ONLY=${IM_BENCH_SEND_ONLY:-}
 CPU_ONLY=${IM_BENCH_CPU_ONLY:-}
-CPU_TX=${IM_BENCH_CPU_TX:-2000}
-CPU_ROUNDS=${IM_BENCH_CPU_ROUNDS:-3}
+CPU_TX=${IM_BENCH_CPU_TX:-1000}
+CPU_ROUNDS=${IM_BENCH_CPU_ROUNDS:-5}
 [ -n "$CPU_ONLY" ] && SEND_ONLY=1
 NCONV_MANY=1000
 D=test/bench/send_fanout
@@ -111,8 +111,8 @@ fan_rate=$(awk -v n="$fan_rows" -v a="$t2" -v b="$t3" 'BEGIN { printf "%.0f", n 
 floor_rate=$(awk -v n="$floor_rows" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')
 fi
 
-# 0. Backend CPU per transaction, load-independent: one psql session runs
-# a warm-up (plans prepared, caches filled), reads its backend's utime +
+# 0. Backend CPU per transaction, load-independent: one psql session per
+# side, both sides at once, each runs a warm-up (plans prepared, caches filled), reads its backend's utime +
 # stime (/proc/self/stat, clock ticks), runs CPU_TX transactions of the
 # side's pgbench script (the same random draws for both sides, simple
 # protocol and one transaction per statement as pgbench) and reads again.
@@ -139,23 +139,28 @@ cpu_us_per_tx() {  # SCRIPT SET NCONV -> backend CPU microseconds per transactio
 declare -A CPU
 for set in 1 2; do
   nconv=$([ $set = 1 ] && echo 1 || echo $NCONV_MANY)
-  a=(); f=()
+  a=(); f=(); r=(); ru=()
   for _ in $(seq 1 "$CPU_ROUNDS"); do
-    a+=("$(cpu_us_per_tx $D/send.sql $set $nconv)")
-    f+=("$(cpu_us_per_tx $D/floor_send.sql $set $nconv)")
+    # both sides at the same time (no lock in common): whatever else runs
+    # on the machine then slows both alike
+    cpu_us_per_tx $D/send.sql $set $nconv >"$IM_TMP/cpu.api" & cpu_us_per_tx $D/floor_send.sql $set $nconv >"$IM_TMP/cpu.floor"
+    wait; x=$(cat "$IM_TMP/cpu.api"); y=$(cat "$IM_TMP/cpu.floor")
+    a+=("$x"); f+=("$y")
+    r+=("$(ratio "${x%% *}" "${y%% *}")"); ru+=("$(ratio "${x##* }" "${y##* }")")
   done
-  # median of user+sys, and the median of user on its own
+  # medians of user+sys and of user alone; the ratio is the median of the
+  # rounds' ratios (a change of the machine's load between rounds cancels)
   CPU[$set,API]=$(median "${a[@]%% *}"); CPU[$set,API_user]=$(median "${a[@]##* }")
   CPU[$set,floor]=$(median "${f[@]%% *}"); CPU[$set,floor_user]=$(median "${f[@]##* }")
+  CPU[$set,ratio]=$(median "${r[@]}"); CPU[$set,ratio_user]=$(median "${ru[@]}")
 done
 cpu_report() {
-  printf '%-44s %10s %10s %7s   %s\n' "backend CPU per transaction ($CPU_TX tx, 1 session)" "API us" "floor us" "ratio" \
+  printf '%-44s %10s %10s %7s   %s\n' "backend CPU per tx ($CPU_ROUNDS x $CPU_TX tx, 1 session)" "API us" "floor us" "ratio" \
     "user-mode only: API us, floor us, ratio (sys: commit's WAL write + fsync, client I/O)"
   for set in 1 2; do
     name=$([ $set = 1 ] && echo "hot conversation (50 members)" || echo "$NCONV_MANY two-member conversations")
     printf '%-44s %10s %10s %7s   %s %s %s\n' "$name" "${CPU[$set,API]}" "${CPU[$set,floor]}" \
-      "$(ratio "${CPU[$set,API]}" "${CPU[$set,floor]}")x" "${CPU[$set,API_user]}" "${CPU[$set,floor_user]}" \
-      "$(ratio "${CPU[$set,API_user]}" "${CPU[$set,floor_user]}")x"
+      "${CPU[$set,ratio]}x" "${CPU[$set,API_user]}" "${CPU[$set,floor_user]}" "${CPU[$set,ratio_user]}x"
   done
   echo
 }
