@@ -76,3 +76,56 @@ COMMENT ON DOMAIN im.head_seq IS 'A conversation''s head position, 0 before its 
 COMMENT ON DOMAIN im.event_kind IS 'Kind of a conversation position: message or control event (contract §1, §3)';
 COMMENT ON DOMAIN im.event_seq IS 'A conversation position, from 1, gap-free (contract §1)';
 COMMENT ON DOMAIN im.outbox_state IS 'State of an outbox item: pending, done or dead (contract §4)';
+
+-- im.set_extension_owner hands the domains to the new owner too (the
+-- body as in im_sync--1.2.sql; its ACL and comment stay).
+CREATE OR REPLACE FUNCTION im.set_extension_owner(new_owner regrole) RETURNS int
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    r record;
+    n int := 0;
+BEGIN
+    IF pg_catalog.current_setting('is_superuser') OPERATOR(pg_catalog.<>) 'on' THEN
+        RAISE EXCEPTION 'permission denied to change the owner of extension im_sync'
+            USING ERRCODE = '42501', DETAIL = 'Only a superuser can hand the extension''s objects to another role.';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles a
+               WHERE a.oid OPERATOR(pg_catalog.=) new_owner AND a.rolcanlogin AND NOT a.rolsuper) THEN
+        RAISE EXCEPTION 'role % can log in', new_owner
+            USING ERRCODE = '22023',
+                  DETAIL = 'The owner of the SECURITY DEFINER API must be a NOLOGIN role (or a superuser).',
+                  HINT = pg_catalog.format('ALTER ROLE %s NOLOGIN', new_owner);
+    END IF;
+    -- tables first: their owned sequences follow them
+    FOR r IN SELECT d.classid, d.objid, c.relkind, c.relowner
+             FROM pg_catalog.pg_depend d
+             LEFT JOIN pg_catalog.pg_class c
+               ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::regclass
+              AND c.oid OPERATOR(pg_catalog.=) d.objid
+             WHERE d.deptype OPERATOR(pg_catalog.=) 'e'
+               AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::regclass
+               AND d.refobjid OPERATOR(pg_catalog.=)
+                   (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname OPERATOR(pg_catalog.=) 'im_sync')
+             ORDER BY c.relkind OPERATOR(pg_catalog.<>) 'r', d.objid
+    LOOP
+        IF r.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass THEN
+            EXECUTE pg_catalog.format('ALTER ROUTINE %s OWNER TO %s', r.objid::regprocedure, new_owner);
+        ELSIF r.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::regclass THEN
+            -- the domains of 1.2 (their array types follow them)
+            EXECUTE pg_catalog.format('ALTER DOMAIN %s OWNER TO %s', r.objid::regtype, new_owner);
+        ELSIF r.relkind OPERATOR(pg_catalog.=) 'r' THEN
+            EXECUTE pg_catalog.format('ALTER TABLE %s OWNER TO %s', r.objid::regclass, new_owner);
+        ELSIF r.relkind OPERATOR(pg_catalog.=) 'S' THEN
+            IF (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) r.objid)
+               OPERATOR(pg_catalog.<>) new_owner THEN
+                EXECUTE pg_catalog.format('ALTER SEQUENCE %s OWNER TO %s', r.objid::regclass, new_owner);
+            END IF;
+        ELSE
+            CONTINUE;
+        END IF;
+        n := n OPERATOR(pg_catalog.+) 1;
+    END LOOP;
+    EXECUTE pg_catalog.format('ALTER SCHEMA im OWNER TO %s', new_owner);
+    RETURN n;
+END
+$fn$;

@@ -545,6 +545,9 @@ BEGIN
     LOOP
         IF r.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::regclass THEN
             EXECUTE pg_catalog.format('ALTER ROUTINE %s OWNER TO %s', r.objid::regprocedure, new_owner);
+        ELSIF r.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::regclass THEN
+            -- the domains of 1.2 (their array types follow them)
+            EXECUTE pg_catalog.format('ALTER DOMAIN %s OWNER TO %s', r.objid::regtype, new_owner);
         ELSIF r.relkind OPERATOR(pg_catalog.=) 'r' THEN
             EXECUTE pg_catalog.format('ALTER TABLE %s OWNER TO %s', r.objid::regclass, new_owner);
         ELSIF r.relkind OPERATOR(pg_catalog.=) 'S' THEN
