@@ -9,6 +9,10 @@
 #     client_msg_id)) and one outbox row (primary key only); 1 and 8
 #     clients; one hot conversation (50 members) and 1,000 two-member
 #     conversations; workers paused (send path alone);
+#   - backend CPU microseconds per transaction of both sides (one session,
+#     IM_BENCH_CPU_TX transactions after a warm-up, utime + stime of its
+#     own backend from /proc/self/stat): the figure the machine's load does
+#     not move, printed with its ratio beside tx/s;
 #   - WAL records, bytes and full-page images per transaction of both
 #     sides (pg_stat_wal deltas over IM_BENCH_WAL_TX transactions, 1 client);
 #   - the same sends with the workers on (sustained send + fanout): send
@@ -19,7 +23,9 @@
 # clients, fanout >= 0.6x floor.
 # Knobs: IM_BENCH_T (seconds per pgbench run, 6), IM_BENCH_ROUNDS (send
 # runs per side, median kept, 3), IM_BENCH_FAN_MSGS (200), IM_BENCH_WAL_TX
-# (2000), IM_BENCH_SEND_ONLY=1 (only the paused send runs and WAL).
+# (2000), IM_BENCH_CPU_TX (1000), IM_BENCH_CPU_ROUNDS (5, medians kept),
+# IM_BENCH_SEND_ONLY=1 (only the paused send runs, CPU and WAL),
+# IM_BENCH_CPU_ONLY=1 (only the CPU figure).
 # About 3-4 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,6 +37,10 @@ TR=${IM_BENCH_ROUND_T:-3}   # seconds per alternating send run
 NMSG=${IM_BENCH_FAN_MSGS:-200}
 WAL_TX=${IM_BENCH_WAL_TX:-2000}
 SEND_ONLY=${IM_BENCH_SEND_ONLY:-}
+CPU_ONLY=${IM_BENCH_CPU_ONLY:-}
+CPU_TX=${IM_BENCH_CPU_TX:-1000}
+CPU_ROUNDS=${IM_BENCH_CPU_ROUNDS:-5}
+[ -n "$CPU_ONLY" ] && SEND_ONLY=1
 NCONV_MANY=1000
 D=test/bench/send_fanout
 
@@ -45,6 +55,7 @@ tps() {
   "$PGBIN/pgbench" -n -d "$1" -f "$2" -c "$3" -j 2 -T "${TT:-$T}" -D set="$4" -D nconv="$5" 2>"$IM_TMP/pgbench.err" \
     | awk '/^tps = / { print $3; exit }' | grep . || { cat "$IM_TMP/pgbench.err" >&2; echo 0; }
 }
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 q() { im_psql -d "$1" -At -c "$2"; }
 paused() { q im_test "ALTER SYSTEM SET im_sync.fanout_paused = $1" >/dev/null; q im_test "SELECT pg_catalog.pg_reload_conf()" >/dev/null; sleep 1.5; }
@@ -100,10 +111,64 @@ fan_rate=$(awk -v n="$fan_rows" -v a="$t2" -v b="$t3" 'BEGIN { printf "%.0f", n 
 floor_rate=$(awk -v n="$floor_rows" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')
 fi
 
+# 0. Backend CPU per transaction, load-independent: one psql session per
+# side, both sides at once, each runs a warm-up (plans prepared, caches filled), reads its backend's utime +
+# stime (/proc/self/stat, clock ticks), runs CPU_TX transactions of the
+# side's pgbench script (the same random draws for both sides, simple
+# protocol and one transaction per statement as pgbench) and reads again.
+# Waiting for the commit's fsync costs no CPU, so other sessions' load and
+# the disk do not move this figure (CPU contention does a little: caches).
+cpu_stmts() {  # SCRIPT SET NCONV COUNT SEED -> COUNT statements, variables substituted
+  awk -v set="$2" -v nconv="$3" -v n="$4" -v seed="$5" '
+    /^\\/ || /^--/ { next } { body = body $0 "\n" }
+    END { srand(seed); for (k = 0; k < n; k++) {
+            s = body; i = 1 + int(rand() * nconv); r = int(rand() * 1000001)
+            gsub(/:set/, set, s); gsub(/:nconv/, nconv, s); gsub(/:i/, i, s); gsub(/:r/, r, s)
+            printf "%s", s } }' "$1"
+}
+cpu_us_per_tx() {  # SCRIPT SET NCONV -> backend CPU microseconds per transaction: "user+sys user"
+  local stat="SELECT pg_catalog.pg_read_file('/proc/self/stat');"
+  { echo '\o /dev/null'; cpu_stmts "$1" "$2" "$3" 200 7
+    echo '\o'; echo "$stat"; echo '\o /dev/null'; cpu_stmts "$1" "$2" "$3" "$CPU_TX" 11
+    echo '\o'; echo "$stat"; } \
+    | im_psql -d im_test -At -f - \
+    | awk -v n="$CPU_TX" -v hz="$(getconf CLK_TCK)" '
+        /\) / { sub(/^.*\) /, ""); split($0, f, " "); k++; u[k] = f[12]; t[k] = f[12] + f[13] }   # fields 14, 15 of stat
+        END { printf "%.0f %.0f", (t[2] - t[1]) * 1000000 / hz / n, (u[2] - u[1]) * 1000000 / hz / n }'
+}
+declare -A CPU
+for set in 1 2; do
+  nconv=$([ $set = 1 ] && echo 1 || echo $NCONV_MANY)
+  a=(); f=(); r=(); ru=()
+  for _ in $(seq 1 "$CPU_ROUNDS"); do
+    # both sides at the same time (no lock in common): whatever else runs
+    # on the machine then slows both alike
+    cpu_us_per_tx $D/send.sql $set $nconv >"$IM_TMP/cpu.api" & cpu_us_per_tx $D/floor_send.sql $set $nconv >"$IM_TMP/cpu.floor"
+    wait; x=$(cat "$IM_TMP/cpu.api"); y=$(cat "$IM_TMP/cpu.floor")
+    a+=("$x"); f+=("$y")
+    r+=("$(ratio "${x%% *}" "${y%% *}")"); ru+=("$(ratio "${x##* }" "${y##* }")")
+  done
+  # medians of user+sys and of user alone; the ratio is the median of the
+  # rounds' ratios (a change of the machine's load between rounds cancels)
+  CPU[$set,API]=$(median "${a[@]%% *}"); CPU[$set,API_user]=$(median "${a[@]##* }")
+  CPU[$set,floor]=$(median "${f[@]%% *}"); CPU[$set,floor_user]=$(median "${f[@]##* }")
+  CPU[$set,ratio]=$(median "${r[@]}"); CPU[$set,ratio_user]=$(median "${ru[@]}")
+done
+cpu_report() {
+  printf '%-44s %10s %10s %7s   %s\n' "backend CPU per tx ($CPU_ROUNDS x $CPU_TX tx, 1 session)" "API us" "floor us" "ratio" \
+    "user-mode only: API us, floor us, ratio (sys: commit's WAL write + fsync, client I/O)"
+  for set in 1 2; do
+    name=$([ $set = 1 ] && echo "hot conversation (50 members)" || echo "$NCONV_MANY two-member conversations")
+    printf '%-44s %10s %10s %7s   %s %s %s\n' "$name" "${CPU[$set,API]}" "${CPU[$set,floor]}" \
+      "${CPU[$set,ratio]}x" "${CPU[$set,API_user]}" "${CPU[$set,floor_user]}" "${CPU[$set,ratio_user]}x"
+  done
+  echo
+}
+[ -n "$CPU_ONLY" ] && { cpu_report; exit 0; }
+
 # 3. Send path alone: API vs floor in ROUNDS alternating runs each, the
 # median of each kept, so a burst of load elsewhere on the machine hits
 # both sides alike.
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 declare -A API FLOOR
 for set in 1 2; do
   nconv=$([ $set = 1 ] && echo 1 || echo $NCONV_MANY)
@@ -147,6 +212,7 @@ for set in 1 2; do
   done
 done
 echo
+cpu_report
 printf '%-44s %10s %10s %10s\n' "WAL per transaction (1 client, $WAL_TX tx)" "records" "bytes" "FPIs"
 for set in 1 2; do
   name=$([ $set = 1 ] && echo "hot conversation" || echo "$NCONV_MANY two-member conversations")

@@ -20,7 +20,8 @@ REVOKE EXECUTE ON FUNCTION im.set_extension_owner(regrole) FROM im_tap_caller;
 CREATE TEMP VIEW im_members AS
 SELECT d.classid, d.objid,
        coalesce((SELECT c.relowner FROM pg_class c WHERE d.classid = 'pg_class'::regclass AND c.oid = d.objid),
-                (SELECT p.proowner FROM pg_proc p WHERE d.classid = 'pg_proc'::regclass AND p.oid = d.objid)) AS owner
+                (SELECT p.proowner FROM pg_proc p WHERE d.classid = 'pg_proc'::regclass AND p.oid = d.objid),
+                (SELECT t.typowner FROM pg_type t WHERE d.classid = 'pg_type'::regclass AND t.oid = d.objid)) AS owner
 FROM pg_depend d
 WHERE d.deptype = 'e' AND d.refclassid = 'pg_extension'::regclass
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'im_sync');
