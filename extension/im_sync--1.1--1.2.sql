@@ -29,13 +29,13 @@ ALTER TABLE im.event DROP CONSTRAINT event_conversation_id_fkey;
  * constraints are validated on ADD.  Defaults are set again so they read
  * as in a fresh install.
  */
-CREATE DOMAIN im.conversation_kind AS text CHECK (VALUE IN ('direct', 'group'));
-CREATE DOMAIN im.conversation_mode AS text CHECK (VALUE IN ('fanout', 'shared_log'));
-CREATE DOMAIN im.head_seq AS bigint CHECK (VALUE >= 0);
+CREATE DOMAIN im.conversation_kind AS text CONSTRAINT conversation_kind_check CHECK (VALUE IN ('direct', 'group'));
+CREATE DOMAIN im.conversation_mode AS text CONSTRAINT conversation_mode_check CHECK (VALUE IN ('fanout', 'shared_log'));
+CREATE DOMAIN im.head_seq AS bigint CONSTRAINT head_seq_check CHECK (VALUE >= 0);
 CREATE DOMAIN im.event_kind AS text
-    CHECK (VALUE IN ('message', 'create', 'join', 'leave', 'recall', 'edit', 'mode'));
-CREATE DOMAIN im.event_seq AS bigint CHECK (VALUE >= 1);
-CREATE DOMAIN im.outbox_state AS text CHECK (VALUE IN ('pending', 'done', 'dead'));
+    CONSTRAINT event_kind_check CHECK (VALUE IN ('message', 'create', 'join', 'leave', 'recall', 'edit', 'mode'));
+CREATE DOMAIN im.event_seq AS bigint CONSTRAINT event_seq_check CHECK (VALUE >= 1);
+CREATE DOMAIN im.outbox_state AS text CONSTRAINT outbox_state_check CHECK (VALUE IN ('pending', 'done', 'dead'));
 
 ALTER TABLE im.conversation
     DROP CONSTRAINT conversation_kind_check,

@@ -6,8 +6,8 @@
  * verbatim to the 1.2 full script to make im_sync--1.3.sql, so the two
  * reach the same catalog (test/suites/70-upgrade.sh compares them).
  * In-place edits of earlier objects are statements here, not edits above:
- *   - im.event: CHECK event_kind_check gains 'reaction' and 'pin';
- *     CHECK event_check1 (target_message_id set exactly for recall, edit)
+ *   - domain im.event_kind gains 'reaction' and 'pin'; im.event's CHECK
+ *     event_kind_fields (target_message_id set exactly for recall, edit)
  *     gains 'reaction'; new columns reply_to_message_id (a message's reply
  *     target) and pin_message_id (a pin's target; NULL for the list change
  *     a recall makes), each with its CHECK (no foreign key: see below);
@@ -23,12 +23,13 @@
 -- recall or edit); a pin's target is in pin_message_id, because a pin
 -- follows its own position and must never be hidden by its target's
 -- coverage or a delete-for-me of it.
-ALTER TABLE im.event DROP CONSTRAINT event_kind_check;
-ALTER TABLE im.event ADD CONSTRAINT event_kind_check
-    CHECK (kind IN ('message', 'create', 'join', 'leave', 'recall', 'edit', 'mode', 'reaction', 'pin'));
-ALTER TABLE im.event DROP CONSTRAINT event_check1;
-ALTER TABLE im.event ADD CONSTRAINT event_check1
-    CHECK ((target_message_id IS NOT NULL) = (kind IN ('recall', 'edit', 'reaction')));
+ALTER DOMAIN im.event_kind DROP CONSTRAINT event_kind_check;
+ALTER DOMAIN im.event_kind ADD CONSTRAINT event_kind_check
+    CHECK (VALUE IN ('message', 'create', 'join', 'leave', 'recall', 'edit', 'mode', 'reaction', 'pin'));
+ALTER TABLE im.event DROP CONSTRAINT event_kind_fields;
+ALTER TABLE im.event ADD CONSTRAINT event_kind_fields CHECK (
+    ((client_msg_id IS NULL) = (sender_id IS NULL OR kind IN ('create', 'join', 'leave', 'mode')))
+    AND ((target_message_id IS NOT NULL) = (kind IN ('recall', 'edit', 'reaction'))));
 -- No foreign keys on the two new columns: the functions check the target
 -- under the conversation lock (contract §14) and events are never deleted,
 -- while a foreign key would lock the target row (FOR KEY SHARE: a WAL

@@ -34,13 +34,13 @@ CREATE SEQUENCE im.audit_id_seq;
 -- its stored text and planned again at every INSERT or UPDATE of the table,
 -- all of the table's checks each time.  The send path's statements (head
 -- UPDATE, event and outbox INSERT) paid that for eleven checks per send.
-CREATE DOMAIN im.conversation_kind AS text CHECK (VALUE IN ('direct', 'group'));
-CREATE DOMAIN im.conversation_mode AS text CHECK (VALUE IN ('fanout', 'shared_log'));
-CREATE DOMAIN im.head_seq AS bigint CHECK (VALUE >= 0);
+CREATE DOMAIN im.conversation_kind AS text CONSTRAINT conversation_kind_check CHECK (VALUE IN ('direct', 'group'));
+CREATE DOMAIN im.conversation_mode AS text CONSTRAINT conversation_mode_check CHECK (VALUE IN ('fanout', 'shared_log'));
+CREATE DOMAIN im.head_seq AS bigint CONSTRAINT head_seq_check CHECK (VALUE >= 0);
 CREATE DOMAIN im.event_kind AS text
-    CHECK (VALUE IN ('message', 'create', 'join', 'leave', 'recall', 'edit', 'mode'));
-CREATE DOMAIN im.event_seq AS bigint CHECK (VALUE >= 1);
-CREATE DOMAIN im.outbox_state AS text CHECK (VALUE IN ('pending', 'done', 'dead'));
+    CONSTRAINT event_kind_check CHECK (VALUE IN ('message', 'create', 'join', 'leave', 'recall', 'edit', 'mode'));
+CREATE DOMAIN im.event_seq AS bigint CONSTRAINT event_seq_check CHECK (VALUE >= 1);
+CREATE DOMAIN im.outbox_state AS text CONSTRAINT outbox_state_check CHECK (VALUE IN ('pending', 'done', 'dead'));
 
 CREATE TABLE im.conversation (
     conversation_id bigint PRIMARY KEY DEFAULT nextval('im.conversation_id_seq'),

@@ -60,6 +60,16 @@ line(l) AS (
                    AND d.refclassid = 'pg_class'::regclass))
   FROM pg_sequence s JOIN rel c ON c.oid = s.seqrelid
   UNION ALL
+  -- types the extension owns (domains): base type, default, constraints
+  SELECT format('type %s kind=%s base=%s notnull=%s default=%s owner=%s acl=%s comment=%s',
+                t.oid::regtype, t.typtype, t.typbasetype::regtype, t.typnotnull, t.typdefault,
+                t.typowner::regrole, t.typacl, quote_literal(obj_description(t.oid, 'pg_type')))
+  FROM pg_type t JOIN member m ON m.classid = 'pg_type'::regclass AND m.objid = t.oid
+  UNION ALL
+  SELECT format('domain constraint %s %s: %s validated=%s', co.contypid::regtype, co.conname,
+                pg_get_constraintdef(co.oid), co.convalidated)
+  FROM pg_constraint co JOIN member m ON m.classid = 'pg_type'::regclass AND m.objid = co.contypid
+  UNION ALL
   SELECT format('schema %s owner=%s acl=%s comment=%s', n.nspname, n.nspowner::regrole, n.nspacl,
                 quote_literal(obj_description(n.oid, 'pg_namespace')))
   FROM pg_namespace n WHERE n.nspname = 'im'
