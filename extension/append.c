@@ -40,6 +40,62 @@ enum
 	Anum_append_outbox_items
 };
 
+/*
+ * After the event CTE `ins` of conversation $1: move the head to its
+ * position and queue its outbox item, both only if `ins` wrote a row (the
+ * append statements of both paths end with it).
+ */
+#define APPEND_HEAD_OUTBOX_SQL \
+	" head AS (" \
+	"  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins" \
+	"  WHERE c.conversation_id" EQ "$1 RETURNING 1)," \
+	" ob AS (" \
+	"  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)" \
+	"  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"
+
+/*
+ * Parameters $1..$8, the same in both append statements: conversation,
+ * position, kind, sender, client_msg_id, digest, content_type, body.
+ */
+static void
+set_event_args(const ImConversation *conv, const ImNewEvent *ev, Datum *args, char *nulls)
+{
+	args[0] = Int64GetDatum(conv->conversation_id);
+	args[1] = Int64GetDatum(conv->head_msg_seq + 1);
+	args[2] = CStringGetTextDatum(ev->kind);
+	args[3] = Int64GetDatum(ev->sender_id);
+	if (ev->sender_id == 0)
+		nulls[3] = 'n';
+	args[4] = ev->client_msg_id ? CStringGetTextDatum(ev->client_msg_id) : (Datum) 0;
+	if (ev->client_msg_id == NULL)
+		nulls[4] = 'n';
+	args[5] = PointerGetDatum(ev->request_digest);
+	if (ev->request_digest == NULL)
+		nulls[5] = 'n';
+	args[6] = ev->content_type ? CStringGetTextDatum(ev->content_type) : (Datum) 0;
+	if (ev->content_type == NULL)
+		nulls[6] = 'n';
+	args[7] = ev->body;
+	if (ev->body == (Datum) 0)
+		nulls[7] = 'n';
+}
+
+/*
+ * The position at conv's head + 1 was written: its head and outbox counts
+ * (result columns) must be one each; the caller's copy of the head moves and
+ * the workers are woken at commit.
+ */
+static void
+append_written(ImConversation *conv, int heads_moved_col, int outbox_items_col)
+{
+	if (im_get_int64(0, heads_moved_col, NULL) != 1 ||
+		im_get_int64(0, outbox_items_col, NULL) != 1)
+		elog(ERROR, "im_sync: append to conversation " INT64_FORMAT " did not write head and outbox",
+			 conv->conversation_id);
+	conv->head_msg_seq++;
+	im_wake_fanout_at_commit();
+}
+
 /* The append statement; extra_cols/extra_vals: issue 11's target columns. */
 #define APPEND_SQL(extra_cols, extra_vals) \
 	"WITH ins AS (" \
@@ -49,12 +105,7 @@ enum
 	"  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11" extra_vals ")" \
 	"  ON CONFLICT (sender_id, client_msg_id) DO NOTHING" \
 	"  RETURNING message_id, msg_seq)," \
-	" head AS (" \
-	"  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins" \
-	"  WHERE c.conversation_id" EQ "$1 RETURNING 1)," \
-	" ob AS (" \
-	"  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)" \
-	"  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)" \
+	APPEND_HEAD_OUTBOX_SQL \
 	"SELECT ins.message_id, ins.msg_seq, (SELECT pg_catalog.count(*) FROM head)," \
 	"       (SELECT pg_catalog.count(*) FROM ob) FROM ins"
 
@@ -87,24 +138,7 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 					   JSONBOID, INT8OID, INT8OID, TEXTOID);
 
 	memset(nulls, ' ', sizeof(nulls));
-	args[0] = Int64GetDatum(conv->conversation_id);
-	args[1] = Int64GetDatum(conv->head_msg_seq + 1);
-	args[2] = CStringGetTextDatum(ev->kind);
-	args[3] = Int64GetDatum(ev->sender_id);
-	if (ev->sender_id == 0)
-		nulls[3] = 'n';
-	args[4] = ev->client_msg_id ? CStringGetTextDatum(ev->client_msg_id) : (Datum) 0;
-	if (ev->client_msg_id == NULL)
-		nulls[4] = 'n';
-	args[5] = PointerGetDatum(ev->request_digest);
-	if (ev->request_digest == NULL)
-		nulls[5] = 'n';
-	args[6] = ev->content_type ? CStringGetTextDatum(ev->content_type) : (Datum) 0;
-	if (ev->content_type == NULL)
-		nulls[6] = 'n';
-	args[7] = ev->body;
-	if (ev->body == (Datum) 0)
-		nulls[7] = 'n';
+	set_event_args(conv, ev, args, nulls);
 	args[8] = Int64GetDatum(ev->target_message_id);
 	if (ev->target_message_id == 0)
 		nulls[8] = 'n';
@@ -122,12 +156,8 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 		return false;
 	*message_id = im_get_int64(0, Anum_append_message_id, NULL);
 	*msg_seq = im_get_int64(0, Anum_append_msg_seq, NULL);
-	if (im_get_int64(0, Anum_append_heads_moved, NULL) != 1 ||
-		im_get_int64(0, Anum_append_outbox_items, NULL) != 1)
-		elog(ERROR, "im_sync: append to conversation " INT64_FORMAT " did not write head and outbox",
-			 conv->conversation_id);
-	conv->head_msg_seq = *msg_seq;
-	im_wake_fanout_at_commit();
+	Assert(*msg_seq == conv->head_msg_seq + 1);
+	append_written(conv, Anum_append_heads_moved, Anum_append_outbox_items);
 	return true;
 }
 
@@ -173,32 +203,14 @@ im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
 			   "  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 FROM m WHERE m.ok AND NOT m.dup"
 			   "  ON CONFLICT (sender_id, client_msg_id) DO NOTHING"
 			   "  RETURNING message_id, msg_seq),"
-			   " head AS ("
-			   "  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins"
-			   "  WHERE c.conversation_id" EQ "$1 RETURNING 1),"
-			   " ob AS ("
-			   "  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)"
-			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"
+			   APPEND_HEAD_OUTBOX_SQL
 			   "SELECT m.ok, ins.message_id, (SELECT pg_catalog.count(*) FROM head),"
 			   "       (SELECT pg_catalog.count(*) FROM ob)"
 			   "  FROM m LEFT JOIN ins ON true",
 			   9, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
 			   JSONBOID, TEXTOID);
 	memset(nulls, ' ', sizeof(nulls));
-	args[0] = Int64GetDatum(conv->conversation_id);
-	args[1] = Int64GetDatum(conv->head_msg_seq + 1);
-	args[2] = CStringGetTextDatum(ev->kind);
-	args[3] = Int64GetDatum(ev->sender_id);
-	args[4] = CStringGetTextDatum(ev->client_msg_id);
-	args[5] = PointerGetDatum(ev->request_digest);
-	if (ev->request_digest == NULL)
-		nulls[5] = 'n';
-	args[6] = ev->content_type ? CStringGetTextDatum(ev->content_type) : (Datum) 0;
-	if (ev->content_type == NULL)
-		nulls[6] = 'n';
-	args[7] = ev->body;
-	if (ev->body == (Datum) 0)
-		nulls[7] = 'n';
+	set_event_args(conv, ev, args, nulls);
 	args[8] = CStringGetTextDatum(conv->mode);
 	if (im_exec(plan, args, nulls, 0) != 1)
 		elog(ERROR, "im_sync: member append statement returned no row");
@@ -208,12 +220,7 @@ im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
 	*message_id = im_get_int64(0, Anum_member_message_id, &isnull);
 	if (isnull)
 		return IM_MEMBER_APPEND_DUPLICATE;
-	if (im_get_int64(0, Anum_member_heads_moved, NULL) != 1 ||
-		im_get_int64(0, Anum_member_outbox_items, NULL) != 1)
-		elog(ERROR, "im_sync: append to conversation " INT64_FORMAT " did not write head and outbox",
-			 conv->conversation_id);
-	*msg_seq = conv->head_msg_seq + 1;
-	conv->head_msg_seq = *msg_seq;
-	im_wake_fanout_at_commit();
+	append_written(conv, Anum_member_heads_moved, Anum_member_outbox_items);
+	*msg_seq = conv->head_msg_seq;
 	return IM_MEMBER_APPEND_DONE;
 }
