@@ -20,6 +20,7 @@
 #include "device.h"
 #include "device_state.h"
 #include "im_sql.h"
+#include "push.h"
 #include "shmem.h"
 #include "token.h"
 
@@ -158,6 +159,7 @@ im_revoke_device(PG_FUNCTION_ARGS)
 				   2, INT8OID, TEXTOID);
 		im_exec(upd, args, NULL, 0);
 		im_device_end_leases(user_id, device_id);
+		im_push_remove_device_target(user_id, device_id);	/* issue 12 */
 		snprintf(detail, sizeof(detail), "{\"registration\": %d}", dev.registration);
 		audit("revoke_device", user_id, device_id, detail);
 		notify_device(user_id, device_id, dev.connection_epoch, "REVOKED");

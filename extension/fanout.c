@@ -33,6 +33,7 @@
 #include "common.h"
 #include "fanout.h"
 #include "im_sql.h"
+#include "push.h"
 #include "relation.h"
 #include "shmem.h"
 
@@ -808,6 +809,22 @@ subxact_abort(MemoryContext cxt, ResourceOwner owner)
 }
 
 /*
+ * Issue 12: the run's `message` positions queue their push jobs in this
+ * (sub)transaction, so a push exists iff the delivery commits.
+ */
+static void
+queue_pushes(FanoutItem *items, int count)
+{
+	int64	   *ids = palloc(sizeof(int64) * count);
+	int			n = 0;
+
+	for (int k = 0; k < count; k++)
+		if (strcmp(items[k].kind, "message") == 0)
+			ids[n++] = items[k].source_event_id;
+	im_push_queue_delivered(items[0].conversation_id, ids, n);
+}
+
+/*
  * Deliver one item — or a run of consecutive shared_log `message` items of
  * one conversation, coalesced into one marker write per member — in its own
  * subtransaction (the way PL/pgSQL runs an exception block), so one poison
@@ -850,12 +867,14 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 			im_shared_log_deliver(it->conversation_id, ids, count, hints, &moved, &nmoved);
 			for (int k = 0; k < nmoved; k++)
 				note_user(b, moved[k]);
+			queue_pushes(it, count);
 		}
 		else
 		{
 			deliver_positions(b, it, count);
 			if (strcmp(it->kind, "mode") == 0)
 				im_shared_log_mode_delivered(it->source_event_id);
+			queue_pushes(it, count);
 		}
 		mark_done(it, count);
 		subxact_commit(oldcontext, oldowner);

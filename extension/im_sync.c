@@ -36,6 +36,10 @@ int			im_max_page_bytes = 1024 * 1024;
 int			im_token_key_max_age_s = 30 * 86400;
 int			im_audit_retention_s = 90 * 86400;
 int			im_maintenance_interval_s = 300;
+char	   *im_push_public_key_file = NULL;
+int			im_push_delay_ms = 3000;
+int			im_push_min_interval_ms = 10000;
+int			im_push_max_age_s = 3600;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -154,6 +158,23 @@ define_settings(void)
 							"Pause between the first fanout worker's maintenance rounds (0: none).",
 							NULL, &im_maintenance_interval_s, 300, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	/* issue 12: offline push (contract §9, §13) */
+	DefineCustomStringVariable("im_sync.push_public_key_file",
+							   "File holding the push relay's RSA public key (SPKI PEM); relative to the data directory.",
+							   NULL, &im_push_public_key_file, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.push_delay",
+							"A push job is claimable this long after it was queued.",
+							NULL, &im_push_delay_ms, 3000, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.push_min_interval",
+							"At most one push per (target, conversation) per this interval.",
+							NULL, &im_push_min_interval_ms, 10000, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.push_max_age",
+							"A push job still failing after this is dropped as expired.",
+							NULL, &im_push_max_age_s, 3600, 1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("im_sync");
 }
 

@@ -28,6 +28,7 @@
 #include "im_sync.h"
 #include "common.h"
 #include "im_sql.h"
+#include "push.h"
 #include "shmem.h"
 
 #include "catalog/pg_type.h"
@@ -189,6 +190,36 @@ emit_histogram(FunctionCallInfo fcinfo, const Stage *stage, SPIPlanPtr *plan)
 	metric_row(fcinfo, psprintf("%s_count", stage->name), (double) n, stage->help);
 }
 
+/* Offline push (contract §13): the queue's gauges (1.4 catalog) and the relay results. */
+static void
+emit_push_metrics(FunctionCallInfo fcinfo)
+{
+	static SPIPlanPtr queue_plan;
+	bool		isnull;
+
+	if (im_push_catalog())
+	{
+		im_prepare(&queue_plan,
+				   "SELECT pg_catalog.count(*)::pg_catalog.float8,"
+				   "  COALESCE(pg_catalog.date_part('epoch', pg_catalog.now()" MINUS "pg_catalog.min(queued_at)), 0)::pg_catalog.float8"
+				   " FROM im.push_job WHERE state" EQ "ANY ('{pending,retry}'::pg_catalog.text[])",
+				   0);
+		im_exec(queue_plan, NULL, NULL, 0);
+		metric_row(fcinfo, "im_push_pending", DatumGetFloat8(im_get_datum_copy(0, 1, &isnull)),
+				   "Push jobs waiting to be claimed (pending or retrying).");
+		metric_row(fcinfo, "im_push_oldest_pending_seconds", DatumGetFloat8(im_get_datum_copy(0, 2, &isnull)),
+				   "Age of the oldest push job waiting to be claimed.");
+	}
+	for (int r = 0; r < IM_PUSH_RESULTS; r++)
+		metric_row(fcinfo, psprintf("im_push_results_total{result=\"%s\"}", im_push_result_name(r)),
+				   (double) im_counter_get(IM_COUNTER_PUSH_DELIVERED + r),
+				   "Push relay results reported through complete_push_job, since server start.");
+	metric_row(fcinfo, "im_push_suppressed_total", (double) im_counter_get(IM_COUNTER_PUSH_SUPPRESSED),
+			   "Push jobs completed as suppressed at claim (device online or caught up, message recalled, muted), since server start.");
+	metric_row(fcinfo, "im_push_targets_disabled_total", (double) im_counter_get(IM_COUNTER_PUSH_TARGETS_DISABLED),
+			   "Push targets disabled after 3 consecutive rejections, since server start.");
+}
+
 PG_FUNCTION_INFO_V1(im_metrics);
 Datum
 im_metrics(PG_FUNCTION_ARGS)
@@ -229,6 +260,8 @@ im_metrics(PG_FUNCTION_ARGS)
 			   "ACKs refused with STALE_GENERATION since server start.");
 	metric_row(fcinfo, "im_auth_failures_total", (double) im_counter_get(IM_COUNTER_AUTH_FAILURES),
 			   "Failed device authentications since server start.");
+
+	emit_push_metrics(fcinfo);
 
 	for (int s = 0; s < (int) NUM_STAGES; s++)
 		emit_histogram(fcinfo, &stages[s], &stage_plans[s]);

@@ -39,6 +39,14 @@ typedef enum ImCounter
 	IM_COUNTER_FANOUT_TRANSIENT_FAILURES,	/* item failures backed off, not charged */
 	IM_COUNTER_FANOUT_CHARGED_FAILURES, /* item failures charged as attempts */
 	IM_COUNTER_FANOUT_BATCH_FAILURES,	/* batches that failed outside any one item */
+	/* issue 12: relay results, in push_queue.c's push_results order */
+	IM_COUNTER_PUSH_DELIVERED,
+	IM_COUNTER_PUSH_REJECTED,
+	IM_COUNTER_PUSH_RATE_LIMITED,
+	IM_COUNTER_PUSH_TRANSIENT,
+	IM_COUNTER_PUSH_PERMANENT,
+	IM_COUNTER_PUSH_SUPPRESSED,	/* jobs completed as suppressed at claim */
+	IM_COUNTER_PUSH_TARGETS_DISABLED,	/* targets disabled after 3 rejections */
 	IM_COUNTER__COUNT
 } ImCounter;
 

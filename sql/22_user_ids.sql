@@ -39,7 +39,12 @@ INSERT INTO user_arg VALUES
  ('conversation_list',   'user_id',   $$SELECT * FROM im.conversation_list(%1$s)$$),
  ('delete_for_me',       'user_id',   $$SELECT im.delete_for_me(%1$s, :c, 1)$$),
  ('react',               'user_id',   $$SELECT * FROM im.react(%1$s, :c, :m, 'x', true, 'uid-r')$$),
- ('pin_message',         'user_id',   $$SELECT * FROM im.pin_message(%1$s, :c, :m, true, 'uid-p')$$);
+ ('pin_message',         'user_id',   $$SELECT * FROM im.pin_message(%1$s, :c, :m, true, 'uid-p')$$),
+ ('register_push_target', 'user_id',  $$SELECT im.register_push_target(%1$s, 'phone', 'fcm', 'app', 'tok')$$),
+ ('remove_push_target',  'user_id',   $$SELECT im.remove_push_target(%1$s, 'phone')$$),
+ ('set_notify',          'user_id',   $$SELECT im.set_notify(%1$s, :c, preview => 'none')$$),
+ ('set_presence',        'user_id',   $$SELECT im.set_presence(%1$s, 'phone', 0, true)$$),
+ ('refresh_presence',    'user_ids[]', $$SELECT im.refresh_presence(ARRAY[%1$s]::bigint[], '{phone}', '{0}')$$);
 UPDATE user_arg SET q = replace(replace(q, ':c', :'c'), ':m', :'m');
 
 -- every im function with an argument that names a user is listed above
