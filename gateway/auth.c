@@ -8,6 +8,7 @@
  * on a notification alone.
  */
 #include "auth.h"
+#include "presence.h"
 #include "admission.h"
 #include "config.h"
 #include "db.h"
@@ -99,6 +100,7 @@ welcome(session *s, im_job *j)
 	im_unauth_release(s->unauth_ip);
 	s->unauth_ip = NULL;
 	im_session_link_user(s);
+	im_presence_online(s);		/* issue 12 */
 	w = json_object();
 	json_object_set_new(w, "type", json_string("welcome"));
 	if (j->id)

@@ -21,7 +21,8 @@ typedef enum im_job_kind
 	IM_JOB_HEALTH,				/* GET /healthz */
 	IM_JOB_METRICS,				/* GET /metrics */
 	IM_JOB_NOTIFY,				/* db -> lws: a notification (no query) */
-	IM_JOB_LISTEN_UP			/* db -> lws: LISTEN (re)established */
+	IM_JOB_LISTEN_UP,			/* db -> lws: LISTEN (re)established */
+	IM_JOB_PRESENCE				/* issue 12: set/refresh_presence, answer dropped */
 } im_job_kind;
 
 typedef enum im_job_status

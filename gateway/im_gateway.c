@@ -14,6 +14,7 @@
 #include "config.h"
 #include "db.h"
 #include "keepalive.h"
+#include "presence.h"
 #include "log.h"
 #include "log_hash.h"
 #include "metrics.h"
@@ -46,6 +47,7 @@ tick(lws_sorted_usec_list_t *sul)
 {
 	im_hello_tick();
 	im_keepalive_tick(im_now());
+	im_presence_tick(im_now());	/* issue 12 */
 	lws_sul_schedule(g_ctx, 0, &g_tick, tick, LWS_US_PER_SEC);
 	im_gateway_poll_state();
 }

@@ -92,3 +92,12 @@ im_hash_device(int64_t user_id, const char *device_id, char out[IM_LOG_HASH_BUF]
 	snprintf(msg, sizeof(msg), "d:%" PRId64 ":%s", user_id, device_id);
 	return hash_text(msg, out);
 }
+
+const char *
+im_hash_push_target(int64_t push_target_id, char out[IM_LOG_HASH_BUF])
+{
+	char		msg[32];
+
+	snprintf(msg, sizeof(msg), "t:%" PRId64, push_target_id);
+	return hash_text(msg, out);
+}

@@ -9,6 +9,7 @@
  * bounded by --max-queue (plus IM_ERROR_HEADROOM for error frames).
  */
 #include "session.h"
+#include "presence.h"
 #include "admission.h"
 #include "config.h"
 #include "db.h"
@@ -116,7 +117,10 @@ im_session_unregister(session *s)
 			break;
 		}
 	if (s->authed)
+	{
+		im_presence_offline(s);	/* issue 12 */
 		user_unlink(s);
+	}
 	im_keepalive_remove(s);
 	if (s->all_prev)
 		s->all_prev->all_next = s->all_next;

@@ -20,3 +20,8 @@ GRANT EXECUTE ON FUNCTION
   im.ack_snapshot(bigint, text, text, text), im.metrics(),
   im.react(bigint, bigint, bigint, text, boolean, text), im.pin_message(bigint, bigint, bigint, boolean, text)
 TO im_gateway_e2e;
+-- issue 12: presence (contract §13)
+GRANT EXECUTE ON FUNCTION
+  im.set_presence(bigint, text, bigint, boolean, interval),
+  im.refresh_presence(bigint[], text[], bigint[], interval)
+TO im_gateway_e2e;

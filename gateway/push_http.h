@@ -1,0 +1,50 @@
+/*
+ * push_http.h — one POST to the push gateway (Matrix push gateway API,
+ * /_matrix/push/v1/notify) through libcurl's multi interface, and the
+ * classification of its answer into contract §13's results.
+ */
+#ifndef IM_PUSH_HTTP_H
+#define IM_PUSH_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <curl/curl.h>
+
+typedef struct PushRequest
+{
+	int64_t		job_id;
+	int64_t		push_target_id;
+	CURL	   *easy;
+	struct curl_slist *headers;
+	char	   *body;			/* holds the token: wiped when freed */
+	size_t		body_len;
+	char	   *pushkey;		/* the token (wiped when freed) */
+	size_t		pushkey_len;
+	char	   *answer;			/* the response body, capped */
+	size_t		answer_len;
+	long		retry_after_ms; /* -1: none */
+	double		started;		/* monotonic seconds */
+} PushRequest;
+
+/* What a request ended as: a contract §13 result and its details. */
+typedef struct PushOutcome
+{
+	const char *result;			/* delivered rejected rate_limited transient permanent */
+	long		http_status;	/* 0: no HTTP answer */
+	long		retry_after_ms; /* -1: none */
+	const char *why;			/* a short reason for the log, never a token or body */
+} PushOutcome;
+
+/*
+ * A request for notification (the claimed jsonb text) with pushkey filled
+ * in; NULL with err on a notification that is not the expected shape.
+ */
+extern PushRequest *push_request_new(const char *url, int64_t job_id, int64_t push_target_id,
+									 const char *notification, char *token, size_t token_len,
+									 long timeout_ms, char *err, size_t errlen);
+extern void push_request_free(PushRequest *r);
+
+/* Classify a finished request (curl result code and the answer). */
+extern PushOutcome push_classify(PushRequest *r, CURLcode code);
+
+#endif
