@@ -197,7 +197,9 @@ emit_push_metrics(FunctionCallInfo fcinfo)
 	static SPIPlanPtr queue_plan;
 	bool		isnull;
 
-	if (im_push_catalog())
+	/* a 1.3 catalog under this library answers as 1.3 did */
+	if (!im_push_catalog())
+		return;
 	{
 		im_prepare(&queue_plan,
 				   "SELECT pg_catalog.count(*)::pg_catalog.float8,"

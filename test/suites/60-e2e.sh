@@ -64,6 +64,11 @@ for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port2/healthz" >/dev/null 2>&
 IM_GW_URL="ws://127.0.0.1:$port2/" "${IM_PYTHON:-/usr/bin/python3}" test/e2e/test_hello_pacing.py || { echo "FAIL hello pacing"; rc=1; }
 kill -TERM "$gw2"; wait "$gw2"
 
+# issue 12: offline push — im_push_relay, the stub push gateway, presence
+# through a gateway of its own, in a database of its own (test/e2e/test_push.py)
+make -s -C gateway im_push_relay || rc=1
+IM_TMP="$IM_TMP" PGBIN="$PGBIN" "$py" test/e2e/test_push.py ${IM_PUSH_TESTS:-} || rc=1
+
 # SIGTERM: drain and exit 0
 kill -TERM "$gw"
 for _ in $(seq 100); do kill -0 "$gw" 2>/dev/null || break; sleep 0.1; done
