@@ -10,8 +10,10 @@ source test/cluster.sh
 
 DB=im_demo
 gw_pid=""
+push_pids=()   # issue 12: the stub push gateway and the relay
 cleanup() {
   trap - INT TERM EXIT
+  for p in "${push_pids[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   if [ -n "$gw_pid" ] && kill -0 "$gw_pid" 2>/dev/null; then
     kill -TERM "$gw_pid"; wait "$gw_pid" 2>/dev/null
   fi
@@ -45,6 +47,27 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 
+# ---- issue 12: offline push — a stub push gateway (test/e2e/push_stub.py)
+# beside im_push_relay; bob's phone has a push target (the test key pair in
+# test/push), so a message to bob while his phone is offline reaches the
+# stub about im_sync.push_delay (3 s) later.
+[ -x gateway/im_push_relay ] || { echo "gateway/im_push_relay not built: run make"; exit 1; }
+im_psql -d postgres -c "ALTER SYSTEM SET im_sync.push_public_key_file = '$PWD/test/push/relay_pub.pem'" \
+    -c "SELECT pg_reload_conf()" >/dev/null || exit 1
+/usr/bin/python3 test/e2e/push_stub.py --port 0 --log "$IM_TMP/push-stub.jsonl" >"$IM_TMP/push-stub.out" 2>&1 &
+push_pids+=($!)
+for _ in $(seq 50); do grep -q listening "$IM_TMP/push-stub.out" 2>/dev/null && break; sleep 0.1; done
+stub_port=$(awk '/listening/ {print $3}' "$IM_TMP/push-stub.out")
+[ -n "$stub_port" ] || { echo "the stub push gateway did not start"; cat "$IM_TMP/push-stub.out"; exit 1; }
+im_psql -d "$DB" -At -c "SELECT im.register_push_target(2, 'phone', 'fcm', 'im.demo', 'demo-token-bob-phone')" >/dev/null || exit 1
+./gateway/im_push_relay --db "host=$PGHOST port=$PGPORT user=$PGUSER dbname=$DB" --key test/push/relay_key.pem \
+    --url "http://127.0.0.1:$stub_port/_matrix/push/v1/notify" --relay-id demo-relay >"$IM_TMP/push-relay.log" 2>&1 &
+push_pids+=($!)
+push_info="  push     : bob's phone is offline, so messages to bob are pushed to a stub push gateway:
+             http://127.0.0.1:$stub_port/  (what it received; JSON at /_stub/requests)
+             relay log $IM_TMP/push-relay.log"
+# ---- end of issue 12's block
+
 cat <<EOF
 
 im_sync is running.
@@ -52,6 +75,7 @@ im_sync is running.
   gateway  : ws://127.0.0.1:$port/   (subprotocol im-sync.v1; /healthz, /metrics)
   log      : $IM_TMP/gateway.log
   conversation $conv between user 1 (alice) and user 2 (bob)
+$push_info
 
 Connect as alice's phone (python3-websockets' interactive client), then paste the lines:
   /usr/bin/python3 -m websockets ws://127.0.0.1:$port/
@@ -73,6 +97,15 @@ if [ -n "${IM_RUN_EXIT_AFTER_SETUP:-}" ]; then
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")
   echo "healthz: $code"
   [ "$code" = 200 ] || { cat "$IM_TMP/gateway.log"; exit 1; }
+  # issue 12: a message to bob reaches the stub push gateway
+  im_psql -d "$DB" -At -c "SELECT msg_seq FROM im.send_message(1, $conv, 'run-push', '{\"text\": \"hi bob\"}')" >/dev/null
+  for _ in $(seq 100); do
+    [ "$(curl -s "http://127.0.0.1:$stub_port/_stub/requests" | grep -c demo-token-bob-phone)" -gt 0 ] && break
+    sleep 0.1
+  done
+  curl -s "http://127.0.0.1:$stub_port/_stub/requests" | grep -q demo-token-bob-phone \
+    || { echo "push: the stub push gateway received nothing"; cat "$IM_TMP/push-relay.log"; exit 1; }
+  echo "push: the stub push gateway received bob's push"
   exit 0
 fi
 wait "$gw_pid"
