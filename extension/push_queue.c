@@ -9,8 +9,12 @@
  *     always has its jobs); no job for the sender's own devices, muted
  *     conversations, online devices or devices whose ACK covers the event;
  *   - at most one pending (or retrying) job per (target, conversation)
- *     (unique index push_job_coalesce): later messages coalesce into it,
- *     keeping its claim time; it carries the latest message;
+ *     (unique index push_job_coalesce): later messages coalesce into it
+ *     (fanout only row-locks the pending job, FOR KEY SHARE, so a claim
+ *     waits for the fanout's commit; no new row version, so a hot group
+ *     costs an index probe and a lock per member), keeping its claim time; the
+ *     claim sends the latest message of the conversation in the user's log
+ *     since the job's first one, and checks the ACK against that;
  *   - at most one claim per (target, conversation) per
  *     im_sync.push_min_interval (im.push_pace, written at claim);
  *   - a job is handed to one relay at a time (FOR UPDATE SKIP LOCKED and a
@@ -53,7 +57,9 @@ im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 	/*
 	 * From the targets of the users whose log just received one of the
 	 * messages (a `message` event, or the clean -> dirty `conversation_dirty`
-	 * marker event of shared_log): the latest of them per target.
+	 * marker event of shared_log): the first of them per target; a pending
+	 * job of the pair already covers them all (the claim looks for the
+	 * latest).
 	 */
 	im_prepare(&plan,
 			   "WITH tg AS ("
@@ -70,7 +76,18 @@ im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 			   "  WHERE t.disabled_at IS NULL AND d.state" NE "'REVOKED' AND d.acked_sync_seq" LT "i.sync_seq"
 			   "    AND NOT " IM_PUSH_MUTED_SQL("so", "sa")
 			   "    AND NOT " IM_PUSH_ONLINE_SQL("d")
-			   "  ORDER BY t.push_target_id, e.msg_seq DESC)"
+			   "  ORDER BY t.push_target_id, e.msg_seq),"
+			   /*
+			    * the pair's pending job, row-locked (no new row version): a claim
+			    * (FOR UPDATE SKIP LOCKED) then skips it until this fanout commits,
+			    * so it cannot send the job without this fanout's message; one
+			    * claimed first makes the lock wait, and the claimed job no longer
+			    * counts as pending here (a new job is queued)
+			    */
+			   " held AS MATERIALIZED ("
+			   "  SELECT j.push_target_id FROM im.push_job j JOIN tg ON j.push_target_id" EQ "tg.push_target_id"
+			   "  WHERE j.conversation_id" EQ "$1 AND j.state" EQ "ANY ('{pending,retry}'::pg_catalog.text[])"
+			   "  FOR KEY SHARE OF j)"
 			   "INSERT INTO im.push_job (push_target_id, user_id, device_id, conversation_id, message_id,"
 			   "                         msg_seq, sync_seq, not_before)"
 			   " SELECT tg.push_target_id, tg.user_id, tg.device_id, $1, tg.message_id, tg.msg_seq, tg.sync_seq,"
@@ -78,10 +95,10 @@ im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 			   "     COALESCE(pc.last_claimed_at" PLUS "pg_catalog.make_interval(secs => $4), '-infinity'))"
 			   " FROM tg LEFT JOIN im.push_pace pc ON pc.push_target_id" EQ "tg.push_target_id"
 			   "  AND pc.conversation_id" EQ "$1"
+			   " LEFT JOIN held ON held.push_target_id" EQ "tg.push_target_id"
+			   " WHERE held.push_target_id IS NULL"
 			   " ON CONFLICT (push_target_id, conversation_id) WHERE state" EQ "ANY ('{pending,retry}'::pg_catalog.text[])"
-			   " DO UPDATE SET message_id = EXCLUDED.message_id, msg_seq = EXCLUDED.msg_seq,"
-			   "  sync_seq = EXCLUDED.sync_seq, coalesced = im.push_job.coalesced" PLUS "1"
-			   " WHERE EXCLUDED.msg_seq" GT "im.push_job.msg_seq",
+			   " DO NOTHING",
 			   4, INT8OID, INT8ARRAYOID, FLOAT8OID, FLOAT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	args[1] = im_int8_array(message_ids, n);
@@ -157,25 +174,46 @@ im_claim_push_jobs(PG_FUNCTION_ARGS)
 			   "  WHERE (j.state" EQ "ANY ('{pending,retry}'::pg_catalog.text[]) AND j.not_before" LE "pg_catalog.now())"
 			   "     OR (j.state" EQ "'claimed' AND j.lease_until" LE "pg_catalog.now())"
 			   "  ORDER BY j.not_before, j.job_id LIMIT $2 FOR UPDATE SKIP LOCKED),"
+			   /*
+			    * the latest message of the conversation in the user's log since
+			    * the job's first one (coalesced messages), not recalled, not the
+			    * user's own; the job's own message if the log lost them (GC)
+			    */
+			   " latest AS ("
+			   "  SELECT pick.job_id, lt.sync_seq, lt.message_id, lt.msg_seq, lt.n"
+			   "  FROM pick JOIN im.push_job j ON j.job_id" EQ "pick.job_id"
+			   "  JOIN LATERAL ("
+			   "    SELECT i.sync_seq, e.message_id, e.msg_seq, pg_catalog.count(*) OVER () AS n"
+			   "    FROM im.inbox i JOIN im.event e ON e.message_id" EQ "i.source_event_id"
+			   "    WHERE i.user_id" EQ "j.user_id AND i.sync_seq" GE "j.sync_seq"
+			   "      AND i.conversation_id" EQ "j.conversation_id"
+			   "      AND i.kind" EQ "ANY ('{message,conversation_dirty}'::pg_catalog.text[])"
+			   "      AND e.kind" EQ "'message' AND e.sender_id" NE "j.user_id AND NOT e.recalled"
+			   "    ORDER BY i.sync_seq DESC LIMIT 1) lt ON true),"
 			   " info AS ("
 			   "  SELECT j.job_id, j.push_target_id, t.provider, t.app_id, t.sealed_token, j.user_id,"
-			   "         j.conversation_id, j.message_id, j.msg_seq, e.sender_id, e.body,"
+			   "         j.conversation_id, e.message_id, e.msg_seq, e.sender_id, e.body,"
+			   "         COALESCE(l.sync_seq, j.sync_seq) AS sync_seq, COALESCE(l.n" MINUS "1, 0) AS coalesced,"
 			   "         pg_catalog.int4smaller(" IM_PUSH_PREVIEW_LEVEL_SQL("t.preview") ","
 			   "           " IM_PUSH_PREVIEW_LEVEL_SQL("COALESCE(so.preview, sa.preview, 'full')") ") AS level,"
 			   "         CASE WHEN j.queued_at" LT "(pg_catalog.now()" MINUS "pg_catalog.make_interval(secs => $4))"
 			   "              THEN 'expired'"
 			   "              WHEN t.disabled_at IS NOT NULL OR e.message_id IS NULL OR e.recalled"
-			   "                OR d.acked_sync_seq" GE "j.sync_seq OR d.state" EQ "'REVOKED'"
+			   "                OR d.acked_sync_seq" GE "COALESCE(l.sync_seq, j.sync_seq) OR d.state" EQ "'REVOKED'"
 			   "                OR " IM_PUSH_MUTED_SQL("so", "sa") " OR " IM_PUSH_ONLINE_SQL("d")
 			   "              THEN 'suppressed' ELSE 'claimed' END AS next"
 			   "  FROM pick JOIN im.push_job j ON j.job_id" EQ "pick.job_id"
 			   "  JOIN im.push_target t ON t.push_target_id" EQ "j.push_target_id"
 			   "  JOIN im.device d ON d.user_id" EQ "t.user_id AND d.device_id" EQ "t.device_id"
-			   "  LEFT JOIN im.event e ON e.message_id" EQ "j.message_id"
+			   "  LEFT JOIN latest l ON l.job_id" EQ "j.job_id"
+			   "  LEFT JOIN im.event e ON e.message_id" EQ "COALESCE(l.message_id, j.message_id)"
 			   "  LEFT JOIN im.notify_setting so ON so.user_id" EQ "j.user_id AND so.conversation_id" EQ "j.conversation_id"
 			   "  LEFT JOIN im.notify_setting sa ON sa.user_id" EQ "j.user_id AND sa.conversation_id" EQ "0),"
 			   " upd AS ("
 			   "  UPDATE im.push_job j SET state = info.next,"
+			   /* the job records what was sent */
+			   "    message_id = COALESCE(info.message_id, j.message_id), msg_seq = COALESCE(info.msg_seq, j.msg_seq),"
+			   "    sync_seq = info.sync_seq, coalesced = info.coalesced,"
 			   "    relay_id = CASE WHEN info.next" EQ "'claimed' THEN $1 ELSE j.relay_id END,"
 			   "    lease_until = CASE WHEN info.next" EQ "'claimed' THEN pg_catalog.now()" PLUS "$3 END,"
 			   "    attempts = j.attempts" PLUS "CASE WHEN info.next" EQ "'claimed' THEN 1 ELSE 0 END,"

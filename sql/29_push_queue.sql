@@ -27,7 +27,9 @@ CREATE FUNCTION pg_temp.claim(relay text, n int DEFAULT 100)
 RETURNS TABLE(device text, provider text, ids boolean, notification jsonb)
 LANGUAGE sql AS $f$
   SELECT j.device_id, c.provider,
-         c.notification->'notification'->>'event_id' = j.message_id::text
+         c.notification->'notification'->>'event_id' = (SELECT e.message_id::text FROM im.event e
+           WHERE e.conversation_id = j.conversation_id
+             AND e.msg_seq = (c.notification #>> '{notification,devices,0,data,default_payload,msg_seq}')::bigint)
          AND c.notification->'notification'->>'room_id' = j.conversation_id::text,
          c.notification #- '{notification,event_id}' #- '{notification,room_id}'
   FROM im.claim_push_jobs(relay, n) c JOIN im.push_job j USING (job_id) ORDER BY c.job_id $f$;
@@ -40,7 +42,8 @@ RETURNS SETOF text LANGUAGE sql AS $f$
 SELECT pg_temp.send(2901, 'q-1');
 SELECT im.run_fanout() > 0 AS fanned_out;
 SELECT * FROM jobs;
--- a second message before the claim coalesces into the same jobs (latest message)
+-- a second message before the claim coalesces into the same jobs (nothing written: the claim
+-- sends the latest message, and records it in the job)
 SELECT pg_temp.send(2901, 'q-2', '{"text": "second"}');
 SELECT im.run_fanout() > 0 AS fanned_out;
 SELECT * FROM jobs;
