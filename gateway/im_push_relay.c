@@ -379,18 +379,19 @@ start_job(const char *job_id_s, const char *target_s, const char *sealed, const 
 	inflight++;
 }
 
-/* Claim as many jobs as there are free request slots. */
-static void
+/* Claim as many jobs as there are free request slots; true if it got all it asked for. */
+static int
 claim(void)
 {
 	char		n[16];
 	char		lease[32];
 	const char *params[3] = {cfg.relay_id, n, lease};
 	int			want = cfg.concurrency - inflight;
+	int			got;
 	PGresult   *res;
 
 	if (want <= 0 || stopping || !db_ok())
-		return;
+		return 0;
 	if (want > cfg.batch)
 		want = cfg.batch;
 	snprintf(n, sizeof(n), "%d", want);
@@ -405,18 +406,22 @@ claim(void)
 		PQclear(res);
 		if (PQstatus(conn) != CONNECTION_OK)
 			drop_connection("connection lost while claiming");
-		return;
+		return 0;
 	}
-	for (int i = 0; i < PQntuples(res); i++)
+	got = PQntuples(res);
+	for (int i = 0; i < got; i++)
 		start_job(PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3));
 	PQclear(res);
+	return got == want;
 }
 
-static void
+/* Report every finished request; returns how many finished. */
+static int
 finish_requests(void)
 {
 	CURLMsg    *m;
 	int			left;
+	int			finished = 0;
 
 	while ((m = curl_multi_info_read(multi, &left)) != NULL)
 	{
@@ -439,7 +444,9 @@ finish_requests(void)
 			  (now_mono() - r->started) * 1000, o.why ? o.why : "");
 		report(r->job_id, o.result, o.http_status, o.retry_after_ms, 1);
 		push_request_free(r);
+		finished++;
 	}
+	return finished;
 }
 
 /* true if a NOTIFY im_sync_push arrived (or the connection needs looking at) */
@@ -472,6 +479,7 @@ main(int argc, char **argv)
 	double		backoff = 1;
 	double		next_poll = 0;
 	int			wake = 1;
+	int			backlog = 0;
 
 	parse_args(argc, argv);
 	if (pipe(sigpipe) != 0 || fcntl(sigpipe[0], F_SETFL, O_NONBLOCK) != 0 ||
@@ -520,12 +528,12 @@ main(int argc, char **argv)
 		{
 			wake = 0;
 			next_poll = t + cfg.poll_s;
-			claim();
+			/* a claim that got every job it asked for may have left more */
+			backlog = claim();
 		}
 		curl_multi_perform(multi, &running);
-		finish_requests();
-		/* slots freed: more may be waiting (a full claim means there are) */
-		if (conn && inflight < cfg.concurrency && !stopping && running < inflight)
+		/* freed slots go to waiting jobs at once */
+		if (finish_requests() > 0 && backlog)
 			wake = 1;
 
 		if (conn)

@@ -67,6 +67,7 @@ fanout_all() {   # statements of 100 items each until nothing is pending; prints
   n=$(q "SELECT count(*) FROM im.outbox WHERE state = 'pending'")
   e0=$(q "SELECT count(*) FROM im.inbox"); t0=$(date +%s.%N)
   for _ in $(seq 1 $(( n / 100 + 2 ))); do echo "SELECT im.run_fanout(100);"; done | im_psql -d im_test -At -f - >/dev/null
+  [ "$(q "SELECT count(*) FROM im.outbox WHERE state = 'pending'")" = 0 ] || { echo "fanout left items pending" >&2; exit 1; }
   t1=$(date +%s.%N); e1=$(q "SELECT count(*) FROM im.inbox")
   awk -v a="$e0" -v b="$e1" -v t0="$t0" -v t1="$t1" 'BEGIN { printf "%.0f", (b - a) / (t1 - t0) }'
 }
@@ -105,13 +106,13 @@ q "SELECT count(*) FROM generate_series(1, $JOBS) i, LATERAL (SELECT im.register
      im.register_push_target(200000 + i, 'phone', 'fcm', 'bench', 'ok-r-' || i)) x" >/dev/null
 q "SELECT count(*) FROM generate_series(1, $JOBS) i, LATERAL im.send_message(300000 + i,
      im.direct_conversation(300000 + i, 200000 + i), 'br-' || i, '{\"text\": \"bench\"}')" >/dev/null
-for _ in $(seq 1 $(( JOBS / 100 + 2 ))); do echo "SELECT im.run_fanout(100);"; done | im_psql -d im_test -At -f - >/dev/null
+while [ "$(q "SELECT count(*) FROM im.outbox WHERE state = 'pending'")" != 0 ]; do q "SELECT im.run_fanout(1000)" >/dev/null; done
 queued=$(q "SELECT count(*) FROM im.push_job WHERE state = 'pending'")
 t0=$(date +%s.%N)
 ./gateway/im_push_relay --db "host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_test" --key test/push/relay_key.pem \
     --url "$url" --concurrency 32 --batch 100 --relay-id bench >"$IM_TMP/relay.log" 2>&1 &
 relay=$!; pids+=($relay)
-q "DO \$\$ BEGIN FOR i IN 1..6000 LOOP
+q "DO \$\$ BEGIN FOR i IN 1..30000 LOOP
      EXIT WHEN NOT EXISTS (SELECT 1 FROM im.push_job WHERE state IN ('pending', 'claimed', 'retry'));
      PERFORM pg_sleep(0.01); END LOOP; END \$\$" >/dev/null
 t1=$(date +%s.%N)
