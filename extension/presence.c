@@ -50,16 +50,6 @@ arg_ttl(FunctionCallInfo fcinfo, int argno)
 	return ttl;
 }
 
-static void
-require_catalog(void)
-{
-	if (!im_push_catalog())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("offline push needs the im_sync 1.4 catalog"),
-				 errhint("Run ALTER EXTENSION im_sync UPDATE.")));
-}
-
 PG_FUNCTION_INFO_V1(im_set_presence);
 Datum
 im_set_presence(PG_FUNCTION_ARGS)
@@ -82,7 +72,7 @@ im_set_presence(PG_FUNCTION_ARGS)
 	epoch = PG_GETARG_INT64(2);
 	online = PG_GETARG_BOOL(3);
 	ttl = arg_ttl(fcinfo, 4);
-	require_catalog();
+	im_push_require_catalog();
 
 	im_spi_connect();
 	args[0] = Int64GetDatum(user_id);
@@ -170,7 +160,7 @@ im_refresh_presence(PG_FUNCTION_ARGS)
 	}
 	ttl = arg_ttl(fcinfo, 3);
 	args[3] = IntervalPGetDatum(ttl);
-	require_catalog();
+	im_push_require_catalog();
 	if (n[0] == 0)
 		PG_RETURN_INT32(0);
 

@@ -11,6 +11,8 @@
 
 /* true when this database's catalog has the push tables (1.4 or later) */
 extern bool im_push_catalog(void);
+/* 55000 unless it is (for the push API functions) */
+extern void im_push_require_catalog(void);
 
 /*
  * Fanout hook (fanout.c, fanout_shared_log.c): queue push jobs for the

@@ -108,11 +108,16 @@ im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 		Async_Notify("im_sync_push", "");	/* one per transaction: identical ones fold */
 }
 
-/* Finished jobs older than im_sync.push_max_age go (bounded per call). */
+/*
+ * Finished jobs older than im_sync.push_max_age go, and pace rows older
+ * than im_sync.push_min_interval (they no longer hold anything back), a
+ * bounded number per call: the tables stay bounded without maintenance.
+ */
 static void
 collect_finished(void)
 {
 	static SPIPlanPtr plan;
+	static SPIPlanPtr pace_plan;
 	Datum		args[2];
 
 	im_prepare(&plan,
@@ -124,6 +129,14 @@ collect_finished(void)
 	args[0] = Float8GetDatum((double) im_push_max_age_s);
 	args[1] = Int32GetDatum(IM_PUSH_COLLECT_BATCH);
 	im_exec(plan, args, NULL, 0);
+	im_prepare(&pace_plan,
+			   "DELETE FROM im.push_pace WHERE ctid" EQ "ANY (ARRAY("
+			   "  SELECT ctid FROM im.push_pace"
+			   "  WHERE last_claimed_at" LT "(pg_catalog.now()" MINUS "pg_catalog.make_interval(secs => $1))"
+			   "  LIMIT $2 FOR UPDATE SKIP LOCKED))",
+			   2, FLOAT8OID, INT4OID);
+	args[0] = Float8GetDatum(im_push_min_interval_ms / 1000.0);
+	im_exec(pace_plan, args, NULL, 0);
 }
 
 /* Result columns of the claim statement. */
@@ -159,11 +172,7 @@ im_claim_push_jobs(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lease must be 1 second to 1 hour")));
-	if (!im_push_catalog())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("offline push needs the im_sync 1.4 catalog"),
-				 errhint("Run ALTER EXTENSION im_sync UPDATE.")));
+	im_push_require_catalog();
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
@@ -418,11 +427,7 @@ im_complete_push_job(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("provider_ref must be at most 256 bytes")));
-	if (!im_push_catalog())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("offline push needs the im_sync 1.4 catalog"),
-				 errhint("Run ALTER EXTENSION im_sync UPDATE.")));
+	im_push_require_catalog();
 	answer[0] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	answer_nulls[0] = PG_ARGISNULL(3) ? 'n' : ' ';
 	answer[1] = PG_ARGISNULL(5) ? (Datum) 0 : PG_GETARG_DATUM(5);

@@ -42,11 +42,7 @@ im_set_notify(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("clear drops a conversation's override and needs a conversation_id")));
-	if (!im_push_catalog())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("offline push needs the im_sync 1.4 catalog"),
-				 errhint("Run ALTER EXTENSION im_sync UPDATE.")));
+	im_push_require_catalog();
 
 	im_spi_connect();
 	if (conversation_id != 0)

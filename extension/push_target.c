@@ -48,8 +48,8 @@ im_push_catalog(void)
 }
 
 /* On an older catalog the push functions do not exist; a stale definition gets 55000. */
-static void
-require_push_catalog(void)
+void
+im_push_require_catalog(void)
 {
 	if (!im_push_catalog())
 		ereport(ERROR,
@@ -155,7 +155,7 @@ IM_SENSITIVE_FUNCTION(im_register_push_target)
 	int64		target_id;
 	uint64		moved;
 
-	require_push_catalog();
+	im_push_require_catalog();
 	sealed = im_push_seal_token(VARDATA_ANY(token), VARSIZE_ANY_EXHDR(token));
 
 	im_spi_connect();
@@ -232,7 +232,7 @@ im_remove_push_target(PG_FUNCTION_ARGS)
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	bool		removed;
 
-	require_push_catalog();
+	im_push_require_catalog();
 	im_spi_connect();
 	removed = remove_target(user_id, device_id);
 	if (removed)

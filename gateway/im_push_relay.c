@@ -91,7 +91,7 @@ logf_(const char *level, const char *fmt,...)
 
 	gmtime_r(&t, &tm);
 	strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	fprintf(stderr, "%s level=%s relay=%s ", ts, level, cfg.relay_id);
+	fprintf(stderr, "ts=%s level=%s relay=%s ", ts, level, cfg.relay_id);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
