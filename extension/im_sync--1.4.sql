@@ -834,6 +834,7 @@ CREATE TABLE im.push_job (
     queued_at       timestamptz NOT NULL DEFAULT now(),
     not_before      timestamptz NOT NULL,
     relay_id        text,
+    claimed_at      timestamptz,       -- the last hand-out: a rejection counts only against the token sent then
     lease_until     timestamptz,
     last_result     text CHECK (last_result IN ('delivered', 'rejected', 'rate_limited', 'transient', 'permanent')),
     http_status     int,

@@ -225,6 +225,7 @@ im_claim_push_jobs(PG_FUNCTION_ARGS)
 			   "    sync_seq = info.sync_seq, coalesced = info.coalesced,"
 			   "    relay_id = CASE WHEN info.next" EQ "'claimed' THEN $1 ELSE j.relay_id END,"
 			   "    lease_until = CASE WHEN info.next" EQ "'claimed' THEN pg_catalog.now()" PLUS "$3 END,"
+			   "    claimed_at = CASE WHEN info.next" EQ "'claimed' THEN pg_catalog.now() ELSE j.claimed_at END,"
 			   "    attempts = j.attempts" PLUS "CASE WHEN info.next" EQ "'claimed' THEN 1 ELSE 0 END,"
 			   "    finished_at = CASE WHEN info.next" NE "'claimed' THEN pg_catalog.now() END"
 			   "  FROM info WHERE j.job_id" EQ "info.job_id RETURNING 1),"
@@ -465,13 +466,21 @@ im_complete_push_job(PG_FUNCTION_ARGS)
 	}
 	else if (strcmp(result, "rejected") == 0)
 	{
-		/* three in a row: a gateway rejecting every key is misconfigured, one rejection is a dead token */
+		/*
+		 * Three in a row disable the target (a gateway rejecting every key is
+		 * misconfigured; one rejection is a dead token).  Only against the
+		 * token that was sent: a target registered again since the claim
+		 * holds a new token, which this answer says nothing about.
+		 */
 		im_prepare(&reject_plan,
-				   "UPDATE im.push_target SET rejections = rejections" PLUS "1,"
-				   "  disabled_at = CASE WHEN rejections" PLUS "1" GE "3 AND disabled_at IS NULL"
-				   "                THEN pg_catalog.now() ELSE disabled_at END "
-				   "WHERE push_target_id" EQ "$1 RETURNING rejections" GE "3",
-				   1, INT8OID);
+				   "UPDATE im.push_target t SET rejections = t.rejections" PLUS "1,"
+				   "  disabled_at = CASE WHEN t.rejections" PLUS "1" GE "3 AND t.disabled_at IS NULL"
+				   "                THEN pg_catalog.now() ELSE t.disabled_at END "
+				   "FROM im.push_job j WHERE t.push_target_id" EQ "$1 AND j.job_id" EQ "$2"
+				   " AND t.registered_at" LE "j.claimed_at "
+				   "RETURNING t.rejections" GE "3",
+				   2, INT8OID, INT8OID);
+		args[1] = Int64GetDatum(job_id);
 		if (im_exec(reject_plan, args, NULL, 0) == 1 && im_get_bool(0, 1, NULL))
 		{
 			state = "target_disabled";

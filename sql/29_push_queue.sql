@@ -179,6 +179,16 @@ SELECT * FROM pg_temp.outcome('rejected', 200);
 -- a disabled target gets no more jobs; a new registration enables it again
 SELECT pg_temp.queued('r-x') AS jobs_for_disabled_target;
 SELECT im.register_push_target(2902, 'phone', 'fcm', 'app', 'tok-2902-phone') > 0 AS t;
+-- a rejection of the token sent before the target was registered again
+-- does not count against the new token
+DELETE FROM im.push_job WHERE user_id = 2902;
+SELECT pg_temp.send(2901, 'r-y') > 0 AS sent;
+SELECT im.run_fanout() > 0 AS fanned_out;
+SELECT job_id AS rj FROM im.claim_push_jobs('relay-r') \gset
+UPDATE im.push_job SET claimed_at = claimed_at - interval '1 minute' WHERE job_id = :rj;
+SELECT im.register_push_target(2902, 'phone', 'fcm', 'app', 'tok-2902-phone-new') > 0 AS registered_again;
+SELECT im.complete_push_job(:rj, 'relay-r', 'rejected', 200) AS state;
+SELECT rejections, disabled_at IS NULL AS enabled FROM im.push_target WHERE user_id = 2902 AND device_id = 'phone';
 -- retries back off 10 s doubling per attempt, capped at 1 h
 DELETE FROM im.push_job WHERE user_id = 2902;
 SELECT pg_temp.send(2901, 'b-1') > 0 AS sent;
