@@ -39,7 +39,8 @@ INSERT INTO user_arg VALUES
  ('conversation_list',   'user_id',   $$SELECT * FROM im.conversation_list(%1$s)$$),
  ('delete_for_me',       'user_id',   $$SELECT im.delete_for_me(%1$s, :c, 1)$$),
  ('react',               'user_id',   $$SELECT * FROM im.react(%1$s, :c, :m, 'x', true, 'uid-r')$$),
- ('pin_message',         'user_id',   $$SELECT * FROM im.pin_message(%1$s, :c, :m, true, 'uid-p')$$);
+ ('pin_message',         'user_id',   $$SELECT * FROM im.pin_message(%1$s, :c, :m, true, 'uid-p')$$),
+ ('message_facts',       'sender_id', $$SELECT * FROM im.message_facts(%1$s, :m)$$);
 UPDATE user_arg SET q = replace(replace(q, ':c', :'c'), ':m', :'m');
 
 -- every im function with an argument that names a user is listed above
