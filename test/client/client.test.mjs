@@ -261,3 +261,26 @@ test('close codes: a revoked device stops, a superseded one stops, a bad token a
   await assert.rejects(bad.start(), (e) => e.code === 'NEEDS_TOKEN');
   assert.equal(bad.state, 'needs_token');
 });
+
+test('the command-line client: send, list, messages, read, follow', async () => {
+  const { execFileSync } = await import('node:child_process');
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const cli = fileURLToPath(new URL('../../gateway/web/im_sync_cli.mjs', import.meta.url));
+  const tokA = token(A, 'cli'); const tokB = token(B, 'cli');
+  const run = (tok, ...args) => execFileSync(process.execPath, [cli, '--url', gw.url, '--token', tok, '--store', dir(`cli-${tok.slice(-6)}`), ...args],
+                                             { encoding: 'utf8', timeout: 30000 });
+  // B follows while A sends
+  const follow = spawn(process.execPath, [cli, '--url', gw.url, '--token', tokB, 'follow', String(conv)], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let followed = '';
+  follow.stdout.on('data', (d) => { followed += d.toString(); });
+  assert.match(run(tokA, 'send', String(conv), 'hello', 'from', 'the', 'terminal'), /^sent message \d+ at 2\n$/);
+  await waitFor('follow printed the message', () => followed.includes(': hello from the terminal') || followed);
+  follow.kill('SIGINT');
+  await waitFor('B\'s message delivered', () => {
+    const out = run(tokB, 'list');
+    return out.includes(`${conv}\tgroup\tfanout\tunread 1\tlast 2`) || out;
+  });
+  assert.match(run(tokB, 'messages', String(conv)), new RegExp(`^${conv}#2 ${A}: hello from the terminal\\n$`));
+  assert.match(run(tokB, 'read', String(conv)), /^read to 2, unread 0\n$/);
+});
