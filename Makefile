@@ -53,6 +53,7 @@ else
 # Installs missing Debian packages (sudo only when not root).
 deps:
 	@bash test/install_deps.sh
+	@bash test/install_node_deps.sh
 build-and-install: deps
 	$(MAKE) all
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) install; else sudo $(MAKE) install; fi

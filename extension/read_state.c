@@ -257,6 +257,51 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(true);
 }
 
+/*
+ * The users who see message $1 and whether its outbox item reached them
+ * (CTEs e, u, s), shared by message_status and message_facts so both
+ * report the same facts.
+ */
+#define MESSAGE_SCOPE_SQL \
+	"WITH e AS (" \
+	"  SELECT e.*, COALESCE(t.msg_seq, e.msg_seq) AS cover_seq " \
+	"  FROM im.event e LEFT JOIN im.event t " \
+	"    ON t.message_id" EQ "e.target_message_id " \
+	"  WHERE e.message_id" EQ "$1), " \
+	"u AS (" \
+	"  SELECT DISTINCT p.user_id FROM e JOIN im.membership_period p " \
+	"    ON p.conversation_id" EQ "e.conversation_id " \
+	"  WHERE (" IM_PERIOD_COVERS_SQL("p", "e.cover_seq") \
+	"         OR p.leave_event_id" EQ "e.message_id) " \
+	/* issue 11: a reaction needs the period to cover its own position too */ \
+	"    AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
+	"    AND " IM_NOT_DELETED_FOR_ME_SQL("p.user_id") "), " \
+	"s AS (" \
+	"  SELECT u.user_id, " \
+	"    (NOT EXISTS (SELECT 1 FROM im.outbox o " \
+	"                 WHERE o.source_event_id" EQ "$1 " \
+	"                   AND o.state" NE "'done') " \
+	"     AND NOT EXISTS (SELECT 1 FROM im.outbox o JOIN im.fanout_quarantine q " \
+	"                   ON q.outbox_id" EQ "o.outbox_id " \
+	"                 WHERE o.source_event_id" EQ "$1 " \
+	"                   AND q.user_id" EQ "u.user_id)) AS in_scope " \
+	"  FROM u) "
+
+/* device d's ACK covers the event (rows e, s, d, h; see message_status) */
+#define DEVICE_SYNCED_SQL \
+	"CASE WHEN e.kind IN ('message', 'reaction', 'pin') "	/* issue 11 */ \
+	"          AND e.mode" EQ "'shared_log' THEN NULL " \
+	"     WHEN NOT s.in_scope THEN false " \
+	"     ELSE COALESCE(" \
+	"       (SELECT pg_catalog.min(i.sync_seq)" LE "d.acked_sync_seq " \
+	"        FROM im.inbox i WHERE i.user_id" EQ "s.user_id " \
+	"          AND i.source_event_id" EQ "$1), " \
+	"       COALESCE(h.gc_floor, 0)" GT "0 " \
+	"       AND d.acked_sync_seq" GE "h.gc_floor) END"
+
+/* the user's read cursor covers the position (rows e, uc) */
+#define USER_READ_SQL "COALESCE(uc.read_msg_seq" GE "e.msg_seq, false)"
+
 PG_FUNCTION_INFO_V1(im_message_status);
 /*
  * message_status(message_id): the four facts of §0.1, apart, one row per
@@ -300,40 +345,10 @@ im_message_status(PG_FUNCTION_ARGS)
 				 errmsg("message " INT64_FORMAT " does not exist", message_id)));
 
 	im_prepare(&status_plan,
-			   "WITH e AS ("
-			   "  SELECT e.*, COALESCE(t.msg_seq, e.msg_seq) AS cover_seq "
-			   "  FROM im.event e LEFT JOIN im.event t "
-			   "    ON t.message_id" EQ "e.target_message_id "
-			   "  WHERE e.message_id" EQ "$1), "
-			   "u AS ("
-			   "  SELECT DISTINCT p.user_id FROM e JOIN im.membership_period p "
-			   "    ON p.conversation_id" EQ "e.conversation_id "
-			   "  WHERE (" IM_PERIOD_COVERS_SQL("p", "e.cover_seq")
-			   "         OR p.leave_event_id" EQ "e.message_id) "
-			   /* issue 11: a reaction needs the period to cover its own position too */
-			   "    AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") "
-			   "    AND " IM_NOT_DELETED_FOR_ME_SQL("p.user_id") "), "
-			   "s AS ("
-			   "  SELECT u.user_id, "
-			   "    (NOT EXISTS (SELECT 1 FROM im.outbox o "
-			   "                 WHERE o.source_event_id" EQ "$1 "
-			   "                   AND o.state" NE "'done') "
-			   "     AND NOT EXISTS (SELECT 1 FROM im.outbox o JOIN im.fanout_quarantine q "
-			   "                   ON q.outbox_id" EQ "o.outbox_id "
-			   "                 WHERE o.source_event_id" EQ "$1 "
-			   "                   AND q.user_id" EQ "u.user_id)) AS in_scope "
-			   "  FROM u) "
+			   MESSAGE_SCOPE_SQL
 			   "SELECT s.user_id, d.device_id, true, s.in_scope, "
-			   "  CASE WHEN e.kind IN ('message', 'reaction', 'pin') "	/* issue 11 */
-			   "            AND e.mode" EQ "'shared_log' THEN NULL "
-			   "       WHEN NOT s.in_scope THEN false "
-			   "       ELSE COALESCE("
-			   "         (SELECT pg_catalog.min(i.sync_seq)" LE "d.acked_sync_seq "
-			   "          FROM im.inbox i WHERE i.user_id" EQ "s.user_id "
-			   "            AND i.source_event_id" EQ "$1), "
-			   "         COALESCE(h.gc_floor, 0)" GT "0 "
-			   "         AND d.acked_sync_seq" GE "h.gc_floor) END, "
-			   "  COALESCE(uc.read_msg_seq" GE "e.msg_seq, false) "
+			   DEVICE_SYNCED_SQL ", "
+			   USER_READ_SQL " "
 			   "FROM s CROSS JOIN e "
 			   "JOIN im.device d ON d.user_id" EQ "s.user_id "
 			   "               AND d.state" NE "'REVOKED' "
@@ -344,6 +359,69 @@ im_message_status(PG_FUNCTION_ARGS)
 			   1, INT8OID);
 	im_exec(status_plan, args, NULL, 0);
 	im_srf_rows_from_spi(fcinfo, 6);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(im_message_facts);
+/*
+ * message_facts(sender_id, message_id) (contract §16): the four facts of
+ * message_status for the sender of the position, one row per recipient
+ * user (every user who sees it except the sender), never a device id:
+ * any_device_synced is true when at least one non-revoked device of the
+ * user has ACKed it (NULL in shared_log mode, false without devices).
+ * Anyone but the sender gets 42501, so a client cannot learn who read
+ * another person's message.
+ */
+Datum
+im_message_facts(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr sender_plan;
+	static SPIPlanPtr facts_plan;
+	int64		sender_id = im_arg_user_id(fcinfo, 0, "sender_id");
+	int64		message_id = im_arg_id(fcinfo, 1, "message_id");
+	Datum		args[2];
+	bool		isnull;
+	int64		actual_sender;
+
+	im_srf_begin(fcinfo);
+	im_spi_connect();
+
+	im_prepare(&sender_plan,
+			   "SELECT sender_id FROM im.event WHERE message_id" EQ "$1",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(message_id);
+	if (im_exec(sender_plan, args, NULL, 1) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("message " INT64_FORMAT " does not exist", message_id)));
+	actual_sender = im_get_int64(0, 1, &isnull);
+	if (isnull || actual_sender != sender_id)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("user " INT64_FORMAT " did not send message " INT64_FORMAT,
+						sender_id, message_id),
+				 errhint("Only the sender of a message may see its facts.")));
+
+	im_prepare(&facts_plan,
+			   MESSAGE_SCOPE_SQL
+			   "SELECT s.user_id, true, s.in_scope, "
+			   "  (SELECT CASE WHEN e.kind IN ('message', 'reaction', 'pin') "
+			   "                    AND e.mode" EQ "'shared_log' THEN NULL "
+			   "          ELSE COALESCE(pg_catalog.bool_or(" DEVICE_SYNCED_SQL "), false) END "
+			   "   FROM im.device d WHERE d.user_id" EQ "s.user_id "
+			   "                      AND d.state" NE "'REVOKED'), "
+			   USER_READ_SQL " "
+			   "FROM s CROSS JOIN e "
+			   "LEFT JOIN im.user_head h ON h.user_id" EQ "s.user_id "
+			   "LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "s.user_id "
+			   "      AND uc.conversation_id" EQ "e.conversation_id "
+			   "WHERE s.user_id" NE "$2 "
+			   "ORDER BY s.user_id",
+			   2, INT8OID, INT8OID);
+	args[1] = Int64GetDatum(sender_id);
+	im_exec(facts_plan, args, NULL, 0);
+	im_srf_rows_from_spi(fcinfo, 5);
 	SPI_finish();
 	return (Datum) 0;
 }

@@ -71,7 +71,9 @@ usage(void)
 			"  --max-queue BYTES         replies queued per session; a reply over it is\n"
 			"                            answered UNAVAILABLE (16777216)\n"
 			"  --log-key FILE            key of the user/device hashes in the log\n"
-			"                            (default: random per process)\n");
+			"                            (default: random per process)\n"
+			"  --web-root DIR            the web client served at / and /web/\n"
+			"                            (default: web/ beside the binary)\n");
 }
 
 static int
@@ -146,6 +148,8 @@ set_option(const char *a, const char *v)
 		im_cfg.max_queue = (size_t) strtoull(v, NULL, 10);
 	else if (!strcmp(a, "--log-key"))
 		im_cfg.log_key = v;
+	else if (!strcmp(a, "--web-root"))
+		im_cfg.web_root = v;
 	else
 	{
 		usage();

@@ -34,6 +34,7 @@ const im_op_info im_ops[IM_OP_COUNT] = {
 	[IM_OP_SNAPSHOT_ACK] = {"snapshot_ack", "snapshot_ack_result", IM_REPLY_ROW},
 	[IM_OP_REACT] = {"react", "react_result", IM_REPLY_ROW},
 	[IM_OP_PIN] = {"pin", "pin_result", IM_REPLY_ROW},
+	[IM_OP_MESSAGE_STATUS] = {"message_status", "message_status_result", IM_REPLY_ROWS},
 };
 
 typedef enum
@@ -156,6 +157,11 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "target_message_id", 1, 0},
 		{F_BOOL, "pinned", 1, 0}, {F_TEXT, "client_msg_id", 1, 0}},
 		"SELECT * FROM im.pin_message($1::bigint, $2::bigint, $3::bigint, $4::boolean, $5::text)", NULL
+	},
+	/* issue 13 (contract §16): the facts for the sender, never device ids */
+	[IM_OP_MESSAGE_STATUS] = {
+		{U, {F_INT, "message_id", 1, 0}},
+		"SELECT * FROM im.message_facts($1::bigint, $2::bigint)", NULL
 	},
 };
 

@@ -36,6 +36,7 @@ typedef enum im_op
 	IM_OP_SNAPSHOT_ACK,
 	IM_OP_REACT,				/* issue 11, contract §14 */
 	IM_OP_PIN,
+	IM_OP_MESSAGE_STATUS,		/* issue 13, contract §16 */
 	IM_OP_COUNT
 } im_op;
 

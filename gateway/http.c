@@ -5,6 +5,7 @@
  * pool) and /metrics (metrics.c).
  */
 #include "http.h"
+#include "web_mount.h"
 #include "admission.h"
 #include "config.h"
 #include "db.h"
@@ -135,6 +136,12 @@ im_on_http(struct lws *wsi, session *s, const char *uri)
 	}
 	else if (uri && strcmp(uri, "/metrics") == 0)
 		im_request_metrics(s);
+	else if (uri && strcmp(uri, "/") == 0)
+	{
+		/* issue 13: the web client lives under the /web/ mount */
+		if (im_web_redirect_root(wsi) != 0)
+			lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
+	}
 	else
 		im_http_answer(s, 404, strdup("not found\n"));
 }

@@ -9,6 +9,7 @@
  * libwebsockets' minimal-ws-server-ring: main apart from the protocol.
  */
 #include "im_gateway.h"
+#include "web_mount.h"
 #include "admission.h"
 #include "auth.h"
 #include "config.h"
@@ -113,7 +114,7 @@ static const lws_retry_bo_t no_validity_timers = {
 static int	g_event_lib;
 
 static struct lws_context *
-create_context(void)
+create_context(const char *argv0)
 {
 	struct lws_context_creation_info info;
 	struct lws_context *ctx;
@@ -135,15 +136,21 @@ create_context(void)
 	}
 	info.options |= LWS_SERVER_OPTION_LIBEV;
 	info.signal_cb = on_lws_signal;
+	/* issue 13: the web client at /web/ (contract §16) */
+	if (im_web_mount_setup(&info, argv0) != 0)
+		return NULL;
 	if ((ctx = lws_create_context(&info)) != NULL)
 	{
 		g_event_lib = 1;
+		im_web_mount_confine(ctx);
 		return ctx;
 	}
 	/* no libev plugin (or the listen failed: then poll fails the same way) */
 	im_log("warn", "event=context_failed event_loop=libev retry=poll");
 	info.options &= ~(uint64_t) LWS_SERVER_OPTION_LIBEV;
-	return lws_create_context(&info);
+	if ((ctx = lws_create_context(&info)) != NULL)
+		im_web_mount_confine(ctx);
+	return ctx;
 }
 
 /*
@@ -216,7 +223,7 @@ main(int argc, char **argv)
 		}
 	}
 
-	g_ctx = create_context();
+	g_ctx = create_context(argv[0]);
 	if (!g_ctx)
 	{
 		im_log("error", "event=listen_failed listen=%s:%d", im_cfg.host, im_cfg.port);

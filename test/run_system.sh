@@ -93,6 +93,25 @@ Other tokens: alice desktop $t1d
 Ctrl-C stops the gateway and the cluster.
 EOF
 
+# ---- issue 13: the web page and the command-line client
+# A group of both users too, so the page shows a list; URLs carry each
+# device's token in the fragment (never sent to the server by the browser).
+group=$(im_psql -d "$DB" -At -c "SELECT im.create_conversation('group', ARRAY[1, 2]::bigint[], 1)")
+web="http://127.0.0.1:$port/web/"
+frag() { printf '#token=%s' "$(printf '%s' "$1" | sed 's/+/%2B/g; s/\//%2F/g; s/=/%3D/g')"; }
+cat <<EOF
+
+Web page (one browser profile or private window per device; group $group too):
+  alice phone   : $web$(frag "$t1p")
+  alice desktop : $web$(frag "$t1d")
+  bob phone     : $web$(frag "$t2p")
+  bob desktop   : $web$(frag "$t2d")
+Command line (Node >= 20, after make deps):
+  node gateway/web/im_sync_cli.mjs --url ws://127.0.0.1:$port/ --token "$t2p" follow
+  node gateway/web/im_sync_cli.mjs --url ws://127.0.0.1:$port/ --token "$t1d" send $conv "hello bob"
+EOF
+# ---- end issue 13
+
 if [ -n "${IM_RUN_EXIT_AFTER_SETUP:-}" ]; then
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")
   echo "healthz: $code"
@@ -106,6 +125,9 @@ if [ -n "${IM_RUN_EXIT_AFTER_SETUP:-}" ]; then
   curl -s "http://127.0.0.1:$stub_port/_stub/requests" | grep -q demo-token-bob-phone \
     || { echo "push: the stub push gateway received nothing"; cat "$IM_TMP/push-relay.log"; exit 1; }
   echo "push: the stub push gateway received bob's push"
+  page=$(curl -s -o /dev/null -w '%{http_code}' "$web")   # issue 13
+  echo "web page: $page"
+  [ "$page" = 200 ] || exit 1
   exit 0
 fi
 wait "$gw_pid"

@@ -18,7 +18,8 @@ GRANT EXECUTE ON FUNCTION
   im.clear_dirty(bigint, bigint, bigint, bigint), im.delete_for_me(bigint, bigint, bigint),
   im.begin_snapshot(bigint, text), im.fetch_snapshot(bigint, text, text, int),
   im.ack_snapshot(bigint, text, text, text), im.metrics(),
-  im.react(bigint, bigint, bigint, text, boolean, text), im.pin_message(bigint, bigint, bigint, boolean, text)
+  im.react(bigint, bigint, bigint, text, boolean, text), im.pin_message(bigint, bigint, bigint, boolean, text),
+  im.message_facts(bigint, bigint)
 TO im_gateway_e2e;
 -- issue 12: presence (contract §13)
 GRANT EXECUTE ON FUNCTION

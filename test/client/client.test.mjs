@@ -1,0 +1,286 @@
+// The reference client against a real gateway and database (issue 13):
+// convergence to fetch_messages under random operations, restarts with file
+// storage, rollback (RECOVERY), wiped storage (snapshot), a shared_log
+// switch, lost hints, a killed gateway, the outbox exactly once, kill -9
+// between apply and ACK, the close codes, and message_status.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { sql, newUser, token, serverView, clientView, converge, waitFor, Gateway, client, prng,
+         FileStorage, MemoryStorage, TMP } from './harness.mjs';
+
+const gw = new Gateway();
+const started = [];
+function track(c) { started.push(c); return c; }
+
+before(async () => { await gw.start(); });
+after(async () => {
+  for (const c of started) { try { await c.stop(); } catch { /* already stopped */ } }
+  await gw.stop();
+});
+
+const dir = (name) => path.join(TMP, `store-${name}-${process.pid}`);
+const group = (members) => Number(sql(`SELECT im.create_conversation('group', ARRAY[${members}]::bigint[], ${members[0]})`));
+const serverSend = (u, c, text) => sql(`SELECT message_id FROM im.send_message(${u}, ${c}, 'srv-' || md5(random()::text), '{"text": "${text}"}')`);
+const count = (c, clientMsgId) => Number(sql(`SELECT count(*) FROM im.event WHERE conversation_id = ${c} AND client_msg_id = '${clientMsgId}'`));
+
+test('two devices of one user and one of another converge to fetch_messages under random operations', async () => {
+  const seed = Number(process.env.IM_CLIENT_SEED || Date.now() % 100000);
+  const rnd = prng(seed);
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const direct = Number(sql(`SELECT im.direct_conversation(${A}, ${B})`));
+  const tokA1 = token(A, 'a1'); const tokA2 = token(A, 'a2'); const tokB1 = token(B, 'b1');
+  let a1 = track(client(gw, tokA1, new FileStorage(dir('a1'))));
+  const a2 = track(client(gw, tokA2, new MemoryStorage()));
+  const b1 = track(client(gw, tokB1, new MemoryStorage()));
+  await Promise.all([a1.start(), a2.start(), b1.start()]);
+  const devices = () => [[a1, A], [a2, A], [b1, B]];
+  const inFlight = [];
+  const refused = [];
+  const settle = (p) => inFlight.push(p.catch((e) => { if (e.code !== 'CONFLICT' && e.code !== 'STOPPED') throw e; refused.push(e.code); }));
+  let restarts = 0;
+  for (let i = 0; i < 80; i++) {
+    const [c, user] = devices()[Math.floor(rnd() * 3)];
+    const cid = rnd() < 0.8 ? conv : direct;
+    const mine = c.messages(cid).filter((m) => m.kind === 'message' && m.sender_id === user && !m.recalled);
+    const any = c.messages(cid).filter((m) => m.kind === 'message' && !m.recalled);
+    const r = rnd();
+    if (r < 0.4 || !any.length) settle(c.send(cid, { text: `m${i} <b>${seed}</b>` }, rnd() < 0.2 && any.length ? { replyTo: any[0].message_id } : {}));
+    else if (r < 0.5 && mine.length) settle(c.edit(cid, mine[mine.length - 1].message_id, { text: `edited ${i}` }));
+    else if (r < 0.55 && mine.length) settle(c.recall(cid, mine[0].message_id));
+    else if (r < 0.7) settle(c.react(cid, any[Math.floor(rnd() * any.length)].message_id, ['👍', '🎉', 'ok'][i % 3], rnd() < 0.7));
+    else if (r < 0.75) settle(c.pin(cid, any[any.length - 1].message_id, rnd() < 0.7));
+    else if (r < 0.85) { const last = any[any.length - 1]; settle(c.read(cid, last.msg_seq)); }
+    else if (r < 0.93) { c.setOffline(true); setTimeout(() => c.setOffline(false), 50 + rnd() * 300); }
+    if (i % 30 === 29 || (r >= 0.93 && c === a1)) {
+      // the process restarts on its file storage (outbox and view survive)
+      await a1.stop();
+      a1 = track(client(gw, tokA1, new FileStorage(dir('a1'))));
+      await a1.start();
+      restarts++;
+    }
+    if (rnd() < 0.3) await new Promise((res) => setTimeout(res, rnd() * 50));
+  }
+  for (const [c] of devices()) c.setOffline(false);
+  await Promise.all(inFlight);
+  for (const [c, user] of devices()) {
+    await converge(c, user, conv);
+    await converge(c, user, direct);
+    assert.equal(c.outboxItems().length, 0);
+  }
+  console.log(`seed ${seed}: ${inFlight.length} operations, ${refused.filter((x) => x === 'CONFLICT').length} refused as CONFLICT, ${refused.filter((x) => x === 'STOPPED').length} left queued by a restart, ${restarts} restarts`);
+});
+
+test('message_status: the four facts for the sender, FORBIDDEN for anyone else', async () => {
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const a = track(client(gw, token(A, 'a'), new MemoryStorage()));
+  const b = track(client(gw, token(B, 'b'), new MemoryStorage()));
+  await Promise.all([a.start(), b.start()]);
+  const sent = await a.send(conv, { text: 'facts' });
+  await converge(b, B, conv);
+  await waitFor('the message synced on b', async () => {
+    const rows = await a.messageStatus(sent.message_id);
+    return rows.length === 1 && rows[0].user_id === B && rows[0].in_sync_scope && rows[0].any_device_synced && !rows[0].user_read;
+  });
+  await b.read(conv, sent.msg_seq);
+  const rows = await a.messageStatus(sent.message_id);
+  assert.deepEqual(rows, [{ user_id: B, accepted: true, in_sync_scope: true, any_device_synced: true, user_read: true }]);
+  await assert.rejects(b.messageStatus(sent.message_id), (e) => e.code === 'FORBIDDEN');
+});
+
+test('the outbox: queued offline, kept across a restart, each operation exactly once', async () => {
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const tokA = token(A, 'a');
+  let a = track(client(gw, tokA, new FileStorage(dir('outbox'))));
+  await a.start();
+  a.setOffline(true);
+  for (let i = 0; i < 5; i++) a.send(conv, { text: `queued ${i}` }).catch(() => {});
+  await waitFor('five operations in the outbox', () => a.outboxItems().length === 5);
+  const queued = a.outboxItems();
+  await a.stop();
+  // a new process on the same storage sends them once the switch is back on
+  a = track(client(gw, tokA, new FileStorage(dir('outbox'))));
+  await a.start();
+  await waitFor('the outbox drained', () => a.outboxItems().length === 0);
+  for (const q of queued) assert.equal(count(conv, q.client_msg_id), 1);
+  // an item sent but not removed (the answer lost): sent again with the same id
+  const again = await a.send(conv, { text: 'twice' }, { clientMsgId: 'dup-once' });
+  assert.equal(again.created, true);
+  const repeat = await a.send(conv, { text: 'twice' }, { clientMsgId: 'dup-once' });
+  assert.equal(repeat.created, false);
+  assert.equal(repeat.message_id, again.message_id);
+  assert.equal(count(conv, 'dup-once'), 1);
+  await converge(a, A, conv);
+  const texts = a.messages(conv).filter((m) => m.kind === 'message').map((m) => m.body.text);
+  assert.deepEqual(texts, ['queued 0', 'queued 1', 'queued 2', 'queued 3', 'queued 4', 'twice']);
+});
+
+test('storage rolled back to an older copy: RECOVERY replays, nothing lost or doubled', async () => {
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const tokA = token(A, 'a');
+  let a = track(client(gw, tokA, new FileStorage(dir('rollback'))));
+  await a.start();
+  for (let i = 0; i < 3; i++) serverSend(B, conv, `before ${i}`);
+  await converge(a, A, conv);
+  await a.stop();
+  fs.cpSync(dir('rollback'), dir('rollback-old'), { recursive: true });
+  a = track(client(gw, tokA, new FileStorage(dir('rollback'))));
+  await a.start();
+  for (let i = 0; i < 4; i++) serverSend(B, conv, `after ${i}`);
+  await converge(a, A, conv);
+  await a.stop();
+  fs.rmSync(dir('rollback'), { recursive: true });
+  fs.cpSync(dir('rollback-old'), dir('rollback'), { recursive: true });
+  a = track(client(gw, tokA, new FileStorage(dir('rollback'))));
+  await a.start();
+  await converge(a, A, conv);
+  assert.ok(a.stats.recoveries >= 1, `expected a RECOVERY batch, stats ${JSON.stringify(a.stats)}`);
+  assert.equal(a.stats.snapshots, 0);
+  assert.equal(a.messages(conv).filter((m) => m.kind === 'message').length, 7);
+});
+
+test('wiped storage: a snapshot rebuilds the view', async () => {
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const tokA = token(A, 'a');
+  let a = track(client(gw, tokA, new FileStorage(dir('wipe'))));
+  await a.start();
+  const m = serverSend(B, conv, 'one');
+  serverSend(B, conv, 'two');
+  sql(`SELECT * FROM im.edit_message(${B}, ${conv}, 'e-${m}', ${m}, '{"text": "one, edited"}')`);
+  await converge(a, A, conv);
+  const ack = Number(sql(`SELECT acked_sync_seq FROM im.device WHERE user_id = ${A} AND device_id = 'a'`));
+  await a.read(conv, a.conversations().find((c) => c.conversation_id === conv).last_msg_seq);
+  await a.stop();
+  fs.rmSync(dir('wipe'), { recursive: true });
+  a = track(client(gw, tokA, new FileStorage(dir('wipe'))));
+  await a.start();
+  await converge(a, A, conv);
+  assert.equal(a.stats.snapshots, 1);
+  assert.ok(ack > 0);
+  assert.equal(a.messages(conv).find((x) => x.message_id === Number(m)).body.text, 'one, edited');
+  assert.equal(a.conversations().find((c) => c.conversation_id === conv).unread, 0);
+});
+
+test('a group switched to shared_log stays current through fetch_messages and clear_dirty', async () => {
+  const A = newUser(); const B = newUser(); const C = newUser();
+  const conv = group([A, B, C]);
+  const a = track(client(gw, token(A, 'a'), new MemoryStorage()));
+  await a.start();
+  serverSend(B, conv, 'fanout');
+  await converge(a, A, conv);
+  sql(`SELECT im.set_conversation_mode(${conv}, 'shared_log')`);
+  for (let i = 0; i < 5; i++) serverSend(i % 2 ? B : C, conv, `big ${i}`);
+  await converge(a, A, conv);
+  assert.equal(a.conversations().find((c) => c.conversation_id === conv).mode, 'shared_log');
+  await waitFor('the dirty marker cleared', () =>
+    sql(`SELECT dirty_version > 0 AND NOT dirty FROM im.user_conversation WHERE user_id = ${A} AND conversation_id = ${conv}`) === 't');
+});
+
+test('lost hints: a client that drops every hint still catches up', async () => {
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const a = track(client(gw, token(A, 'a'), new MemoryStorage(), { hooks: { dropHints: true }, pollMs: 300 }));
+  await a.start();
+  for (let i = 0; i < 3; i++) serverSend(B, conv, `unhinted ${i}`);
+  await converge(a, A, conv);
+});
+
+test('a gateway killed with -9 and started again: the client reconnects and converges', async () => {
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const own = new Gateway();
+  await own.start();
+  const a = track(client(own, token(A, 'a'), new MemoryStorage()));
+  await a.start();
+  serverSend(B, conv, 'before the crash');
+  await converge(a, A, conv);
+  await own.kill9();
+  await waitFor('the client noticed', () => a.state === 'reconnecting' || a.state === 'connecting');
+  const queued = a.send(conv, { text: 'sent while the gateway is down' });
+  serverSend(B, conv, 'while down');
+  await own.start();
+  await queued;
+  await converge(a, A, conv);
+  await own.stop();
+});
+
+test('kill -9 between the commit of a batch and its ACK: resumes without loss or duplicates', async () => {
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const tokA = token(A, 'a');
+  const store = dir('kill9');
+  const childScript = fileURLToPath(new URL('./crash_child.mjs', import.meta.url));
+  const run = (mode) => spawn(process.execPath, [childScript, gw.url, tokA, store, mode, String(conv)],
+                              { stdio: ['ignore', 'pipe', 'inherit'] });
+  // first run: catches up, then stops between commit and ACK of the next batch
+  let child = run('hang-before-ack');
+  const lines = [];
+  child.stdout.on('data', (d) => lines.push(...d.toString().split('\n').filter(Boolean)));
+  await waitFor('the child caught up', () => lines.includes('READY'));
+  for (let i = 0; i < 5; i++) serverSend(B, conv, `crash ${i}`);
+  await waitFor('the child committed a batch and waits before its ACK', () => lines.some((l) => l.startsWith('COMMITTED')));
+  const committed = Number(lines.find((l) => l.startsWith('COMMITTED')).split(' ')[1]);
+  const ackAtKill = Number(sql(`SELECT acked_sync_seq FROM im.device WHERE user_id = ${A} AND device_id = 'a'`));
+  assert.ok(ackAtKill < committed, `the server ACK ${ackAtKill} must be behind the committed ${committed}`);
+  await new Promise((resolve) => { child.once('exit', resolve); child.kill('SIGKILL'); });
+  await waitFor('fanout of the conversation done', () =>
+    sql(`SELECT count(*) FROM im.outbox WHERE conversation_id = ${conv} AND state <> 'done'`) === '0');
+  // second run on the same files: the batch comes again and is applied once
+  child = run('check');
+  let out = '';
+  child.stdout.on('data', (d) => { out += d.toString(); });
+  const code = await new Promise((resolve) => child.once('exit', resolve));
+  assert.equal(code, 0, out);
+  const view = JSON.parse(out.split('\n').find((l) => l.startsWith('{')));
+  assert.deepEqual(view.messages, serverView(A, conv));
+  assert.ok(view.applied >= committed);
+  const ackAfter = Number(sql(`SELECT acked_sync_seq FROM im.device WHERE user_id = ${A} AND device_id = 'a'`));
+  assert.equal(ackAfter, view.applied);
+});
+
+test('close codes: a revoked device stops, a superseded one stops, a bad token asks for a new one', async () => {
+  const A = newUser();
+  const tok = token(A, 'a');
+  const a = track(client(gw, tok, new MemoryStorage()));
+  await a.start();
+  // a second connection of the same device supersedes the first (4008)
+  const a2 = track(client(gw, token(A, 'a'), new MemoryStorage()));
+  await a2.start();
+  await waitFor('the first connection superseded', () => a.state === 'superseded');
+  sql(`SELECT im.revoke_device(${A}, 'a')`);
+  await waitFor('the second connection revoked', () => a2.state === 'revoked');
+  const bad = track(client(gw, 'not-a-token', new MemoryStorage()));
+  await assert.rejects(bad.start(), (e) => e.code === 'NEEDS_TOKEN');
+  assert.equal(bad.state, 'needs_token');
+});
+
+test('the command-line client: send, list, messages, read, follow', async () => {
+  const { execFileSync } = await import('node:child_process');
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const cli = fileURLToPath(new URL('../../gateway/web/im_sync_cli.mjs', import.meta.url));
+  const tokA = token(A, 'cli'); const tokB = token(B, 'cli');
+  const run = (tok, ...args) => execFileSync(process.execPath, [cli, '--url', gw.url, '--token', tok, '--store', dir(`cli-${tok.slice(-6)}`), ...args],
+                                             { encoding: 'utf8', timeout: 30000 });
+  // B follows while A sends
+  const follow = spawn(process.execPath, [cli, '--url', gw.url, '--token', tokB, 'follow', String(conv)], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let followed = '';
+  follow.stdout.on('data', (d) => { followed += d.toString(); });
+  assert.match(run(tokA, 'send', String(conv), 'hello', 'from', 'the', 'terminal'), /^sent message \d+ at 2\n$/);
+  await waitFor('follow printed the message', () => followed.includes(': hello from the terminal') || followed);
+  follow.kill('SIGINT');
+  await waitFor('B\'s message delivered', () => {
+    const out = run(tokB, 'list');
+    return out.includes(`${conv}\tgroup\tfanout\tunread 1\tlast 2`) || out;
+  });
+  assert.match(run(tokB, 'messages', String(conv)), new RegExp(`^${conv}#2 ${A}: hello from the terminal\\n$`));
+  assert.match(run(tokB, 'read', String(conv)), /^read to 2, unread 0\n$/);
+});
