@@ -30,6 +30,7 @@
 #include "im_sql.h"
 #include "shmem.h"
 
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 
@@ -202,6 +203,15 @@ im_metrics(PG_FUNCTION_ARGS)
 	im_prepare(&gauges_plan, gauges_sql, 0);
 	im_exec(gauges_plan, NULL, NULL, 0);
 	im_srf_rows_from_spi(fcinfo, 3);
+
+	/*
+	 * Every row above and below only reads, so im.metrics() also answers on
+	 * a hot standby; this row tells a scrape which kind of server it read
+	 * (a standby's outbox gauges are the primary's as of its replay, and
+	 * its counters are its own, mostly 0: its workers wait, recovery_wait.h).
+	 */
+	metric_row(fcinfo, "im_server_in_recovery", RecoveryInProgress() ? 1 : 0,
+			   "1 on a standby in recovery (read-only; fanout workers wait for promotion), 0 on a primary.");
 
 	/*
 	 * Counters live in shared memory (they must survive the rollback of the
