@@ -172,7 +172,7 @@ class Pair:
         p, s = self.primary, self.standby
         p.q("SELECT pg_catalog.pg_create_physical_replication_slot(%s)", (self.slot_name(s),))
         run([os.path.join(PGBIN, "pg_basebackup"), "-h", "127.0.0.1", "-p", str(p.port), "-U", "postgres",
-             "-D", s.data, "-R", "-S", self.slot_name(s), "-X", "stream"])
+             "-D", s.data, "-R", "-S", self.slot_name(s), "-X", "stream", "-c", "fast"])
         s.write_conf("cluster_name = '%s'" % s.name)
         s.pg_ctl("start")
         s.wait_ready(primary=False)
@@ -226,6 +226,15 @@ class Pair:
             if time.time() > deadline:
                 raise AssertionError("standby not %s" % want)
             time.sleep(0.1)
+
+    def wait_standby_caught_up(self, timeout=60):
+        """Until the standby has replayed the primary's current WAL position."""
+        lsn = self.primary.q("SELECT pg_catalog.pg_current_wal_lsn()::text")[0][0]
+        deadline = time.time() + timeout
+        while not self.standby.q("SELECT pg_catalog.pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,))[0][0]:
+            if time.time() > deadline:
+                raise AssertionError("standby did not replay up to %s" % lsn)
+            time.sleep(0.05)
 
     def cut_replication(self):
         """The standby stops streaming (primary_conninfo emptied, reload):
@@ -286,5 +295,5 @@ def client_processes(pair):
     push relay goes here as a second entry with the same pair.conninfo()."""
     return [
         ("gateway", [os.path.join(ROOT, "gateway", "im_gateway"), "--listen", "127.0.0.1:%d" % GATEWAY_PORT,
-                     "--pool", "4", "--db", pair.conninfo()]),
+                     "--pool", "4", "--rate", "10000", "--burst", "10000", "--db", pair.conninfo()]),
     ]

@@ -72,12 +72,12 @@ class Device:
                 if self.c is None:
                     await self.login()
                 t_req = time.monotonic()
-                try:
-                    r = await self.c.req(dict(frame), timeout=HANG_S)
-                except TimeoutError:
-                    raise Hang("%s: no reply to %s within %ss" % (self.name, frame["type"], HANG_S))
+                r = await self.req_once(frame)
                 if r.get("type") == "error" and r.get("code") == "UNAVAILABLE":
                     await self.unavailable(r)
+                    continue
+                if r.get("type") == "error" and r.get("code") == "RATE_LIMITED":
+                    await asyncio.sleep(max(r.get("retry_after_ms") or 0, 1) / 1000)
                     continue
                 if r.get("type") == "error":
                     raise AssertionError("%s: %s -> %r" % (self.name, frame["type"], r))
@@ -88,6 +88,30 @@ class Device:
             except (Closed, OSError, imgw.websockets.ConnectionClosed):
                 await self.drop()
                 await asyncio.sleep(0.2)
+
+    async def req_once(self, frame):
+        """Sends frame and returns its reply.  The gateway's RATE_LIMITED
+        error carries no id (receive.c refuses the frame before reading
+        it); with one request in flight per device it is that request's."""
+        rid = next(imgw._ids)
+        await self.c.ws.send(imgw.json.dumps(dict(frame, id=rid)))
+        deadline = time.monotonic() + HANG_S
+        while True:
+            for f in self.c.pending:
+                if f.get("id") == rid or (f.get("type") == "error" and f.get("code") == "RATE_LIMITED"
+                                          and f.get("id") is None):
+                    self.c.pending.remove(f)
+                    return f
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Hang("%s: no reply to %s within %ss (unmatched frames %r)"
+                           % (self.name, frame["type"], HANG_S, self.c.pending[:3]))
+            try:
+                f = await self.c.recv_frame(left)
+            except asyncio.TimeoutError:
+                continue
+            if f is not None:
+                self.c.pending.append(f)
 
     async def unavailable(self, r):
         ms = r.get("retry_after_ms")
