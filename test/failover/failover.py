@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pair as pairmod  # noqa: E402
 from pair import Pair  # noqa: E402
 from storm import Device, Stats, storm  # noqa: E402
+import gateway_deadlines  # noqa: E402
 
 USERS = int(os.environ.get("IM_FAILOVER_USERS", "4"))
 DEVICES_PER_USER = 2
@@ -356,6 +357,8 @@ def gateway_up(timeout=30):
 async def main_async(pair):
     standby_at = 0  # the standby's log began with its start
     users, conv, devs = setup_data(pair)
+    say("--- the gateway never hangs on a silent database")
+    await asyncio.to_thread(gateway_deadlines.run, pair, devs, check)
     pair.start_clients()
     check(gateway_up(), "gateway up on the multi-host conninfo")
     url = "ws://127.0.0.1:%d/" % pairmod.GATEWAY_PORT
