@@ -32,7 +32,7 @@ from imgw import Client
 def start_gateway(base, name, conninfo, *extra):
     port = pairmod.free_port()
     log = open(os.path.join(base, name + ".log"), "w")
-    proc = subprocess.Popen([os.path.join(pairmod.ROOT, "gateway", "im_gateway"), "--listen",
+    proc = subprocess.Popen([pairmod.GATEWAY, "--listen",
                              "127.0.0.1:%d" % port, "--pool", "2", *extra, "--db", conninfo],
                             stdout=log, stderr=subprocess.STDOUT)
     return proc, port, log

@@ -24,6 +24,8 @@ import psycopg2
 PGBIN = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
 AS_SERVER = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# the gateway under test (IM_FAILOVER_GATEWAY: another build, e.g. to see a check fail)
+GATEWAY = os.environ.get("IM_FAILOVER_GATEWAY", os.path.join(ROOT, "gateway", "im_gateway"))
 DB = "im_test"
 
 
@@ -294,6 +296,6 @@ def client_processes(pair):
     """(name, argv) of every process that must follow the primary.  The
     push relay goes here as a second entry with the same pair.conninfo()."""
     return [
-        ("gateway", [os.path.join(ROOT, "gateway", "im_gateway"), "--listen", "127.0.0.1:%d" % GATEWAY_PORT,
+        ("gateway", [GATEWAY, "--listen", "127.0.0.1:%d" % GATEWAY_PORT,
                      "--pool", "4", "--rate", "10000", "--burst", "10000", "--db", pair.conninfo()]),
     ]
