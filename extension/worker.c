@@ -14,7 +14,8 @@
  * so a broken batch is neither retried for ever at no cost nor retried
  * with the same healthy conversations, and the worker stays up and never
  * takes the cluster down with it (only an exit by signal restarts every
- * backend).
+ * backend).  On a hot standby the workers start too and wait, read-only,
+ * until promotion (recovery_wait.h).
  */
 #include "im_sync.h"
 #include "version_check.h"

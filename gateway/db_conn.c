@@ -7,7 +7,14 @@
  * Failure rules (contract §10): a lost connection answers every job on it
  * UNAVAILABLE (the outcome of a send is then unknown; send is idempotent by
  * client_msg_id, so the client retries); 40001/40P01 are retried up to
- * MAX_ATTEMPTS times; 08*, 57P* and 57014 answer UNAVAILABLE.
+ * MAX_ATTEMPTS times; 08*, 57P* and 57014 answer UNAVAILABLE; so do 25006
+ * (a read-only server: the connection goes, the next one looks for the
+ * primary) and a commit whose synchronous-replication wait was cancelled.
+ * Deadlines (im_conn_check_deadlines): connecting longer than
+ * connect_timeout, or a reply later than the statement timeout + grace,
+ * takes the connection down, so a silent server never holds a call
+ * (issue 14: between a primary's death and the promotion clients get
+ * UNAVAILABLE, never a hang).
  */
 #include "db_internal.h"
 #include "log.h"

@@ -38,13 +38,7 @@ def start_gateway(base, name, conninfo, *extra):
     return proc, port, log
 
 
-def stop_gateway(proc, log):
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+stop_gateway = pairmod.stop_process
 
 
 def healthy(port):

@@ -43,14 +43,17 @@ def run(cmd, **kw):
 
 
 # What every node runs with: the harness's settings (test/cluster.sh) plus
-# streaming replication.  fsync stays off like the other suites (a
-# throwaway cluster; `kill -9` and `-m immediate` lose no page the OS has).
+# streaming replication.  fsync is off in the suite like the other suites
+# (a throwaway cluster; `kill -9` and `-m immediate` lose no page the OS
+# has) and on in the benchmark (IM_PAIR_FSYNC=on: production durability).
 NODE_CONF = """
 listen_addresses = '127.0.0.1'
 max_connections = 100
 shared_buffers = 64MB
 max_worker_processes = 16
-fsync = off
+fsync = @FSYNC@
+synchronous_commit = on
+full_page_writes = on
 shared_preload_libraries = 'im_sync'
 im_sync.database = 'im_test'
 im_sync.fanout_workers = 2
@@ -81,7 +84,7 @@ class Node:
 
     def write_conf(self, extra=""):
         """Our settings after whatever initdb/pg_basebackup wrote (the last one wins)."""
-        conf = NODE_CONF + "port = %d\nunix_socket_directories = '%s'\n%s\n" % (self.port, self.dir, extra)
+        conf = NODE_CONF.replace("@FSYNC@", os.environ.get("IM_PAIR_FSYNC", "off")) + "port = %d\nunix_socket_directories = '%s'\n%s\n" % (self.port, self.dir, extra)
         run(["sh", "-c", "cat >> '%s/postgresql.conf'" % self.data], input=conf)
 
     def dsn(self, db=DB):
@@ -274,19 +277,24 @@ class Pair:
 
     def stop_all(self):
         for name, proc, log in self.clients:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            log.close()
+            stop_process(proc, log)
         for n in self.nodes:
             if os.path.exists(os.path.join(n.data, "postmaster.pid")):
                 try:
                     n.pg_ctl("-m", "immediate", "stop")
                 except subprocess.CalledProcessError:
                     pass
+
+
+def stop_process(proc, log):
+    """SIGTERM (the gateway drains), SIGKILL after 10 s; closes its log."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    log.close()
 
 
 GATEWAY_PORT = free_port()
