@@ -289,12 +289,16 @@ async def one_round(pair, devices, label, kill, synchronous, standby_since, cut=
             "(all acknowledged after the cut)" % (CUT_AHEAD_S, len(lost), len(acked)))
         figures.append((label + " lost", len(lost), len(acked)))
     # ACKs and read reports acknowledged before the death
+    short = [(d.name, acked_at_death[d.name], d.first_server_ack) for d in devices
+             if d.first_server_ack is not None and d.first_server_ack < acked_at_death[d.name]]
+    rshort = [(u, read_at_death[u], read_after[u]) for u in read_after if read_after[u] < read_at_death[u]]
+    if not synchronous:
+        say("    report: ACKs lost (a device's server ACK after the failover below its last acknowledged "
+            "one): %d of %d devices; read reports lost: %d of %d users"
+            % (len(short), len(devices), len(rshort), len(read_after)))
     if synchronous:
-        short = [(d.name, acked_at_death[d.name], d.first_server_ack) for d in devices
-                 if d.first_server_ack is not None and d.first_server_ack < acked_at_death[d.name]]
         check(not short and all(d.first_server_ack is not None for d in devices),
               "synchronous: every ACK acknowledged before the death is the server's ACK after it (%r)" % short)
-        rshort = [(u, read_at_death[u], read_after[u]) for u in read_after if read_after[u] < read_at_death[u]]
         check(not rshort, "synchronous: every read report acknowledged before the death is kept (%r)" % rshort)
     # registrations
     regs = reg.acked if synchronous else [r for r in reg.acked if r[1] < t_safe]
@@ -324,6 +328,25 @@ async def one_round(pair, devices, label, kill, synchronous, standby_since, cut=
                 rebuilt += 1
             else:
                 confused.append((d.name, stale[:3]))
+    shown_before = {}
+    for d in devices:
+        for mid, shown in seen_before[d.name].items():
+            for seq, body in shown:
+                shown_before[mid] = (seq, body)
+    gone = [mid for mid in shown_before if mid not in truth]
+    reused_ids = [mid for mid, (seq, body) in shown_before.items()
+                  if mid in truth and (truth[mid][0], repr(truth[mid][1])) != (seq, body)]
+    seq_now = {seq: (mid, repr(body)) for mid, (seq, body) in truth.items()}
+    reused_seqs = [seq for mid, (seq, body) in shown_before.items()
+                   if seq in seq_now and seq_now[seq] != (mid, body)]
+    if not synchronous:
+        say("    report: messages devices had shown that no longer exist: %d; their message_id now holding other "
+            "content: %d; their msg_seq now holding another message: %d"
+            % (len(gone), len(reused_ids), len(reused_seqs)))
+    else:
+        check(not gone and not reused_ids and not reused_seqs,
+              "synchronous: nothing a device had shown is gone or reused (%d, %d, %d)"
+              % (len(gone), len(reused_ids), len(reused_seqs)))
     check(not confused, "every device that had shown a lost or reused message rebuilt (RESET_REQUIRED -> "
           "snapshot): %d rebuilt, not rebuilt %r" % (rebuilt, confused))
     if not synchronous:
