@@ -29,6 +29,7 @@
 #include "common.h"
 #include "im_sql.h"
 #include "shmem.h"
+#include "version_check.h"
 
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
@@ -190,6 +191,20 @@ emit_histogram(FunctionCallInfo fcinfo, const Stage *stage, SPIPlanPtr *plan)
 	metric_row(fcinfo, psprintf("%s_count", stage->name), (double) n, stage->help);
 }
 
+/*
+ * Rows added in 1.4 appear on a 1.4 catalog only: until ALTER EXTENSION
+ * im_sync UPDATE the 1.4 library answers a 1.0-1.3 catalog's im.metrics()
+ * exactly as its own release did (test/upgrade/calls.sql).
+ */
+static bool
+catalog_before_1_4(void)
+{
+	char	   *v = im_catalog_version();
+
+	return v != NULL && (strcmp(v, "1.0") == 0 || strcmp(v, "1.1") == 0 ||
+						 strcmp(v, "1.2") == 0 || strcmp(v, "1.3") == 0);
+}
+
 PG_FUNCTION_INFO_V1(im_metrics);
 Datum
 im_metrics(PG_FUNCTION_ARGS)
@@ -210,8 +225,9 @@ im_metrics(PG_FUNCTION_ARGS)
 	 * (a standby's outbox gauges are the primary's as of its replay, and
 	 * its counters are its own, mostly 0: its workers wait, recovery_wait.h).
 	 */
-	metric_row(fcinfo, "im_server_in_recovery", RecoveryInProgress() ? 1 : 0,
-			   "1 on a standby in recovery (read-only; fanout workers wait for promotion), 0 on a primary.");
+	if (!catalog_before_1_4())
+		metric_row(fcinfo, "im_server_in_recovery", RecoveryInProgress() ? 1 : 0,
+				   "1 on a standby in recovery (read-only; fanout workers wait for promotion), 0 on a primary.");
 
 	/*
 	 * Counters live in shared memory (they must survive the rollback of the
