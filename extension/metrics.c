@@ -30,7 +30,9 @@
 #include "im_sql.h"
 #include "push.h"
 #include "shmem.h"
+#include "version_check.h"
 
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 
@@ -220,6 +222,19 @@ emit_push_metrics(FunctionCallInfo fcinfo)
 			   "Push jobs completed as suppressed at claim (device online or caught up, message recalled, muted), since server start.");
 	metric_row(fcinfo, "im_push_targets_disabled_total", (double) im_counter_get(IM_COUNTER_PUSH_TARGETS_DISABLED),
 			   "Push targets disabled after 3 consecutive rejections, since server start.");
+
+/*
+ * Rows added in 1.4 appear on a 1.4 catalog only: until ALTER EXTENSION
+ * im_sync UPDATE the 1.4 library answers a 1.0-1.3 catalog's im.metrics()
+ * exactly as its own release did (test/upgrade/calls.sql).
+ */
+static bool
+catalog_before_1_4(void)
+{
+	char	   *v = im_catalog_version();
+
+	return v != NULL && (strcmp(v, "1.0") == 0 || strcmp(v, "1.1") == 0 ||
+						 strcmp(v, "1.2") == 0 || strcmp(v, "1.3") == 0);
 }
 
 PG_FUNCTION_INFO_V1(im_metrics);
@@ -235,6 +250,16 @@ im_metrics(PG_FUNCTION_ARGS)
 	im_prepare(&gauges_plan, gauges_sql, 0);
 	im_exec(gauges_plan, NULL, NULL, 0);
 	im_srf_rows_from_spi(fcinfo, 3);
+
+	/*
+	 * Every row above and below only reads, so im.metrics() also answers on
+	 * a hot standby; this row tells a scrape which kind of server it read
+	 * (a standby's outbox gauges are the primary's as of its replay, and
+	 * its counters are its own, mostly 0: its workers wait, recovery_wait.h).
+	 */
+	if (!catalog_before_1_4())
+		metric_row(fcinfo, "im_server_in_recovery", RecoveryInProgress() ? 1 : 0,
+				   "1 on a standby in recovery (read-only; fanout workers wait for promotion), 0 on a primary.");
 
 	/*
 	 * Counters live in shared memory (they must survive the rollback of the

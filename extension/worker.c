@@ -14,10 +14,12 @@
  * so a broken batch is neither retried for ever at no cost nor retried
  * with the same healthy conversations, and the worker stays up and never
  * takes the cluster down with it (only an exit by signal restarts every
- * backend).
+ * backend).  On a hot standby the workers start too and wait, read-only,
+ * until promotion (recovery_wait.h).
  */
 #include "im_sync.h"
 #include "version_check.h"
+#include "recovery_wait.h"
 #include "fanout.h"
 #include "maintenance.h"
 #include "shmem.h"
@@ -99,7 +101,8 @@ im_worker_register(void)
 		memset(&worker, 0, sizeof(worker));
 		worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
 			BGWORKER_BACKEND_DATABASE_CONNECTION;
-		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		/* also on a hot standby, where they wait (recovery_wait.h) */
+		worker.bgw_start_time = BgWorkerStart_ConsistentState;
 		worker.bgw_restart_time = IM_WORKER_RESTART_S;
 		snprintf(worker.bgw_library_name, BGW_MAXLEN, "im_sync");
 		snprintf(worker.bgw_function_name, BGW_MAXLEN, "im_fanout_worker_main");
@@ -351,6 +354,13 @@ im_fanout_worker_main(Datum main_arg)
 		worker_reload_if_needed();
 
 		if (im_fanout_paused)
+		{
+			(void) worker_wait(IM_WORKER_NAPTIME_MS);
+			continue;
+		}
+
+		/* A standby: wait read-only until promoted (no error loop). */
+		if (im_worker_in_recovery())
 		{
 			(void) worker_wait(IM_WORKER_NAPTIME_MS);
 			continue;

@@ -389,8 +389,12 @@ db_main(void *arg)
 		int			n;
 
 		for (i = 0; i < nconns; i++)
+		{
 			if (im_db_conns[i].st == C_DOWN && now >= im_db_conns[i].retry_at)
 				im_conn_start(&im_db_conns[i]);
+			else
+				im_conn_check_deadlines(&im_db_conns[i], now);
+		}
 		take_incoming();
 		dispatch_queued();
 		n = build_pollset(pfd, map, nconns, now, &timeout);
@@ -414,12 +418,19 @@ int
 im_db_start(const char *conninfo, int pool, void (*wake) (void *), void *wake_arg)
 {
 	int			i;
+	char	   *err = NULL;
 
 	if (pool < 1)
 		pool = 1;
 	if (pool > MAX_CONNS)
 		pool = MAX_CONNS;
 	im_db_conninfo = strdup(conninfo ? conninfo : "");
+	if (im_conninfo_init(im_db_conninfo, &err) != 0)
+	{
+		im_log("error", "event=bad_conninfo msg=\"%s\"", err ? err : "out of memory");
+		PQfreemem(err);
+		return -1;
+	}
 	im_db_npool = pool;
 	g_wake = wake;
 	g_wake_arg = wake_arg;

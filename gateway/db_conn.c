@@ -7,7 +7,14 @@
  * Failure rules (contract §10): a lost connection answers every job on it
  * UNAVAILABLE (the outcome of a send is then unknown; send is idempotent by
  * client_msg_id, so the client retries); 40001/40P01 are retried up to
- * MAX_ATTEMPTS times; 08*, 57P* and 57014 answer UNAVAILABLE.
+ * MAX_ATTEMPTS times; 08*, 57P* and 57014 answer UNAVAILABLE; so do 25006
+ * (a read-only server: the connection goes, the next one looks for the
+ * primary) and a commit whose synchronous-replication wait was cancelled.
+ * Deadlines (im_conn_check_deadlines): connecting longer than
+ * connect_timeout, or a reply later than the statement timeout + grace,
+ * takes the connection down, so a silent server never holds a call
+ * (issue 14: between a primary's death and the promotion clients get
+ * UNAVAILABLE, never a hang).
  */
 #include "db_internal.h"
 #include "log.h"
@@ -18,6 +25,16 @@
 #include <string.h>
 
 #define MAX_ATTEMPTS 3
+/*
+ * A running job whose reply has not come statement_timeout + this long
+ * after it was sent: the server (or the network to it) is gone without a
+ * word, e.g. a primary frozen or cut off mid-call; answer UNAVAILABLE
+ * instead of waiting for TCP to notice.
+ */
+#define IM_DB_REPLY_GRACE_S 5.0
+/* Reconnect backoff: 0.25 s doubling up to this, so a promoted standby is
+ * found within about a second of accepting writes. */
+#define IM_DB_MAX_BACKOFF_S 1.0
 
 void
 im_conn_down(dbconn *c, const char *why)
@@ -46,7 +63,8 @@ im_conn_down(dbconn *c, const char *why)
 			im_db_finish_job(c->job, IM_JOB_UNAVAILABLE, NULL);
 		c->job = NULL;
 	}
-	c->backoff = c->backoff <= 0 ? 0.25 : (c->backoff * 2 > 4 ? 4 : c->backoff * 2);
+	c->backoff = c->backoff <= 0 ? 0.25 :
+		(c->backoff * 2 > IM_DB_MAX_BACKOFF_S ? IM_DB_MAX_BACKOFF_S : c->backoff * 2);
 	c->retry_at = im_now() + c->backoff;
 	if (c->listen)
 		im_db_stats_g.listen_ready = 0;
@@ -54,30 +72,47 @@ im_conn_down(dbconn *c, const char *why)
 		im_db_pool_changed();
 }
 
-/* libpq prints notices (and a FATAL sent outside a query) to stderr by
- * default; route them into the structured log instead. */
+/*
+ * libpq prints notices (and a FATAL sent outside a query) to stderr by
+ * default; route them into the structured log instead.  One notice changes
+ * the answer: a commit whose wait for the synchronous standby was
+ * cancelled (statement_timeout, a cancel) is committed on the primary only,
+ * and the server still reports success; the job is answered UNAVAILABLE
+ * instead, so the gateway never confirms what the synchronous standby was
+ * not shown to hold (the client's retry finds it by client_msg_id).
+ */
 static void
-notice_to_log(void *arg, const char *message)
+notice_receiver(void *arg, const PGresult *res)
 {
-	(void) arg;
-	im_log("warn", "event=db_notice msg=\"%s\"", message);
+	dbconn	   *c = arg;
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+
+	im_log("warn", "event=db_notice msg=\"%s\"", PQresultErrorMessage(res));
+	if (msg && strstr(msg, "wait for synchronous replication"))
+		c->unreplicated = 1;
 }
 
 void
 im_conn_start(dbconn *c)
 {
-	const char *const kw[] = {"dbname", "application_name", NULL};
-	const char *const val[] = {im_db_conninfo, c->listen ? "im_gateway_listen" : "im_gateway", NULL};
+	const char *kw[65];
+	const char *val[65];
+	char		buf[4096];
 
+	im_conninfo_params(c->first_host, c->listen ? "im_gateway_listen" : "im_gateway",
+					   kw, val, buf, sizeof(buf));
 	c->nprepared = 0;
 	c->preparing = 0;
-	c->pg = PQconnectStartParams(kw, val, 1);
+	c->unreplicated = 0;
+	c->connect_deadline = im_conninfo_connect_timeout() > 0 ?
+		im_now() + im_conninfo_connect_timeout() : 0;
+	c->pg = PQconnectStartParams(kw, val, 0);
 	if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD)
 	{
 		im_conn_down(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
 		return;
 	}
-	PQsetNoticeProcessor(c->pg, notice_to_log, NULL);
+	PQsetNoticeReceiver(c->pg, notice_receiver, c);
 	c->st = C_CONNECTING;
 	c->want_write = 1;
 	im_db_stats_g.reconnects++;
@@ -194,6 +229,7 @@ im_conn_dispatch(dbconn *c, im_job *j)
 	int			sent;
 
 	c->preparing = 0;
+	c->unreplicated = 0;
 	if (j->txn && prepared_index(c, j->sql) >= 0)
 	{
 		/*
@@ -261,9 +297,31 @@ job_result_done(dbconn *c)
 
 	c->res = NULL;
 	c->st = C_IDLE;
+	if (c->unreplicated)
+	{
+		c->unreplicated = 0;
+		if (res)
+			PQclear(res);
+		snprintf(j->sqlstate, sizeof(j->sqlstate), "57014");
+		im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
+		return;
+	}
 	if (res && PQresultStatus(res) == PGRES_FATAL_ERROR)
 	{
 		const char *ss = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+		/*
+		 * 25006: this server is read-only (a standby, e.g. the conninfo
+		 * has no target_session_attrs and reached one).  Unavailable, and
+		 * the connection goes: the next one looks for the primary again.
+		 */
+		if (ss && strcmp(ss, "25006") == 0)
+		{
+			PQclear(res);
+			im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
+			im_conn_down(c, "server is read-only");
+			return;
+		}
 
 		if (ss && (strcmp(ss, "40001") == 0 || strcmp(ss, "40P01") == 0) &&
 			++j->attempts < MAX_ATTEMPTS)
@@ -354,7 +412,7 @@ txn_step(dbconn *c)
 			if (j->txn_commit)
 			{
 				/* res of the job stays the statement's result */
-				j->status = res && PQresultStatus(res) == PGRES_COMMAND_OK ?
+				j->status = res && PQresultStatus(res) == PGRES_COMMAND_OK && !c->unreplicated ?
 					IM_JOB_OK : IM_JOB_UNAVAILABLE;
 				im_db_post_done(j);
 			}
@@ -390,6 +448,7 @@ im_conn_end_txn(im_job *j)
 	c->job = j;
 	c->st = C_BUSY;
 	c->txn = TXN_END;
+	c->unreplicated = 0;
 	c->t_sent = im_now();
 	im_conn_sent(c, PQsendQuery(c->pg, j->txn_commit ? "COMMIT" : "ROLLBACK"));
 }
@@ -529,5 +588,24 @@ im_conn_io(dbconn *c, short revents)
 		}
 		if (c->pg && PQstatus(c->pg) == CONNECTION_BAD)
 			im_conn_down(c, "connection bad");
+	}
+}
+
+void
+im_conn_check_deadlines(dbconn *c, double now)
+{
+	if ((c->st == C_CONNECTING || c->st == C_SETUP) && c->connect_deadline > 0 &&
+		now > c->connect_deadline)
+	{
+		/* the next attempt starts at the next host: this one never answered */
+		c->first_host = (c->first_host + 1) % im_conninfo_nhosts();
+		im_conn_down(c, "connect timeout");
+	}
+	else if (c->st == C_BUSY && im_db_statement_timeout_ms > 0 &&
+			 now > c->t_sent + im_db_statement_timeout_ms / 1000.0 + IM_DB_REPLY_GRACE_S)
+	{
+		if (c->job)
+			snprintf(c->job->sqlstate, sizeof(c->job->sqlstate), "57014");
+		im_conn_down(c, "no reply within the statement timeout");
 	}
 }

@@ -57,6 +57,9 @@ typedef struct dbconn
 	 */
 	int			pipe_nulls;
 	uint64_t	hold_id;		/* bumped per hold: a stale im_db_end_txn never matches */
+	double		connect_deadline;	/* C_CONNECTING/C_SETUP: give up then (db_conninfo.c) */
+	int			first_host;		/* the host list starts here (rotated after a timeout) */
+	int			unreplicated;	/* the running job's commit was not confirmed by the sync standby */
 	PGresult   *txn_saved;		/* failed statement's result while ROLLBACK runs */
 } dbconn;
 
@@ -83,6 +86,22 @@ extern void im_conn_end_txn(im_job *j);
 extern void im_conn_io(dbconn *c, short revents);
 /* After a PQsend* call on c: flushes, or takes c down when it failed.  Returns ok. */
 extern int	im_conn_sent(dbconn *c, int ok);
+
+/* Takes c down when it is past a deadline: connecting for longer than
+ * connect_timeout, or a job running for longer than the statement timeout
+ * plus IM_DB_REPLY_GRACE_S (the server stopped answering). */
+extern void im_conn_check_deadlines(dbconn *c, double now);
+
+/* db_conninfo.c: the --db conninfo, parsed once, and each attempt's keywords */
+extern int	im_conninfo_init(const char *conninfo, char **err);
+extern double im_conninfo_connect_timeout(void);
+extern int	im_conninfo_nhosts(void);
+/*
+ * Fills kw/val (room for 64 + 1, NULL-terminated) for an attempt whose host
+ * list starts at first_host; buf holds rotated lists.  Returns the count.
+ */
+extern int	im_conninfo_params(int first_host, const char *application_name,
+							   const char **kw, const char **val, char *buf, size_t buflen);
 
 /* db_listen.c */
 extern int	im_listen_send(dbconn *c);
