@@ -5,7 +5,9 @@
  * handshakes end.
  *
  * Invariants: a connection is kept back only while others are in their
- * handshake or ahead of it, so none waits forever; the waiting ring is
+ * handshake or ahead of it, and at least IM_ACCEPT_STEP waiting ones go to
+ * lws every IM_ACCEPT_STEP_US whatever the handshakes do, so none waits
+ * long; the waiting ring is
  * bounded by --max-connections (a full ring lets lws take the connection
  * at once, as before); each lws connection is counted once, from
  * SERVER_NEW_CLIENT_INSTANTIATED to the first of ESTABLISHED, HTTP or
@@ -14,6 +16,7 @@
 #define _GNU_SOURCE				/* accept4 */
 #include "accept.h"
 #include "config.h"
+#include "metrics.h"
 
 #include <libwebsockets.h>
 #include <netinet/in.h>
@@ -49,30 +52,47 @@ ring_push(int fd)
 	return 1;
 }
 
-/* Hands waiting connections to lws while there is room (lws' service loop). */
+static void
+adopt_oldest(void)
+{
+	int			fd = ring[ring_head];
+
+	ring_head = (ring_head + 1) % ring_cap;
+	ring_len--;
+	/* a failed adopt closes fd itself */
+	lws_adopt_socket_vhost(vhost, fd);
+}
+
+static void schedule_feed(void);
+
+/*
+ * Hands waiting connections to lws while there is room, and every
+ * IM_ACCEPT_STEP_US at least IM_ACCEPT_STEP of them even without room:
+ * sockets that never finish their handshake (until lws' own timeouts close
+ * them) can slow new connections down, never hold them back.
+ */
 static void
 feed(lws_sorted_usec_list_t *sul)
 {
-	feed_scheduled = 0;
-	while (ring_len > 0 && handshakes < IM_MAX_HANDSHAKES)
-	{
-		int			fd = ring[ring_head];
+	int			forced = 0;
 
-		ring_head = (ring_head + 1) % ring_cap;
-		ring_len--;
-		/* a failed adopt closes fd itself */
-		lws_adopt_socket_vhost(vhost, fd);
-	}
+	feed_scheduled = 0;
+	while (ring_len > 0 && (handshakes < IM_MAX_HANDSHAKES || forced++ < IM_ACCEPT_STEP))
+		adopt_oldest();
+	schedule_feed();
 }
 
+/* feed_scheduled: 1 soon (there is room), 2 after IM_ACCEPT_STEP_US */
 static void
 schedule_feed(void)
 {
-	if (feed_scheduled || ring_len == 0 || handshakes >= IM_MAX_HANDSHAKES || !context)
+	int			room = handshakes < IM_MAX_HANDSHAKES;
+
+	if (ring_len == 0 || !context || feed_scheduled == 1 || (feed_scheduled == 2 && !room))
 		return;
 	/* not from inside the callback that freed the room (a wsi may be mid-close) */
-	feed_scheduled = 1;
-	lws_sul_schedule(context, 0, &feed_sul, feed, 1);
+	feed_scheduled = room ? 1 : 2;
+	lws_sul_schedule(context, 0, &feed_sul, feed, room ? 1 : IM_ACCEPT_STEP_US);
 }
 
 /* Keeps fd back: a duplicate waits (lws closes fd itself). */
@@ -104,6 +124,7 @@ im_accept_filter(struct lws *listen_wsi, int fd)
 	context = lws_get_context(listen_wsi);
 	if (!keep_back(fd))
 		return 0;
+	im_stats.accepts_kept_back++;
 	/*
 	 * lws ends its accept loop after a kept-back connection: take the rest
 	 * of the kernel's queue now (lws' own accept would set TCP_NODELAY).
@@ -115,6 +136,8 @@ im_accept_filter(struct lws *listen_wsi, int fd)
 		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		if (!ring_push(c))
 			close(c);
+		else
+			im_stats.accepts_kept_back++;
 	}
 	schedule_feed();
 	return 1;

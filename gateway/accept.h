@@ -6,7 +6,8 @@
  * arriving at once that walk was 75 % of the gateway's CPU in a reconnect
  * storm's first seconds.  So at most IM_MAX_HANDSHAKES sockets are handed to
  * lws at a time; the others wait as plain descriptors, in arrival order,
- * and are handed over as handshakes finish.
+ * and are handed over as handshakes finish (and IM_ACCEPT_STEP every
+ * IM_ACCEPT_STEP_US regardless, so stalled handshakes only slow them).
  */
 #ifndef IM_GW_ACCEPT_H
 #define IM_GW_ACCEPT_H
@@ -14,6 +15,9 @@
 struct lws;
 
 #define IM_MAX_HANDSHAKES 256
+/* handed over even without room: a stalled handshake cannot hold others back */
+#define IM_ACCEPT_STEP 64
+#define IM_ACCEPT_STEP_US 50000
 
 /*
  * LWS_CALLBACK_FILTER_NETWORK_CONNECTION on the listen socket (listen_wsi)

@@ -655,6 +655,34 @@ async def test_waiting_hello_times_out_with_retry_after():
         gw.stop()
 
 
+async def test_stalled_handshakes_do_not_hold_back_new_connections():
+    """At most 256 accepted connections are inside lws' handshake at once;
+    the others wait as descriptors.  300 sockets that never send their
+    upgrade request hold more than those places, yet a new client still
+    upgrades and logs in at once (waiting ones are handed over in steps
+    regardless), and every closed socket gives its place back."""
+    users, _ = queue_users(1)
+    gw = HelloQueueGateway(hello_timeout=60)
+    raw = []
+    try:
+        for _ in range(300):
+            raw.append(socket.create_connection(("127.0.0.1", int(gw.url.rsplit(":", 1)[1].strip("/")))))
+        await gw.until("im_gateway_handshakes", 300)
+        assert gw.metric("im_gateway_accepts_kept_back_total") >= 300 - 256
+        c = await Client.login(users[0], "q", url=gw.url)
+        assert (await c.req({"type": "ping"}))["type"] == "pong"
+        await c.close()
+        for r in raw:
+            r.close()
+        raw = []
+        await gw.until("im_gateway_handshakes", 0)
+        assert gw.metric("im_gateway_accepts_waiting") == 0
+    finally:
+        for r in raw:
+            r.close()
+        gw.stop()
+
+
 TESTS = [test_hello_over_8k_not_authenticated, test_frame_while_hello_pending,
          test_unauth_per_ip_cap_503, test_global_connection_cap_503,
          test_origin_same_host_default, test_origin_allow_list,
@@ -663,7 +691,8 @@ TESTS = [test_hello_over_8k_not_authenticated, test_frame_while_hello_pending,
          test_non_loopback_listen_needs_tls, test_failed_hellos_leave_pool_usable,
          test_max_connections_fits_descriptors,
          test_hello_over_limit_waits_and_is_answered, test_full_hello_queue_refuses_with_retry_after,
-         test_closed_waiting_hello_frees_its_place, test_waiting_hello_times_out_with_retry_after]
+         test_closed_waiting_hello_frees_its_place, test_waiting_hello_times_out_with_retry_after,
+         test_stalled_handshakes_do_not_hold_back_new_connections]
 
 
 def main():

@@ -1426,7 +1426,19 @@ main(int argc, char **argv)
 	info.retry_and_idle_policy = &no_validity_timer;
 	/* client handshakes in flight each hold a header table */
 	info.max_http_header_pool = (unsigned short) (opt.concurrency + 16 > 60000 ? 60000 : opt.concurrency + 16);
-	ctx = lws_create_context(&info);
+	if (opt.mode == M_STORM)
+	{
+		/*
+		 * storm: lws' libev loop (epoll) when its plugin loads — poll() hands
+		 * the kernel every descriptor at every wake-up.  The storm ends with
+		 * _exit from inside the loop, so lws_service never has to return.
+		 */
+		info.options |= LWS_SERVER_OPTION_LIBEV;
+		ctx = lws_create_context(&info);
+		info.options &= ~(uint64_t) LWS_SERVER_OPTION_LIBEV;
+	}
+	if (!ctx)
+		ctx = lws_create_context(&info);
 	if (!ctx)
 		fail(NULL, "lws_create_context failed");
 	signal(SIGTERM, on_signal);
