@@ -222,39 +222,68 @@ im_reconnect_wait(int64_t user_id, const char *device_id)
 /* ---- hello pacing ---- */
 
 /*
- * Reconnect-storm pacing: hellos answered per second (moving average over
- * the 1 s tick) and the time handed to the last client refused for
- * max_pending_hello.  Each refusal gets the next free slot at that rate
- * instead of the same fixed wait.
+ * Hellos in flight and waiting, hellos answered per second (moving average
+ * over the 1 s tick, from seconds with hellos in flight) and the time
+ * handed to the last refused client.  While hellos wait, the ones in
+ * flight keep the pool busy, so the rate measured then is the database's
+ * (before the wait queue, refused clients were the only ones that came
+ * back, and the rate measured was the rate they were told: it confirmed
+ * itself at ~100/s).  Only a refusal's retry_after_ms uses the estimate;
+ * no hello is refused because of it.
  */
 static int	pending_hellos;
+static int	waiting_hellos;
 static long hellos_done;
 static double hello_rate = 200;
 static double hello_slot;
 
-/* Milliseconds a client refused for max_pending_hello should wait. */
-static long
-hello_retry_ms(void)
+long
+im_hello_retry_ms(void)
 {
 	double		now = im_now();
 	double		rate = hello_rate < 20 ? 20 : hello_rate;
+	double		ahead = (pending_hellos + waiting_hellos) / rate;
 
-	/* the queue in flight drains first, then one slot per refused client */
-	if (hello_slot < now + pending_hellos / rate)
-		hello_slot = now + pending_hellos / rate;
+	/* those in flight and waiting go first, then one slot per refused client */
+	if (hello_slot < now + ahead)
+		hello_slot = now + ahead;
 	hello_slot += 1 / rate;
 	if (hello_slot > now + 60)
 		hello_slot = now + 60;
 	return (long) ceil((hello_slot - now) * 1000);
 }
 
-long
+im_hello_verdict
 im_hello_admit(void)
 {
-	if (pending_hellos >= im_cfg.max_pending_hello)
-		return hello_retry_ms();
+	/* nobody overtakes a waiting hello */
+	if (pending_hellos < im_cfg.max_pending_hello && waiting_hellos == 0)
+	{
+		pending_hellos++;
+		return IM_HELLO_SEND;
+	}
+	if (waiting_hellos < im_cfg.max_waiting_hello)
+	{
+		waiting_hellos++;
+		return IM_HELLO_WAIT;
+	}
+	return IM_HELLO_REFUSE;
+}
+
+int
+im_hello_start_one(void)
+{
+	if (waiting_hellos == 0 || pending_hellos >= im_cfg.max_pending_hello)
+		return 0;
+	waiting_hellos--;
 	pending_hellos++;
-	return 0;
+	return 1;
+}
+
+void
+im_hello_unwait(void)
+{
+	waiting_hellos--;
 }
 
 void
@@ -272,4 +301,16 @@ im_hello_tick(void)
 	if (pending_hellos > 0 || hellos_done > 0)
 		hello_rate = 0.5 * hello_rate + 0.5 * (double) hellos_done;
 	hellos_done = 0;
+}
+
+int
+im_hellos_in_flight(void)
+{
+	return pending_hellos;
+}
+
+int
+im_hellos_waiting(void)
+{
+	return waiting_hellos;
 }

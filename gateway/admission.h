@@ -57,15 +57,36 @@ extern long im_bucket_take(im_bucket *b, double rate, double burst, double now);
 extern long im_reconnect_wait(int64_t user_id, const char *device_id);
 
 /*
- * Hellos in flight gateway-wide (--max-pending-hello).  im_hello_admit
- * counts one more and returns 0, or returns the milliseconds the refused
- * client should wait: the next free slot at the measured hello rate, so
- * refused clients come back spread out instead of as one herd.
- * im_hello_release ends one (answered: it counts towards the rate);
- * im_hello_tick runs once a second.
+ * Hellos gateway-wide: at most --max-pending-hello in flight to the
+ * database, and behind them at most --max-waiting-hello held on their own
+ * connections in arrival order (auth.c keeps the queue).  A hello that finds
+ * the database's share full waits instead of being refused, so the pool runs
+ * at its full rate during a reconnect storm and no client reconnects only to
+ * be told to wait; only a hello that finds the waiting queue full, or that
+ * waited --hello-timeout, is refused.
+ *
+ * im_hello_admit counts the hello in flight (IM_HELLO_SEND) or waiting
+ * (IM_HELLO_WAIT), or counts nothing (IM_HELLO_REFUSE).  im_hello_start_one
+ * moves one waiting hello into flight when there is room (1) or not (0).
+ * im_hello_unwait: a waiting hello left without starting (its socket
+ * closed, its wait ran out).  im_hello_release ends one in flight
+ * (answered: it counts towards the rate).  im_hello_retry_ms is the wait
+ * handed to a refused hello: the next free slot at the measured hello rate
+ * behind everything in flight and waiting, so refused clients come back
+ * spread out instead of as one herd.  im_hello_tick runs once a second.
  */
-extern long im_hello_admit(void);
+typedef enum im_hello_verdict
+{
+	IM_HELLO_SEND, IM_HELLO_WAIT, IM_HELLO_REFUSE
+} im_hello_verdict;
+extern im_hello_verdict im_hello_admit(void);
+extern int	im_hello_start_one(void);
+extern void im_hello_unwait(void);
 extern void im_hello_release(int answered);
+extern long im_hello_retry_ms(void);
 extern void im_hello_tick(void);
+/* Hellos in flight and waiting now (for /metrics). */
+extern int	im_hellos_in_flight(void);
+extern int	im_hellos_waiting(void);
 
 #endif

@@ -47,13 +47,147 @@ im_refuse(session *s, json_t *id, long retry_ms, const char *why)
 	im_begin_close(s, 4029, why);
 }
 
+/* ---- hellos waiting for a place (--max-waiting-hello) ---- */
+
+/*
+ * A hello that found --max-pending-hello in flight waits here, on its own
+ * connection, with its job built but not sent: in arrival order, started as
+ * hellos in flight finish, refused (RATE_LIMITED + retry_after_ms) only when
+ * the queue is full or after --hello-timeout of waiting.  A socket that
+ * closes leaves the queue at once (its place goes to the next).
+ */
+typedef struct hello_wait
+{
+	struct hello_wait *prev,
+			   *next;
+	session    *s;
+	im_job	   *job;
+	double		t;				/* when it began to wait */
+} hello_wait;
+
+static hello_wait *wait_head,
+		   *wait_tail;
+
+#define BUSY_WHY "gateway busy authenticating, retry later"
+
+static void
+wait_unlink(hello_wait *w)
+{
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		wait_head = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	else
+		wait_tail = w->prev;
+	w->s->hello_wait = NULL;
+}
+
+/* Starts waiting hellos, oldest first, while there is room in flight. */
+static void
+start_waiting(void)
+{
+	while (wait_head && im_hello_start_one())
+	{
+		hello_wait *w = wait_head;
+		im_job	   *j = w->job;
+
+		wait_unlink(w);
+		free(w);
+		im_db_submit(j);
+	}
+}
+
+void
+im_hello_submit(session *s, im_job *j)
+{
+	hello_wait *w;
+
+	switch (im_hello_admit())
+	{
+		case IM_HELLO_SEND:
+			s->hello_pending = 1;
+			im_db_submit(j);
+			return;
+		case IM_HELLO_WAIT:
+			w = calloc(1, sizeof(hello_wait));
+			if (!w)
+				abort();
+			w->s = s;
+			w->job = j;
+			w->t = im_now();
+			w->prev = wait_tail;
+			if (wait_tail)
+				wait_tail->next = w;
+			else
+				wait_head = w;
+			wait_tail = w;
+			s->hello_wait = w;
+			s->hello_pending = 1;
+			im_stats.hellos_waited++;
+			return;
+		case IM_HELLO_REFUSE:
+			im_refuse(s, j->id, im_hello_retry_ms(), BUSY_WHY);
+			im_job_free(j);
+			return;
+	}
+}
+
+/* A waiting hello leaves the queue without starting; its job is freed. */
+static void
+unwait(session *s)
+{
+	hello_wait *w = s->hello_wait;
+
+	wait_unlink(w);
+	im_job_free(w->job);
+	free(w);
+	im_hello_unwait();
+	s->hello_pending = 0;
+}
+
+void
+im_hello_abandon(session *s)
+{
+	if (s->hello_wait)
+		unwait(s);
+	else if (s->hello_pending)
+	{
+		s->hello_pending = 0;
+		im_hello_release(0);
+		start_waiting();
+	}
+}
+
+double
+im_hello_wait_deadline(const session *s)
+{
+	return s->hello_wait ? s->hello_wait->t + im_cfg.hello_timeout : 0;
+}
+
+int
+im_hello_wait_expired(session *s, double now)
+{
+	json_t	   *id;
+
+	if (!s->hello_wait || now < s->hello_wait->t + im_cfg.hello_timeout)
+		return 0;
+	id = s->hello_wait->job->id ? json_incref(s->hello_wait->job->id) : NULL;
+	unwait(s);
+	im_refuse(s, id, im_hello_retry_ms(), BUSY_WHY);
+	json_decref(id);
+	return 1;
+}
+
 void
 im_hello_done(session *s)
 {
-	if (s->hello_pending)
+	if (s->hello_pending && !s->hello_wait)
 	{
 		s->hello_pending = 0;
 		im_hello_release(1);
+		start_waiting();
 	}
 }
 

@@ -14,8 +14,21 @@ struct im_job;
 /* A refusal: RATE_LIMITED with retry_after_ms, then close 4029. */
 extern void im_refuse(struct session *s, json_t *id, long retry_ms, const char *why);
 
-/* The session's hello is no longer in flight (answered or abandoned). */
+/*
+ * A hello's job (built, not yet sent): sent now, held in the waiting queue
+ * (--max-waiting-hello) or refused, as admission.c decides.
+ */
+extern void im_hello_submit(struct session *s, struct im_job *j);
+/* The session's hello in flight was answered: the next waiting one starts. */
 extern void im_hello_done(struct session *s);
+/* The session is going away: its hello, in flight or waiting, gives up its place. */
+extern void im_hello_abandon(struct session *s);
+/*
+ * A waiting hello's deadline (0: not waiting), and its refusal once it has
+ * waited --hello-timeout (returns 1 when it refused).
+ */
+extern double im_hello_wait_deadline(const struct session *s);
+extern int	im_hello_wait_expired(struct session *s, double now);
 
 /*
  * A hello job's answer (first with the transaction open, then the COMMIT's).

@@ -29,6 +29,7 @@ im_config	im_cfg = {
 	.hello_rate_user = 5,
 	.hello_burst_user = 20,
 	.max_pending_hello = 512,
+	.max_waiting_hello = 16384,
 	.hello_timeout = 10,
 	.members_ttl = 5,
 	.max_connections = 50000,
@@ -59,6 +60,7 @@ usage(void)
 			"  --hello-rate-device R     reconnects/s per device, burst 5 (1)\n"
 			"  --hello-rate-user R       reconnects/s per account, burst 20 (5)\n"
 			"  --max-pending-hello N     hellos in flight gateway-wide (512)\n"
+			"  --max-waiting-hello N     hellos held behind them, in order (16384)\n"
 			"  --hello-timeout S         seconds to send hello (10)\n"
 			"  --max-connections N       WebSocket sessions gateway-wide, over it HTTP 503 (50000)\n"
 			"  --max-unauth-per-ip N     sessions without welcome per peer address, over it HTTP 503 (256)\n"
@@ -119,6 +121,8 @@ set_option(const char *a, const char *v)
 		im_cfg.hello_rate_user = atof(v);
 	else if (!strcmp(a, "--max-pending-hello"))
 		im_cfg.max_pending_hello = atoi(v);
+	else if (!strcmp(a, "--max-waiting-hello"))
+		im_cfg.max_waiting_hello = atoi(v);
 	else if (!strcmp(a, "--hello-timeout"))
 		im_cfg.hello_timeout = atoi(v);
 	else if (!strcmp(a, "--max-connections"))
@@ -165,7 +169,8 @@ check_config(void)
 	if (im_cfg.max_frame < 64 || im_cfg.rate <= 0 || im_cfg.burst < 1 || im_cfg.pool < 1 ||
 		im_cfg.max_connections < 1 || im_cfg.max_unauth_per_ip < 1 ||
 		im_cfg.ping_interval < 1 || im_cfg.idle_timeout <= im_cfg.ping_interval ||
-		im_cfg.statement_timeout_ms < 0 || im_cfg.max_queue < 1024)
+		im_cfg.statement_timeout_ms < 0 || im_cfg.max_queue < 1024 ||
+		im_cfg.max_pending_hello < 1 || im_cfg.max_waiting_hello < 0 || im_cfg.hello_timeout < 1)
 	{
 		fprintf(stderr, "im_gateway: bad limits (--idle-timeout must exceed --ping-interval)\n");
 		return 2;

@@ -25,6 +25,7 @@ typedef struct im_config
 	double		hello_rate_user;
 	double		hello_burst_user;
 	int			max_pending_hello;	/* hellos in flight, gateway wide */
+	int			max_waiting_hello;	/* hellos held behind them, gateway wide */
 	int			hello_timeout;	/* seconds */
 	int			members_ttl;	/* seconds a member list is cached */
 	/* admission before any database work (contract §10) */

@@ -1,6 +1,7 @@
 /*
  * keepalive.c — the tick's per-session checks (contract §10: close 4001
- * without hello after --hello-timeout; ping after --ping-interval of
+ * without hello after --hello-timeout; a hello that waited --hello-timeout
+ * for a place is refused with retry_after_ms; ping after --ping-interval of
  * silence, again every interval; close 1001 after --idle-timeout; re-checks
  * that found no database are asked again) on a timing wheel of one-second
  * slots.
@@ -85,6 +86,8 @@ next_deadline(const session *s)
 		t = ping;
 	if (!s->authed && !s->hello_pending && s->t_open + im_cfg.hello_timeout < t)
 		t = s->t_open + im_cfg.hello_timeout;
+	if (s->hello_wait && im_hello_wait_deadline(s) < t)
+		t = im_hello_wait_deadline(s);
 	return t;
 }
 
@@ -110,6 +113,8 @@ check_session(session *s, double now)
 {
 	if (!s->authed && !s->hello_pending && now - s->t_open > im_cfg.hello_timeout)
 		im_begin_close(s, 4001, "hello_timeout");
+	else if (im_hello_wait_expired(s, now))
+		;						/* refused: waited --hello-timeout for a place */
 	else if (now - s->t_heard >= im_cfg.idle_timeout)
 		im_begin_close(s, 1001, "idle_timeout");
 	else if (now - s->t_heard >= im_cfg.ping_interval && now - s->t_ping >= im_cfg.ping_interval)

@@ -8,6 +8,8 @@
  * counters are always current.
  */
 #include "metrics.h"
+#include "admission.h"
+#include "accept.h"
 #include "db.h"
 #include "http.h"
 #include "session.h"
@@ -158,6 +160,12 @@ metrics_text(PGresult *extra)
 	sb_metric(&sb, "im_gateway_metrics_refreshes_total", "counter", "im.metrics() calls made for /metrics.", im_stats.metrics_refreshes);
 	sb_metric(&sb, "im_gateway_replies_too_large_total", "counter", "Replies that did not fit a session's queue (answered UNAVAILABLE).", im_stats.replies_too_large);
 	sb_metric(&sb, "im_gateway_refusals_total", "counter", "Connections refused by admission limits.", im_stats.refusals);
+	sb_metric(&sb, "im_gateway_accepts_kept_back_total", "counter", "Accepted connections that waited for a handshake place (256 in lws at once).", im_stats.accepts_kept_back);
+	sb_metric(&sb, "im_gateway_handshakes", "gauge", "Accepted connections inside the HTTP/WebSocket handshake.", im_accept_handshakes());
+	sb_metric(&sb, "im_gateway_accepts_waiting", "gauge", "Accepted connections waiting for a handshake place.", im_accept_waiting());
+	sb_metric(&sb, "im_gateway_hellos_waited_total", "counter", "Hellos that waited for a place behind --max-pending-hello.", im_stats.hellos_waited);
+	sb_metric(&sb, "im_gateway_hellos_in_flight", "gauge", "Hellos sent to the database and not yet answered.", im_hellos_in_flight());
+	sb_metric(&sb, "im_gateway_hellos_waiting", "gauge", "Hellos waiting for a place (--max-waiting-hello).", im_hellos_waiting());
 	sb_printf(&sb, "# HELP im_gateway_upgrades_refused_total WebSocket upgrades refused before a session existed.\n# TYPE im_gateway_upgrades_refused_total counter\n"
 			  "im_gateway_upgrades_refused_total{reason=\"cap\"} %ld\nim_gateway_upgrades_refused_total{reason=\"origin\"} %ld\n",
 			  im_stats.upgrades_refused_cap, im_stats.upgrades_refused_origin);

@@ -35,6 +35,8 @@ typedef struct im_gw_stats
 				hints_dropped;
 	long		notifications;
 	long		refusals;
+	long		accepts_kept_back;	/* connections that waited before lws' handshake (accept.c) */
+	long		hellos_waited;	/* hellos that waited for a place (--max-waiting-hello) */
 	long		upgrades_refused_cap,	/* HTTP 503: a connection cap */
 				upgrades_refused_origin;	/* HTTP 403: Origin not allowed */
 	long		rechecks;		/* device_session re-checks sent */

@@ -8,6 +8,7 @@
  * transaction is rolled back first).
  */
 #include "protocol.h"
+#include "accept.h"
 #include "admission.h"
 #include "auth.h"
 #include "db.h"
@@ -122,9 +123,18 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 			on_db_results();
 			im_gateway_poll_state();	/* a signal also wakes the loop this way */
 			break;
+		case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
+			return im_accept_filter(wsi, (int) (lws_intptr_t) in);
+		case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
+			im_accept_handshake_begins(wsi);
+			break;
+		case LWS_CALLBACK_WSI_DESTROY:
+			im_accept_handshake_over(wsi);
+			break;
 		case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
 			return im_admit_upgrade(wsi);
 		case LWS_CALLBACK_ESTABLISHED:
+			im_accept_handshake_over(wsi);
 			return on_established(wsi, p);
 		case LWS_CALLBACK_RECEIVE_PONG:
 			if (s)
@@ -145,6 +155,7 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 			}
 			break;
 		case LWS_CALLBACK_HTTP:
+			im_accept_handshake_over(wsi);
 			if (!s)
 				s = p->s = im_session_register(wsi, 1);
 			im_on_http(wsi, s, (const char *) in);

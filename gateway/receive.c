@@ -32,7 +32,7 @@
 
 /* A decoded request becomes job j: the statement, its id and parameters. */
 static void
-submit_request(im_job *j, im_request *req)
+take_request(im_job *j, im_request *req)
 {
 	int			i;
 
@@ -47,6 +47,12 @@ submit_request(im_job *j, im_request *req)
 		req->params[i] = NULL;
 	}
 	req->nparams = 0;
+}
+
+static void
+submit_request(im_job *j, im_request *req)
+{
+	take_request(j, req);
 	im_db_submit(j);
 }
 
@@ -62,12 +68,12 @@ send_pong(session *s, json_t *id)
 	json_decref(p);
 }
 
-/* The first frame: a valid hello, admitted by --max-pending-hello. */
+/* The first frame: a valid hello, sent or held by --max-pending-hello /
+ * --max-waiting-hello. */
 static void
 process_hello(session *s, im_decode_status st, im_request *req)
 {
 	im_job	   *j;
-	long		wait;
 
 	if (st != IM_DECODE_OK || req->op != IM_OP_HELLO)
 	{
@@ -75,15 +81,10 @@ process_hello(session *s, im_decode_status st, im_request *req)
 		im_begin_close(s, 4001, "no_hello");
 		return;
 	}
-	if ((wait = im_hello_admit()) != 0)
-	{
-		im_refuse(s, req->id, wait, "gateway busy authenticating, retry later");
-		return;
-	}
-	s->hello_pending = 1;
 	j = im_job_new(IM_JOB_AUTH, s->sid);
 	j->txn = 1;					/* limits are checked before COMMIT: see auth.c */
-	submit_request(j, req);
+	take_request(j, req);
+	im_hello_submit(s, j);		/* sent, waiting for a place, or refused */
 }
 
 static void

@@ -9,6 +9,7 @@
  * bounded by --max-queue (plus IM_ERROR_HEADROOM for error frames).
  */
 #include "session.h"
+#include "auth.h"
 #include "presence.h"
 #include "admission.h"
 #include "config.h"
@@ -142,8 +143,7 @@ im_session_unregister(session *s)
 		s->in_head = f->next;
 		free(f);
 	}
-	if (s->hello_pending)
-		im_hello_release(0);
+	im_hello_abandon(s);
 	im_unauth_release(s->unauth_ip);
 	free(s->rx);
 	free(s->chints);

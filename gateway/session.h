@@ -44,6 +44,7 @@ typedef struct session
 {
 	uint64_t	sid;
 	struct lws *wsi;
+	/* hello_pending: the hello is in flight or waiting (hello_wait) */
 	unsigned	is_http:1, registered:1, authed:1, hello_pending:1, busy:1,
 				flow_off:1, in_msg:1, bad_binary:1, ping_due:1;
 	int			close_code;
@@ -54,6 +55,7 @@ typedef struct session
 	double		t_heard;		/* last frame or pong from the peer */
 	double		t_ping;			/* last ping sent */
 	struct ip_count *unauth_ip;	/* counted as unauthenticated there */
+	struct hello_wait *hello_wait;	/* its hello waits for a place (auth.c) */
 	/* inbound */
 	char	   *rx;
 	size_t		rxlen,

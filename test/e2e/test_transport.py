@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Transport hardening of im_gateway (contract §10, issue 8 items 3, 11, 12):
 what happens before welcome, the connection caps (HTTP 503), the Origin rule
-(HTTP 403), keepalive (ping, close 1001), the plain-listen refusal, and
-refused hellos that must not supersede the live session.
+(HTTP 403), keepalive (ping, close 1001), the plain-listen refusal,
+refused hellos that must not supersede the live session, and hellos that
+wait for a place behind --max-pending-hello (issue 10, on gateways of their
+own).
 
 Run by test/suites/62-e2e-transport.sh against a gateway (IM_GW_URL) started
 with --ping-interval 1 --idle-timeout 3 --max-unauth-per-ip 3
@@ -468,13 +470,229 @@ async def test_max_connections_fits_descriptors():
     await asyncio.get_event_loop().run_in_executor(None, check_max_connections_lowered)
 
 
+# ------------------------------------------- hellos waiting for a place
+
+class HelloQueueGateway:
+    """A gateway of its own whose hellos go to the database one at a time
+    (--max-pending-hello 1; --pool 2 leaves one connection to hellos) with
+    two places to wait behind it (--max-waiting-hello 2); no statement
+    timeout, so a hello behind a locked device row stays in flight."""
+
+    def __init__(self, hello_timeout):
+        port = free_port()
+        self.url = "ws://127.0.0.1:%d/" % port
+        self.proc = start_gateway("--listen", "127.0.0.1:%d" % port, "--pool", "2",
+                                  "--max-pending-hello", "1", "--max-waiting-hello", "2",
+                                  "--hello-timeout", str(hello_timeout), "--statement-timeout", "0")
+        for _ in range(100):
+            try:
+                if urllib.request.urlopen(http_url(self.url) + "/healthz", timeout=2).status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise AssertionError("hello-queue gateway did not start")
+
+    def metric(self, name):
+        body = urllib.request.urlopen(http_url(self.url) + "/metrics", timeout=5).read().decode()
+        for line in body.splitlines():
+            if line.startswith(name + " "):
+                return int(float(line.split()[1]))
+        raise AssertionError("no %s in /metrics" % name)
+
+    async def until(self, name, value):
+        for _ in range(200):
+            if self.metric(name) == value:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("%s is %d, not %d" % (name, self.metric(name), value))
+
+    async def hello(self, tok, rid):
+        c = await Client.open(url=self.url)
+        await c.send_raw(json.dumps({"type": "hello", "id": rid, "token": tok}))
+        return c
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def queue_users(n):
+    """n new users with a device "q" and its token (issued before any row
+    lock: issuing reads the device row)."""
+    users = new_user_ids(n)
+    for u in users:
+        register(u, "q")
+    return users, [token(u, "q") for u in users]
+
+
+async def stalled_first_hello(gw, user, tok):
+    """A hello (id 1) of user's device "q" in flight, stalled on its locked
+    device row: every later hello has to wait behind it."""
+    lock = DeviceRowLock(user, "q")
+    c = await gw.hello(tok, 1)
+    for _ in range(100):
+        if lock.waiting() > 0:
+            break
+        await asyncio.sleep(0.05)
+    assert lock.waiting() > 0, "the first hello did not reach the device row"
+    await gw.until("im_gateway_hellos_in_flight", 1)
+    return c, lock
+
+
+async def test_hello_over_limit_waits_and_is_answered():
+    """A hello over --max-pending-hello is not refused: it waits on its own
+    connection and is welcomed once the hello in flight is answered."""
+    users, toks = queue_users(2)
+    gw = HelloQueueGateway(hello_timeout=60)
+    lock = None
+    try:
+        first, lock = await stalled_first_hello(gw, users[0], toks[0])
+        second = await gw.hello(toks[1], 2)
+        await gw.until("im_gateway_hellos_waiting", 1)
+        lock.release()
+        lock = None
+        for c, rid, u in ((first, 1, users[0]), (second, 2, users[1])):
+            r = await c.reply(rid)
+            assert r["type"] == "welcome" and r["user_id"] == u, r
+        await gw.until("im_gateway_hellos_waiting", 0)
+        assert gw.metric("im_gateway_hellos_waited_total") == 1
+        assert gw.metric("im_gateway_refusals_total") == 0
+        for c in (first, second):
+            assert (await c.req({"type": "ping"}))["type"] == "pong"
+            await c.close()
+    finally:
+        if lock:
+            lock.release()
+        gw.stop()
+
+
+async def test_full_hello_queue_refuses_with_retry_after():
+    """With --max-waiting-hello places taken, the next hello is refused at
+    once (RATE_LIMITED with retry_after_ms, close 4029) and authenticates
+    nothing; the waiting ones are welcomed afterwards."""
+    users, toks = queue_users(4)
+    e_refused = epoch(users[3], "q")
+    gw = HelloQueueGateway(hello_timeout=60)
+    lock = None
+    try:
+        first, lock = await stalled_first_hello(gw, users[0], toks[0])
+        waiting = [await gw.hello(toks[1], 2), await gw.hello(toks[2], 3)]
+        await gw.until("im_gateway_hellos_waiting", 2)
+        extra = await gw.hello(toks[3], 4)
+        r = await extra.reply(4)
+        assert r["type"] == "error" and r["code"] == "RATE_LIMITED", r
+        assert isinstance(r.get("retry_after_ms"), int) and r["retry_after_ms"] > 0, r
+        assert (await extra.wait_closed())[0] == 4029
+        assert epoch(users[3], "q") == e_refused
+        lock.release()
+        lock = None
+        for c, rid in zip([first] + waiting, (1, 2, 3)):
+            assert (await c.reply(rid))["type"] == "welcome"
+            await c.close()
+    finally:
+        if lock:
+            lock.release()
+        gw.stop()
+
+
+async def test_closed_waiting_hello_frees_its_place():
+    """A waiting hello whose socket closes leaves the queue at once: its
+    place goes to the next hello (which waits instead of being refused) and
+    its own authenticate never runs (the device's epoch stays)."""
+    users, toks = queue_users(4)
+    e_gone = epoch(users[1], "q")
+    gw = HelloQueueGateway(hello_timeout=60)
+    lock = None
+    try:
+        first, lock = await stalled_first_hello(gw, users[0], toks[0])
+        gone = await gw.hello(toks[1], 2)
+        kept = await gw.hello(toks[2], 3)
+        await gw.until("im_gateway_hellos_waiting", 2)
+        await gone.close()
+        await gw.until("im_gateway_hellos_waiting", 1)
+        late = await gw.hello(toks[3], 4)
+        await gw.until("im_gateway_hellos_waiting", 2)
+        lock.release()
+        lock = None
+        for c, rid in ((first, 1), (kept, 3), (late, 4)):
+            assert (await c.reply(rid))["type"] == "welcome"
+            await c.close()
+        assert gw.metric("im_gateway_refusals_total") == 0
+        assert epoch(users[1], "q") == e_gone
+    finally:
+        if lock:
+            lock.release()
+        gw.stop()
+
+
+async def test_waiting_hello_times_out_with_retry_after():
+    """A hello that waited --hello-timeout for a place is refused
+    (RATE_LIMITED with retry_after_ms, close 4029) while the hello ahead of
+    it is still in flight; it authenticated nothing."""
+    users, toks = queue_users(2)
+    e_waiting = epoch(users[1], "q")
+    gw = HelloQueueGateway(hello_timeout=2)
+    lock = None
+    try:
+        first, lock = await stalled_first_hello(gw, users[0], toks[0])
+        waiting = await gw.hello(toks[1], 2)
+        r = await waiting.reply(2, timeout=30)
+        assert r["type"] == "error" and r["code"] == "RATE_LIMITED", r
+        assert isinstance(r.get("retry_after_ms"), int) and r["retry_after_ms"] > 0, r
+        assert (await waiting.wait_closed())[0] == 4029
+        assert lock.waiting() > 0, "the hello ahead was answered: the refusal proves nothing"
+        assert gw.metric("im_gateway_hellos_waiting") == 0
+        assert epoch(users[1], "q") == e_waiting
+        lock.release()
+        lock = None
+        assert (await first.reply(1))["type"] == "welcome"
+        await first.close()
+    finally:
+        if lock:
+            lock.release()
+        gw.stop()
+
+
+async def test_stalled_handshakes_do_not_hold_back_new_connections():
+    """At most 256 accepted connections are inside lws' handshake at once;
+    the others wait as descriptors.  300 sockets that never send their
+    upgrade request hold more than those places, yet a new client still
+    upgrades and logs in at once (waiting ones are handed over in steps
+    regardless), and every closed socket gives its place back."""
+    users, _ = queue_users(1)
+    gw = HelloQueueGateway(hello_timeout=60)
+    raw = []
+    try:
+        for _ in range(300):
+            raw.append(socket.create_connection(("127.0.0.1", int(gw.url.rsplit(":", 1)[1].strip("/")))))
+        await gw.until("im_gateway_handshakes", 300)
+        assert gw.metric("im_gateway_accepts_kept_back_total") >= 300 - 256
+        c = await Client.login(users[0], "q", url=gw.url)
+        assert (await c.req({"type": "ping"}))["type"] == "pong"
+        await c.close()
+        for r in raw:
+            r.close()
+        raw = []
+        await gw.until("im_gateway_handshakes", 0)
+        assert gw.metric("im_gateway_accepts_waiting") == 0
+    finally:
+        for r in raw:
+            r.close()
+        gw.stop()
+
+
 TESTS = [test_hello_over_8k_not_authenticated, test_frame_while_hello_pending,
          test_unauth_per_ip_cap_503, test_global_connection_cap_503,
          test_origin_same_host_default, test_origin_allow_list,
          test_idle_client_closed_1001, test_answering_client_stays,
          test_rate_refused_hello_keeps_live_session, test_conn_cap_refused_hello_keeps_epoch,
          test_non_loopback_listen_needs_tls, test_failed_hellos_leave_pool_usable,
-         test_max_connections_fits_descriptors]
+         test_max_connections_fits_descriptors,
+         test_hello_over_limit_waits_and_is_answered, test_full_hello_queue_refuses_with_retry_after,
+         test_closed_waiting_hello_frees_its_place, test_waiting_hello_times_out_with_retry_after,
+         test_stalled_handshakes_do_not_hold_back_new_connections]
 
 
 def main():

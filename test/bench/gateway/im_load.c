@@ -150,6 +150,7 @@ struct dev
 	/* reconnects */
 	int64_t		retry_ms;
 	lws_sorted_usec_list_t sul;
+	int			upgraded;		/* storm: had a WebSocket session once */
 };
 
 static struct
@@ -184,6 +185,9 @@ static int64_t connect_failures;	/* storm: connects that failed before the upgra
 static char first_connect_error[128];
 static lws_usec_t t_start;
 static lws_sorted_usec_list_t tick_sul, pace_sul;
+/* storm timeline: when the k-th device was first upgraded and first welcomed */
+static lws_usec_t *t_established, *t_welcomed;
+static int	n_established, n_welcomed;
 
 /* phases of pairs */
 typedef enum
@@ -614,6 +618,8 @@ handle_frame(dev *d, json_t *f)
 	switch (d->st)
 	{
 		case ST_HELLO:
+			if (t_welcomed && n_welcomed < ndev)
+				t_welcomed[n_welcomed++] = now_us();
 			d->gen = jint(d, f, "sync_generation", 0);
 			d->applied = jint(d, f, "server_acked_sync_seq", 1);
 			d->welcome_hw = jint(d, f, "high_watermark", 1);
@@ -678,6 +684,11 @@ callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in
 			fail(d, "connect failed: %s", in ? (const char *) in : "(no reason)");
 			break;
 		case LWS_CALLBACK_CLIENT_ESTABLISHED:
+			if (t_established && !d->upgraded)
+			{
+				d->upgraded = 1;
+				t_established[n_established++] = now_us();
+			}
 			send_frame(d, json_pack("{s:s, s:s}", "type", "hello", "token", d->token), ST_HELLO, "welcome");
 			break;
 		case LWS_CALLBACK_CLIENT_WRITEABLE:
@@ -1061,12 +1072,30 @@ pairs_ready(dev *d)
 		launch_connects();
 }
 
+/* seconds from the start until the share q (0..1] of the n marks */
+static double
+mark_s(const lws_usec_t *t, int n, double q)
+{
+	int			i = (int) (q * n + 0.5) - 1;
+
+	if (n == 0)
+		return -1;
+	return (t[i < 0 ? 0 : i >= n ? n - 1 : i] - t_start) / 1e6;
+}
+
 static void
 storm_done(dev *d)
 {
 	inflight--;
 	if (++ndone == ndev)
 	{
+		/* where the time went: each device's first upgrade, and the welcomes */
+		printf("RESULT storm_timeline upgraded_s=%.2f/%.2f/%.2f welcomed_s=%.2f/%.2f/%.2f/%.2f"
+			   " (upgrades: 1st/50%%/100%% of %d; welcomes: 1st/50%%/90%%/100%%)\n",
+			   mark_s(t_established, n_established, 0), mark_s(t_established, n_established, 0.5),
+			   mark_s(t_established, n_established, 1), mark_s(t_welcomed, n_welcomed, 0),
+			   mark_s(t_welcomed, n_welcomed, 0.5), mark_s(t_welcomed, n_welcomed, 0.9),
+			   mark_s(t_welcomed, n_welcomed, 1), n_established);
 		printf("RESULT storm devices=%d all_caught_up_s=%.2f caught_up_at_welcome=%d refusals=%" PRId64
 			   " refusals_without_retry_after=%" PRId64 " closes_before_welcome=%" PRId64 " first_close_code=%d"
 			   " http_503=%" PRId64 " connect_failures=%" PRId64 " first_connect_error=\"%s\" client_cpu_pct=%.0f\n",
@@ -1376,7 +1405,13 @@ main(int argc, char **argv)
 			devs[i].lat = calloc(1, sizeof(lat_state));
 	}
 	if (opt.mode == M_STORM)
+	{
 		opt.concurrency = ndev;
+		t_established = calloc(ndev, sizeof(lws_usec_t));
+		t_welcomed = calloc(ndev, sizeof(lws_usec_t));
+		if (!t_established || !t_welcomed)
+			fail(NULL, "out of memory");
+	}
 	if ((long) rl.rlim_max < ndev + 64)
 		fail(NULL, "%d sessions need as many descriptors; the hard limit is %ld (ulimit -Hn)",
 			 ndev, (long) rl.rlim_max);
@@ -1391,7 +1426,19 @@ main(int argc, char **argv)
 	info.retry_and_idle_policy = &no_validity_timer;
 	/* client handshakes in flight each hold a header table */
 	info.max_http_header_pool = (unsigned short) (opt.concurrency + 16 > 60000 ? 60000 : opt.concurrency + 16);
-	ctx = lws_create_context(&info);
+	if (opt.mode == M_STORM)
+	{
+		/*
+		 * storm: lws' libev loop (epoll) when its plugin loads — poll() hands
+		 * the kernel every descriptor at every wake-up.  The storm ends with
+		 * _exit from inside the loop, so lws_service never has to return.
+		 */
+		info.options |= LWS_SERVER_OPTION_LIBEV;
+		ctx = lws_create_context(&info);
+		info.options &= ~(uint64_t) LWS_SERVER_OPTION_LIBEV;
+	}
+	if (!ctx)
+		ctx = lws_create_context(&info);
 	if (!ctx)
 		fail(NULL, "lws_create_context failed");
 	signal(SIGTERM, on_signal);
