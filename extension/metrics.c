@@ -223,18 +223,6 @@ emit_push_metrics(FunctionCallInfo fcinfo)
 	metric_row(fcinfo, "im_push_targets_disabled_total", (double) im_counter_get(IM_COUNTER_PUSH_TARGETS_DISABLED),
 			   "Push targets disabled after 3 consecutive rejections, since server start.");
 
-/*
- * Rows added in 1.4 appear on a 1.4 catalog only: until ALTER EXTENSION
- * im_sync UPDATE the 1.4 library answers a 1.0-1.3 catalog's im.metrics()
- * exactly as its own release did (test/upgrade/calls.sql).
- */
-static bool
-catalog_before_1_4(void)
-{
-	char	   *v = im_catalog_version();
-
-	return v != NULL && (strcmp(v, "1.0") == 0 || strcmp(v, "1.1") == 0 ||
-						 strcmp(v, "1.2") == 0 || strcmp(v, "1.3") == 0);
 }
 
 PG_FUNCTION_INFO_V1(im_metrics);
@@ -257,7 +245,8 @@ im_metrics(PG_FUNCTION_ARGS)
 	 * (a standby's outbox gauges are the primary's as of its replay, and
 	 * its counters are its own, mostly 0: its workers wait, recovery_wait.h).
 	 */
-	if (!catalog_before_1_4())
+	/* a row added in 1.4: on an older catalog the answer stays its release's (test/upgrade/calls.sql) */
+	if (im_catalog_at_least(1, 4))
 		metric_row(fcinfo, "im_server_in_recovery", RecoveryInProgress() ? 1 : 0,
 				   "1 on a standby in recovery (read-only; fanout workers wait for promotion), 0 on a primary.");
 

@@ -34,17 +34,7 @@
 bool
 im_push_catalog(void)
 {
-	static LocalTransactionId checked_in = InvalidLocalTransactionId;
-	static bool current = true;
-	char	   *version;
-
-	if (checked_in == MyProc->lxid && checked_in != InvalidLocalTransactionId)
-		return current;
-	version = im_catalog_version();
-	current = !(version != NULL && (strcmp(version, "1.0") == 0 || strcmp(version, "1.1") == 0 ||
-									strcmp(version, "1.2") == 0 || strcmp(version, "1.3") == 0));
-	checked_in = MyProc->lxid;
-	return current;
+	return im_catalog_at_least(1, 4);
 }
 
 /* On an older catalog the push functions do not exist; a stale definition gets 55000. */

@@ -55,17 +55,7 @@ im_kind_uses_marker(const char *kind)
 bool
 im_relation_catalog(void)
 {
-	static LocalTransactionId checked_in = InvalidLocalTransactionId;
-	static bool current = true;
-	char	   *version;
-
-	if (checked_in == MyProc->lxid && checked_in != InvalidLocalTransactionId)
-		return current;
-	version = im_catalog_version();
-	current = !(version != NULL && (strcmp(version, "1.0") == 0 || strcmp(version, "1.1") == 0 ||
-									strcmp(version, "1.2") == 0));
-	checked_in = MyProc->lxid;
-	return current;
+	return im_catalog_at_least(1, 3);
 }
 
 /* sql with every occurrence of fragment replaced by replacement (palloc'd) */

@@ -5,6 +5,8 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
@@ -14,6 +16,7 @@
 #include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
@@ -47,6 +50,25 @@ im_catalog_version(void)
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
 	return version;
+}
+
+bool
+im_catalog_at_least(int major, int minor)
+{
+	static LocalTransactionId read_in = InvalidLocalTransactionId;
+	static int	catalog_major,
+				catalog_minor;
+
+	if (read_in == InvalidLocalTransactionId || read_in != MyProc->lxid)
+	{
+		char	   *version = im_catalog_version();
+
+		/* not installed (or an unparsable version): the newest layout */
+		if (version == NULL || sscanf(version, "%d.%d", &catalog_major, &catalog_minor) != 2)
+			catalog_major = INT_MAX, catalog_minor = INT_MAX;
+		read_in = MyProc->lxid;
+	}
+	return catalog_major > major || (catalog_major == major && catalog_minor >= minor);
 }
 
 /* this worker is waiting for ALTER EXTENSION (logged once per wait) */

@@ -21,6 +21,14 @@
 extern char *im_catalog_version(void);
 
 /*
+ * True when the installed catalog is at least major.minor (or im_sync is not
+ * installed: the caller's own checks answer that).  Code that reads objects
+ * a later release added asks this, so a new library on an older catalog
+ * answers as the older release did.  Read once per transaction.
+ */
+extern bool im_catalog_at_least(int major, int minor);
+
+/*
  * For a background worker between transactions: true when the catalog is
  * at IM_LIBRARY_VERSION or im_sync is not installed (the caller handles
  * that).  Logs one line when it starts to disagree and one when it agrees
