@@ -43,7 +43,8 @@ def run(cmd, **kw):
 
 
 # What every node runs with: the harness's settings (test/cluster.sh) plus
-# streaming replication.  fsync is off in the suite like the other suites
+# streaming replication; the log prefix names the backend type (%b), so a
+# fanout worker's lines read "im_sync fanout worker ERROR: ...".  fsync is off in the suite like the other suites
 # (a throwaway cluster; `kill -9` and `-m immediate` lose no page the OS
 # has) and on in the benchmark (IM_PAIR_FSYNC=on: production durability).
 NODE_CONF = """
@@ -57,7 +58,7 @@ full_page_writes = on
 shared_preload_libraries = 'im_sync'
 im_sync.database = 'im_test'
 im_sync.fanout_workers = 2
-log_line_prefix = '%m [%p] %q%a '
+log_line_prefix = '%m [%p] %b %q%a '
 log_min_messages = warning
 wal_level = replica
 max_wal_senders = 5
@@ -168,6 +169,9 @@ class Pair:
         p.pg_ctl("start")
         p.q("CREATE DATABASE im_test", db="postgres")
         p.q("SET client_min_messages = warning; CREATE EXTENSION im_sync CASCADE")
+        # the workers started before im_test existed and failed to connect
+        # (FATAL, restart): log checks start after the setup
+        self.log_checked_from = {p.name: os.path.getsize(p.log), self.standby.name: 0}
 
     def slot_name(self, node):
         return "standby_" + node.name
