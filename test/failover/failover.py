@@ -30,7 +30,6 @@ API functions):
 Prints the time from the primary's death to the first successful send.
 """
 import asyncio
-import json
 import os
 import re
 import sys
