@@ -17,6 +17,7 @@ acknowledged ACKs and read reports, and every message it had seen before
 each failover (to catch an id or a position reused for other content).
 """
 import asyncio
+import json
 import os
 import sys
 import time
@@ -94,7 +95,7 @@ class Device:
         error carries no id (receive.c refuses the frame before reading
         it); with one request in flight per device it is that request's."""
         rid = next(imgw._ids)
-        await self.c.ws.send(imgw.json.dumps(dict(frame, id=rid)))
+        await self.c.ws.send(json.dumps(dict(frame, id=rid)))
         deadline = time.monotonic() + HANG_S
         while True:
             for f in self.c.pending:
