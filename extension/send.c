@@ -21,6 +21,8 @@
 
 #include <math.h>
 
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "common/cryptohash.h"
 #include "common/sha2.h"
@@ -241,6 +243,23 @@ lookup_existing(SendRequest *req, int64 *message_id, int64 *msg_seq)
 						   *message_id, im_get_text(0, Anum_existing_kind),
 						   im_get_int64(0, Anum_existing_conversation_id, NULL)),
 				 errhint("Use a new client_msg_id for a new message; reuse one only to retry the same request.")));
+
+	/*
+	 * A retry is confirmed only once the original is as durable as a new
+	 * send would be.  The original's commit may have been cut short in its
+	 * wait for a synchronous standby (then the gateway answered UNAVAILABLE);
+	 * a retry that wrote nothing would commit without a commit record and so
+	 * without waiting, and could confirm a message a failover then loses.
+	 * An xid gives this transaction a commit record after the original's,
+	 * and its wait covers both (README "Running with a standby"; isolation
+	 * spec retry_waits_for_standby).
+	 */
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot confirm a retried request on a standby"),
+				 errhint("Connect to the primary (target_session_attrs=read-write).")));
+	(void) GetTopTransactionId();
 	return true;
 }
 
