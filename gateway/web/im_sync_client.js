@@ -299,7 +299,10 @@ class View {
       if (prev && prev.recalled) { p.recalled = true; p.body = null; }
       if (p.recalled) p.reactionsByUser = {};
     }
-    if (e.kind === 'edit' && prev && prev.recalled) { p.recalled = true; p.body = null; }
+    // the server tombstones a recalled message's edits and reactions too (send.c)
+    if ((e.kind === 'edit' || e.kind === 'reaction') && prev && prev.recalled) { p.recalled = true; p.body = null; }
+    const earlyTarget = p.target_message_id != null ? this.position(p.target_message_id) : null;
+    if ((e.kind === 'edit' || e.kind === 'reaction') && earlyTarget && earlyTarget.recalled) { p.recalled = true; p.body = null; }
     this.putPosition(p);
     if (e.msg_seq > c.last_msg_seq) c.last_msg_seq = e.msg_seq;
     const target = p.target_message_id != null ? this.position(p.target_message_id) : null;
@@ -308,9 +311,10 @@ class View {
         if (target) {
           target.recalled = true; target.body = null; target.reactionsByUser = {};
           this.touch(target);
-          // no edited text of a recalled message stays visible (contract §1)
+          // no edited text of a recalled message stays visible (contract §1),
+          // and it keeps no reactions (contract §14)
           for (const q of this.positions.get(e.conversation_id).values()) {
-            if (q.kind === 'edit' && q.target_message_id === p.target_message_id && !q.recalled) {
+            if ((q.kind === 'edit' || q.kind === 'reaction') && q.target_message_id === p.target_message_id && !q.recalled) {
               q.recalled = true; q.body = null; this.touch(q);
             }
           }
