@@ -299,7 +299,10 @@ class View {
       if (prev && prev.recalled) { p.recalled = true; p.body = null; }
       if (p.recalled) p.reactionsByUser = {};
     }
-    if (e.kind === 'edit' && prev && prev.recalled) { p.recalled = true; p.body = null; }
+    // the server tombstones a recalled message's edits and reactions too (send.c)
+    if ((e.kind === 'edit' || e.kind === 'reaction') && prev && prev.recalled) { p.recalled = true; p.body = null; }
+    const earlyTarget = p.target_message_id != null ? this.position(p.target_message_id) : null;
+    if ((e.kind === 'edit' || e.kind === 'reaction') && earlyTarget && earlyTarget.recalled) { p.recalled = true; p.body = null; }
     this.putPosition(p);
     if (e.msg_seq > c.last_msg_seq) c.last_msg_seq = e.msg_seq;
     const target = p.target_message_id != null ? this.position(p.target_message_id) : null;
@@ -308,9 +311,10 @@ class View {
         if (target) {
           target.recalled = true; target.body = null; target.reactionsByUser = {};
           this.touch(target);
-          // no edited text of a recalled message stays visible (contract §1)
+          // no edited text of a recalled message stays visible (contract §1),
+          // and it keeps no reactions (contract §14)
           for (const q of this.positions.get(e.conversation_id).values()) {
-            if (q.kind === 'edit' && q.target_message_id === p.target_message_id && !q.recalled) {
+            if ((q.kind === 'edit' || q.kind === 'reaction') && q.target_message_id === p.target_message_id && !q.recalled) {
               q.recalled = true; q.body = null; this.touch(q);
             }
           }
@@ -458,6 +462,7 @@ export class ImSyncClient {
     this.flushing = null;
     this.loaded = false;
     this.commitChain = Promise.resolve();
+    this.serial = Promise.resolve();
     this.storageClosed = false;
     this.stats = { snapshots: 0, recoveries: 0, batches: 0, events: 0, reconnects: 0 };
   }
@@ -589,6 +594,19 @@ export class ImSyncClient {
       this.pending.delete(f.id);
       if (f.type === 'error') reject(new ImSyncError(f.code, f.message, f));
       else resolve(f);
+    } else if (f.type === 'error' && f.id == null && f.code === 'RATE_LIMITED') {
+      // The gateway refuses over-rate frames before reading them, so the
+      // error names no request: every pending one may be the refused one.
+      // All are failed as RATE_LIMITED and call() repeats them after the
+      // wait; each is idempotent (client_msg_id, cursors, ACKs), and a late
+      // answer to an old id is ignored.
+      // After one, requests go one at a time, spaced by the wait the
+      // gateway named, for a while: a refusal then names its request.
+      const wait = f.retry_after_ms != null ? f.retry_after_ms : 1000;
+      this.pausedUntil = Date.now() + wait;
+      this.spacingMs = Math.max(this.spacingMs || 0, wait);
+      this.carefulUntil = Date.now() + 5000 + 20 * wait;
+      this.failPending(new ImSyncError('RATE_LIMITED', f.message, f));
     } else if (f.type === 'error' && f.code === 'NOT_AUTHENTICATED') {
       this.setState('needs_token', f.message);
     }
@@ -645,13 +663,29 @@ export class ImSyncClient {
   // RATE_LIMITED honour retry_after_ms); a closed connection ends it.
   async call(frame) {
     for (let i = 0; ; i++) {
+      const wait = (this.pausedUntil || 0) - Date.now();
+      if (wait > 0) await sleep(wait);
       try {
+        if (Date.now() < (this.carefulUntil || 0)) return await this.carefully(frame);
+        this.spacingMs = 0;
         return await this.request(frame);
       } catch (e) {
         if (!(e instanceof ImSyncError) || !['UNAVAILABLE', 'RATE_LIMITED'].includes(e.code) || i >= 20) throw e;
         await sleep(e.retryAfterMs != null ? e.retryAfterMs : BACKOFF_BASE_MS * 2 ** Math.min(i, 6));
       }
     }
+  }
+
+  // One request at a time, at most one per spacingMs (after a RATE_LIMITED).
+  carefully(frame) {
+    const run = this.serial.then(async () => {
+      const gap = (this.lastSentAt || 0) + (this.spacingMs || 0) - Date.now();
+      if (gap > 0) await sleep(gap);
+      this.lastSentAt = Date.now();
+      return this.request(frame);
+    });
+    this.serial = run.catch(() => {});
+    return run;
   }
 
   // -- sync ------------------------------------------------------------------

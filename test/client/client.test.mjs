@@ -284,3 +284,41 @@ test('the command-line client: send, list, messages, read, follow', async () => 
   assert.match(run(tokB, 'messages', String(conv)), new RegExp(`^${conv}#2 ${A}: hello from the terminal\\n$`));
   assert.match(run(tokB, 'read', String(conv)), /^read to 2, unread 0\n$/);
 });
+
+test('RATE_LIMITED: the client waits retry_after_ms and every operation lands once', async () => {
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const slow = new Gateway();
+  await slow.start(['--rate', '4', '--burst', '2']);
+  const a = track(client(slow, token(A, 'a'), new MemoryStorage()));
+  await a.start();
+  const sends = [];
+  for (let i = 0; i < 8; i++) sends.push(a.send(conv, { text: `paced ${i}` }, { clientMsgId: `paced-${A}-${i}` }));
+  await Promise.all(sends);
+  for (let i = 0; i < 8; i++) assert.equal(count(conv, `paced-${A}-${i}`), 1);
+  const limited = Number((await (await fetch(slow.httpUrl + 'metrics')).text())
+    .split('\n').find((l) => l.startsWith('im_gateway_errors_total{code="RATE_LIMITED"}'))?.split(' ')[1] || 0);
+  assert.ok(limited > 0, 'the gateway never rate-limited: the test did not exercise retry_after_ms');
+  await converge(a, A, conv);
+  await a.stop();
+  await slow.stop();
+});
+
+test('file storage: a torn last journal line (a commit that never returned) is dropped at load', async () => {
+  const d = dir('torn');
+  const s1 = new FileStorage(d);
+  await s1.load();
+  await s1.commit({ puts: [['k1', { v: 1 }]] });
+  await s1.commit({ puts: [['k2', { v: 2 }]], deletes: ['k1'] });
+  await s1.close();
+  fs.appendFileSync(path.join(d, 'journal.log'), '{"puts":[["k3",{"v":');   // cut mid-write
+  const s2 = new FileStorage(d);
+  assert.deepEqual(await s2.load(), [['k2', { v: 2 }]]);
+  await s2.commit({ puts: [['k4', { v: 4 }]] });                            // appends after the cut
+  await s2.close();
+  const s3 = new FileStorage(d, { compactBytes: 1 });
+  assert.deepEqual((await s3.load()).sort(), [['k2', { v: 2 }], ['k4', { v: 4 }]]);
+  await s3.commit({ clear: ['k'], puts: [['k5', { v: 5 }]] });               // compacts
+  await s3.close();
+  assert.deepEqual(await new FileStorage(d).load(), [['k5', { v: 5 }]]);
+});

@@ -76,7 +76,12 @@ export async function converge(client, user, conv, ms = 60000) {
   await waitFor(`user ${user} converging on conversation ${conv}`, () => {
     const want = JSON.stringify(serverView(user, conv));
     const got = JSON.stringify(clientView(client, conv));
-    if (want !== got) return { want: JSON.parse(want).slice(-3), got: JSON.parse(got).slice(-3) };
+    if (want !== got) {
+      const w = JSON.parse(want); const g = JSON.parse(got);
+      let i = 0;
+      while (i < w.length && i < g.length && JSON.stringify(w[i]) === JSON.stringify(g[i])) i++;
+      return { lengths: [w.length, g.length], first_difference: i, want: w[i], got: g[i] };
+    }
     const c = client.conversations().find((x) => x.conversation_id === conv);
     const unread = Number(sql(`SELECT unread_count FROM im.conversation_list(${user}) WHERE conversation_id = ${conv}`));
     if (!c || c.unread !== unread) return { unread_client: c && c.unread, unread_server: unread };
