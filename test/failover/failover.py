@@ -30,6 +30,7 @@ API functions):
 Prints the time from the primary's death to the first successful send.
 """
 import asyncio
+import json
 import os
 import re
 import sys
@@ -137,7 +138,50 @@ def setup_data(pair):
             p.q("SELECT * FROM im.register_device(%s, %s)", (u, name))
             tok = p.q("SELECT im.issue_device_token(%s, %s, '2 hours')", (u, name))[0][0]
             devs.append((u, name, tok))
+    # issue 12: a member that is never connected, with a push target: the
+    # relay must go on pushing for it after every failover
+    p.q("SELECT im.join_conversation(%s, %s)", (conv, PUSH_USER))
+    p.q("SELECT * FROM im.register_device(%s, 'phone')", (PUSH_USER,))
+    p.q("SELECT im.register_push_target(%s, 'phone', 'fcm', 'app', %s, 'none')", (PUSH_USER, PUSH_TOKEN))
     return users, conv, devs
+
+
+PUSH_USER = 6999
+PUSH_TOKEN = "ok-failover-phone"
+
+
+class PushStub:
+    """test/e2e/push_stub.py: records what the relay POSTs."""
+
+    def __init__(self):
+        import subprocess
+        self.p = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e", "push_stub.py"), "--port", "0"],
+                                  stdout=subprocess.PIPE, text=True)
+        self.port = int(self.p.stdout.readline().split()[-1])
+        self.url = "http://127.0.0.1:%d/_matrix/push/v1/notify" % self.port
+
+    def msg_seqs(self):
+        with urllib.request.urlopen("http://127.0.0.1:%d/_stub/requests" % self.port, timeout=5) as r:
+            reqs = json.load(r)
+        return [x["body"]["notification"]["devices"][0]["data"]["default_payload"]["msg_seq"]
+                for x in reqs if x.get("pushkey") == PUSH_TOKEN]
+
+    def stop(self):
+        self.p.terminate()
+        self.p.wait(10)
+
+
+def check_relay_follows(pair, stub, sender, conv):
+    """A message sent after the promotion reaches the offline member's
+    phone: the relay found the new primary on its multi-host conninfo."""
+    seq = pair.primary.q("SELECT msg_seq FROM im.send_message(%s, %s, %s, '{\"text\": \"after\"}')",
+                         (sender, conv, "push-after-%d" % time.monotonic_ns()))[0][0]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(s >= seq for s in stub.msg_seqs()):
+        time.sleep(0.2)
+    check(any(s >= seq for s in stub.msg_seqs()),
+          "the push relay follows the primary: a message sent after the promotion (msg_seq %d) was pushed "
+          "to the offline member's phone" % seq)
 
 
 def multi_host_conn(pair):
@@ -266,6 +310,7 @@ async def one_round(pair, devices, label, kill, synchronous, standby_since, cut=
     # ---- the new primary's workers
     check_promoted_works(new_primary, standby_since)
     check(wait_drained(pair.primary), "fanout drained the outbox on the new primary")
+    check_relay_follows(pair, STUB, devices[0].user, devices[0].conv)
 
     # ---- the end state, through the API
     truth = await final_state(devices)
@@ -382,7 +427,10 @@ def gateway_up(timeout=30):
 
 async def main_async(pair):
     standby_at = 0  # the standby's log began with its start
+    global STUB
     users, conv, devs = setup_data(pair)
+    STUB = PushStub()
+    pairmod.PUSH_URL = STUB.url
     say("--- the gateway never hangs on a silent database")
     await asyncio.to_thread(gateway_deadlines.run, pair, devs, check)
     pair.start_clients()
@@ -418,6 +466,9 @@ async def main_async(pair):
         check(not bad, "node %s: no ERROR/FATAL line from a fanout worker in its log since the setup" % n.name)
 
 
+STUB = None
+
+
 def main():
     base = tempfile.mkdtemp(prefix="im_failover.", dir=os.environ.get("IM_TMP"))
     os.chmod(base, 0o755)
@@ -433,6 +484,8 @@ def main():
         failures.append("aborted: %r" % e)
     finally:
         pair.stop_all()
+        if STUB:
+            STUB.stop()
     say("")
     for label, a, b in figures:
         if label.endswith(" lost"):

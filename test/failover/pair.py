@@ -26,6 +26,12 @@ AS_SERVER = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # the gateway under test (IM_FAILOVER_GATEWAY: another build, e.g. to see a check fail)
 GATEWAY = os.environ.get("IM_FAILOVER_GATEWAY", os.path.join(ROOT, "gateway", "im_gateway"))
+# issue 12's push relay follows the primary like the gateway; failover.py
+# starts a stub push gateway and sets PUSH_URL before the clients start
+RELAY = os.path.join(ROOT, "gateway", "im_push_relay")
+RELAY_KEY = os.path.join(ROOT, "test", "push", "relay_key.pem")
+RELAY_PUB = os.path.join(ROOT, "test", "push", "relay_pub.pem")
+PUSH_URL = None
 DB = "im_test"
 
 
@@ -75,6 +81,9 @@ max_replication_slots = 5
 hot_standby = on
 wal_log_hints = on
 wal_keep_size = 256MB
+im_sync.push_public_key_file = '@PUSH_PUB@'
+im_sync.push_delay = 0
+im_sync.push_min_interval = 0
 """
 
 
@@ -94,7 +103,7 @@ class Node:
 
     def write_conf(self, extra=""):
         """Our settings after whatever initdb/pg_basebackup wrote (the last one wins)."""
-        conf = NODE_CONF.replace("@FSYNC@", os.environ.get("IM_PAIR_FSYNC", "off")) + "port = %d\nunix_socket_directories = '%s'\n%s\n" % (self.port, self.dir, extra)
+        conf = NODE_CONF.replace("@FSYNC@", os.environ.get("IM_PAIR_FSYNC", "off")).replace("@PUSH_PUB@", RELAY_PUB) + "port = %d\nunix_socket_directories = '%s'\n%s\n" % (self.port, self.dir, extra)
         run(["sh", "-c", "cat >> '%s/postgresql.conf'" % self.data], input=conf)
 
     def dsn(self, db=DB):
@@ -291,8 +300,7 @@ class Pair:
                 % (",".join("127.0.0.1" for _ in self.nodes), ",".join(str(n.port) for n in self.nodes), DB))
 
     def start_clients(self):
-        """The client processes on the multi-host conninfo.  ONE place: the
-        push relay (issue 12) is added to CLIENT_PROCESSES below."""
+        """The client processes on the multi-host conninfo (client_processes below)."""
         for name, argv in client_processes(self):
             log = open(os.path.join(self.base, name + ".log"), "w")
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -324,9 +332,14 @@ GATEWAY_PORT = free_port()
 
 
 def client_processes(pair):
-    """(name, argv) of every process that must follow the primary.  The
-    push relay goes here as a second entry with the same pair.conninfo()."""
-    return [
+    """(name, argv) of every process that must follow the primary: the
+    gateway and (with a stub push gateway) the push relay, both on
+    pair.conninfo()."""
+    procs = [
         ("gateway", [GATEWAY, "--listen", "127.0.0.1:%d" % GATEWAY_PORT,
                      "--pool", "4", "--rate", "10000", "--burst", "10000", "--db", pair.conninfo()]),
     ]
+    if PUSH_URL:
+        procs.append(("relay", [RELAY, "--db", pair.conninfo(), "--url", PUSH_URL, "--relay-id", "failover",
+                                "--key", RELAY_KEY, "--lease", "3", "--poll", "1", "--timeout", "1500"]))
+    return procs

@@ -4,11 +4,11 @@
 # send/sync/ack storm through it, pg_ctl -m immediate / kill -9 of the
 # primary, promotion, three modes checked through the API
 # (test/failover/failover.py; the pair and the client processes that follow
-# the primary are in test/failover/pair.py).
+# the primary — the gateway and the push relay — are in test/failover/pair.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source test/cluster.sh
-make -s -C gateway im_gateway || exit 1
+make -s -C gateway im_gateway im_push_relay || exit 1
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 "$PY" test/failover/failover.py
