@@ -238,13 +238,19 @@ static double hello_rate = 200;
 static double hello_slot;
 
 long
-im_hello_retry_ms(void)
+im_hello_retry_ms(int behind_waiting)
 {
 	double		now = im_now();
 	double		rate = hello_rate < 20 ? 20 : hello_rate;
-	double		ahead = (pending_hellos + waiting_hellos) / rate;
+	double		ahead = (pending_hellos + (behind_waiting ? waiting_hellos : 0)) / rate;
 
-	/* those in flight and waiting go first, then one slot per refused client */
+	/*
+	 * those in flight (and, for a full queue, those waiting) go first, then
+	 * one slot per refused client.  A hello refused after waiting its
+	 * timeout does not count the hellos still waiting: they queued in the
+	 * same moments and meet the same deadline, and counting them left the
+	 * database idle while a storm's refused half waited to come back.
+	 */
 	if (hello_slot < now + ahead)
 		hello_slot = now + ahead;
 	hello_slot += 1 / rate;

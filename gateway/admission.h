@@ -72,8 +72,9 @@ extern long im_reconnect_wait(int64_t user_id, const char *device_id);
  * closed, its wait ran out).  im_hello_release ends one in flight
  * (answered: it counts towards the rate).  im_hello_retry_ms is the wait
  * handed to a refused hello: the next free slot at the measured hello rate
- * behind everything in flight and waiting, so refused clients come back
- * spread out instead of as one herd.  im_hello_tick runs once a second.
+ * behind the hellos in flight (and the waiting ones when the queue was
+ * full: behind_waiting), so refused clients come back spread out instead
+ * of as one herd.  im_hello_tick runs once a second.
  */
 typedef enum im_hello_verdict
 {
@@ -83,7 +84,7 @@ extern im_hello_verdict im_hello_admit(void);
 extern int	im_hello_start_one(void);
 extern void im_hello_unwait(void);
 extern void im_hello_release(int answered);
-extern long im_hello_retry_ms(void);
+extern long im_hello_retry_ms(int behind_waiting);
 extern void im_hello_tick(void);
 /* Hellos in flight and waiting now (for /metrics). */
 extern int	im_hellos_in_flight(void);

@@ -128,7 +128,7 @@ im_hello_submit(session *s, im_job *j)
 			im_stats.hellos_waited++;
 			return;
 		case IM_HELLO_REFUSE:
-			im_refuse(s, j->id, im_hello_retry_ms(), BUSY_WHY);
+			im_refuse(s, j->id, im_hello_retry_ms(1), BUSY_WHY);
 			im_job_free(j);
 			return;
 	}
@@ -175,7 +175,7 @@ im_hello_wait_expired(session *s, double now)
 		return 0;
 	id = s->hello_wait->job->id ? json_incref(s->hello_wait->job->id) : NULL;
 	unwait(s);
-	im_refuse(s, id, im_hello_retry_ms(), BUSY_WHY);
+	im_refuse(s, id, im_hello_retry_ms(0), BUSY_WHY);
 	json_decref(id);
 	return 1;
 }

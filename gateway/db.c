@@ -56,6 +56,7 @@ static im_job *g_done_head, *g_done_tail;	/* db -> lws */
 /* db-thread private FIFO of jobs waiting for a connection */
 static im_job *q_head, *q_tail;
 static int	q_len;
+static int	q_other;			/* queued jobs that are not hellos */
 
 double
 im_now(void)
@@ -194,6 +195,7 @@ fail_queue(void)
 	}
 	q_tail = NULL;
 	q_len = 0;
+	q_other = 0;
 }
 
 void
@@ -204,6 +206,7 @@ im_db_requeue_front(im_job *j)
 	if (!q_tail)
 		q_tail = j;
 	q_len++;
+	q_other += j->kind != IM_JOB_AUTH;
 }
 
 static void
@@ -216,6 +219,7 @@ enqueue(im_job *j)
 		q_head = j;
 	q_tail = j;
 	q_len++;
+	q_other += j->kind != IM_JOB_AUTH;
 }
 
 void
@@ -300,6 +304,12 @@ take_job(void)
 		if (im_db_conns[i].st == C_HELD ||
 			(im_db_conns[i].job && im_db_conns[i].job->kind == IM_JOB_AUTH))
 			auth_running++;
+	/*
+	 * hellos have their share and nothing else waits: no walk over the
+	 * queued hellos (a storm queues hundreds; this runs per answer)
+	 */
+	if (q_other == 0 && im_db_npool > 1 && auth_running >= im_db_npool - 1)
+		return NULL;
 	for (j = q_head; j; prev = j, j = j->next)
 		if (j->kind != IM_JOB_AUTH || im_db_npool == 1 || auth_running < im_db_npool - 1)
 			break;
@@ -312,6 +322,7 @@ take_job(void)
 	if (q_tail == j)
 		q_tail = prev;
 	q_len--;
+	q_other -= j->kind != IM_JOB_AUTH;
 	return j;
 }
 

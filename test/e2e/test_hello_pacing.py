@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Reconnect-storm pacing (§11.3, gateway --max-pending-hello): run against a
-gateway started with --max-pending-hello 1.  Many hellos at once: the ones
-over the limit are refused with RATE_LIMITED, an integer retry_after_ms and
-close 4029; the refusals get increasing waits (one slot each at the measured
+"""Reconnect-storm pacing (§11.3, gateway --max-pending-hello and
+--max-waiting-hello): run against a gateway started with --max-pending-hello
+1 --max-waiting-hello 5.  Many hellos at once: one in flight, five waiting,
+the ones over both limits are refused with RATE_LIMITED, an integer
+retry_after_ms and close 4029; the refusals get increasing waits (one slot each at the measured
 hello rate, not one shared wait), and every device gets in after waiting its
 retry_after_ms."""
 import asyncio
@@ -38,7 +39,7 @@ async def main():
         register(u, "pace")
     refusals = []
     await asyncio.wait_for(asyncio.gather(*(one(u, refusals) for u in users)), 120)
-    assert refusals, "no refusal with --max-pending-hello 1 and %d hellos at once" % N
+    assert refusals, "no refusal with --max-pending-hello 1, --max-waiting-hello 5 and %d hellos at once" % N
     # paced: refused clients do not all get the same wait
     assert len(set(refusals)) > 1, refusals
     print("hello pacing: %d refusals, retry_after_ms %d..%d" % (len(refusals), min(refusals), max(refusals)))

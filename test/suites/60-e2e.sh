@@ -56,8 +56,9 @@ kill -TERM "$gw3"; wait "$gw3"
 "$py" test/e2e/check_log_hashes.py "$IM_TMP/gateway-small.log" || rc=1
 
 # reconnect-storm pacing against a second gateway with --max-pending-hello 1
+# and --max-waiting-hello 5 (the rest of 30 hellos at once is refused)
 port2=$(im_free_port)
-./gateway/im_gateway --listen 127.0.0.1:"$port2" --max-pending-hello 1 --pool 2 \
+./gateway/im_gateway --listen 127.0.0.1:"$port2" --max-pending-hello 1 --max-waiting-hello 5 --pool 2 \
     --db "host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_test" >"$IM_TMP/gateway-pacing.log" 2>&1 &
 gw2=$!
 for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port2/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
