@@ -10,11 +10,12 @@
  *     conversations, online devices or devices whose ACK covers the event;
  *   - at most one pending (or retrying) job per (target, conversation)
  *     (unique index push_job_coalesce): later messages coalesce into it
- *     (fanout only row-locks the pending job, FOR KEY SHARE, so a claim
- *     waits for the fanout's commit; no new row version, so a hot group
- *     costs an index probe and a lock per member), keeping its claim time; the
- *     claim sends the latest message of the conversation in the user's log
- *     since the job's first one, and checks the ACK against that;
+ *     (no new row version and no row lock: a hot group costs an index
+ *     probe per member; a claim locks the users' heads, which fanout holds
+ *     until it commits, so it never sends a job a fanout is still
+ *     coalescing into), keeping its claim time; the claim sends the latest
+ *     message of the conversation in the user's log since the job's first
+ *     one, and checks the ACK against that;
  *   - at most one claim per (target, conversation) per
  *     im_sync.push_min_interval (im.push_pace, written at claim);
  *   - a job is handed to one relay at a time (FOR UPDATE SKIP LOCKED and a
@@ -74,20 +75,20 @@ im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 			   "  LEFT JOIN im.notify_setting so ON so.user_id" EQ "t.user_id AND so.conversation_id" EQ "$1"
 			   "  LEFT JOIN im.notify_setting sa ON sa.user_id" EQ "t.user_id AND sa.conversation_id" EQ "0"
 			   "  WHERE t.disabled_at IS NULL AND d.state" NE "'REVOKED' AND d.acked_sync_seq" LT "i.sync_seq"
+			   /* a pending job coalesces these: skip the rest of the checks early */
+			   "    AND NOT EXISTS (SELECT 1 FROM im.push_job pj WHERE pj.push_target_id" EQ "t.push_target_id"
+			   "      AND pj.conversation_id" EQ "$1 AND pj.state" EQ "ANY ('{pending,retry}'::pg_catalog.text[]))"
 			   "    AND NOT " IM_PUSH_MUTED_SQL("so", "sa")
 			   "    AND NOT " IM_PUSH_ONLINE_SQL("d")
-			   "  ORDER BY t.push_target_id, e.msg_seq),"
+			   "  ORDER BY t.push_target_id, e.msg_seq)"
 			   /*
-			    * the pair's pending job, row-locked (no new row version): a claim
-			    * (FOR UPDATE SKIP LOCKED) then skips it until this fanout commits,
-			    * so it cannot send the job without this fanout's message; one
-			    * claimed first makes the lock wait, and the claimed job no longer
-			    * counts as pending here (a new job is queued)
+			    * a pair with a pending job coalesces into it (the conflict): this
+			    * fanout holds the users' heads, which a claim must lock too
+			    * (claim_lock_sql), so no claim sends that job before this
+			    * fanout's messages are visible to it, and one that claimed it
+			    * first made this fanout wait for its commit (then the job is no
+			    * longer pending and a new one is queued)
 			    */
-			   " held AS MATERIALIZED ("
-			   "  SELECT j.push_target_id FROM im.push_job j JOIN tg ON j.push_target_id" EQ "tg.push_target_id"
-			   "  WHERE j.conversation_id" EQ "$1 AND j.state" EQ "ANY ('{pending,retry}'::pg_catalog.text[])"
-			   "  FOR KEY SHARE OF j)"
 			   "INSERT INTO im.push_job (push_target_id, user_id, device_id, conversation_id, message_id,"
 			   "                         msg_seq, sync_seq, not_before)"
 			   " SELECT tg.push_target_id, tg.user_id, tg.device_id, $1, tg.message_id, tg.msg_seq, tg.sync_seq,"
@@ -95,8 +96,6 @@ im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 			   "     COALESCE(pc.last_claimed_at" PLUS "pg_catalog.make_interval(secs => $4), '-infinity'))"
 			   " FROM tg LEFT JOIN im.push_pace pc ON pc.push_target_id" EQ "tg.push_target_id"
 			   "  AND pc.conversation_id" EQ "$1"
-			   " LEFT JOIN held ON held.push_target_id" EQ "tg.push_target_id"
-			   " WHERE held.push_target_id IS NULL"
 			   " ON CONFLICT (push_target_id, conversation_id) WHERE state" EQ "ANY ('{pending,retry}'::pg_catalog.text[])"
 			   " DO NOTHING",
 			   4, INT8OID, INT8ARRAYOID, FLOAT8OID, FLOAT8OID);
@@ -155,7 +154,10 @@ PG_FUNCTION_INFO_V1(im_claim_push_jobs);
 Datum
 im_claim_push_jobs(PG_FUNCTION_ARGS)
 {
+	static SPIPlanPtr lock_plan;
 	static SPIPlanPtr plan;
+	Datum		picked;
+	bool		picked_null;
 	char	   *relay_id = im_arg_text(fcinfo, 0, "relay_id", 128);
 	int32		max_jobs = im_arg_int32(fcinfo, 1, "max_jobs", 1, 10000);
 	Interval   *lease;
@@ -177,12 +179,32 @@ im_claim_push_jobs(PG_FUNCTION_ARGS)
 	im_srf_begin(fcinfo);
 	im_spi_connect();
 	collect_finished();
-	im_prepare(&plan,
-			   "WITH pick AS ("
-			   "  SELECT j.job_id FROM im.push_job j"
+	/*
+	 * First lock the jobs and their users' heads, skipping both when locked:
+	 * a fanout into the user holds the head until it commits, so a job is
+	 * claimed only when no fanout is coalescing into it.  The statement
+	 * below then runs with a snapshot taken after these locks, so it sees
+	 * every message such a fanout coalesced into the job (a fanout that
+	 * starts now waits for this claim's commit and queues a new job).
+	 */
+	im_prepare(&lock_plan,
+			   "SELECT pg_catalog.array_agg(job_id) FROM ("
+			   "  SELECT j.job_id FROM im.push_job j JOIN im.user_head h ON h.user_id" EQ "j.user_id"
 			   "  WHERE (j.state" EQ "ANY ('{pending,retry}'::pg_catalog.text[]) AND j.not_before" LE "pg_catalog.now())"
 			   "     OR (j.state" EQ "'claimed' AND j.lease_until" LE "pg_catalog.now())"
-			   "  ORDER BY j.not_before, j.job_id LIMIT $2 FOR UPDATE SKIP LOCKED),"
+			   "  ORDER BY j.not_before, j.job_id LIMIT $1"
+			   "  FOR UPDATE OF j SKIP LOCKED FOR SHARE OF h SKIP LOCKED) picked",
+			   1, INT4OID);
+	args[0] = Int32GetDatum(max_jobs);
+	im_exec(lock_plan, args, NULL, 0);
+	picked = im_get_datum_copy(0, 1, &picked_null);
+	if (picked_null)
+	{
+		SPI_finish();
+		PG_RETURN_NULL();
+	}
+	im_prepare(&plan,
+			   "WITH pick AS (SELECT pg_catalog.unnest($2::pg_catalog.int8[]) AS job_id),"
 			   /*
 			    * the latest message of the conversation in the user's log since
 			    * the job's first one (coalesced messages), not recalled, not the
@@ -258,9 +280,9 @@ im_claim_push_jobs(PG_FUNCTION_ARGS)
 			   "  info.next,"
 			   "  (SELECT pg_catalog.count(*) FROM upd)" PLUS "(SELECT pg_catalog.count(*) FROM pace)"
 			   " FROM info ORDER BY info.job_id",
-			   4, TEXTOID, INT4OID, INTERVALOID, FLOAT8OID);
+			   4, TEXTOID, INT8ARRAYOID, INTERVALOID, FLOAT8OID);
 	args[0] = CStringGetTextDatum(relay_id);
-	args[1] = Int32GetDatum(max_jobs);
+	args[1] = picked;
 	args[2] = IntervalPGetDatum(lease);
 	args[3] = Float8GetDatum((double) im_push_max_age_s);
 	n = im_exec(plan, args, NULL, 0);
