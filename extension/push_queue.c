@@ -84,7 +84,7 @@ im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 			   /*
 			    * a pair with a pending job coalesces into it (the conflict): this
 			    * fanout holds the users' heads, which a claim must lock too
-			    * (claim_lock_sql), so no claim sends that job before this
+			    * (the claim's first statement), so no claim sends that job before this
 			    * fanout's messages are visible to it, and one that claimed it
 			    * first made this fanout wait for its commit (then the job is no
 			    * longer pending and a new one is queued)
