@@ -464,7 +464,7 @@ export class ImSyncClient {
     this.commitChain = Promise.resolve();
     this.serial = Promise.resolve();
     this.storageClosed = false;
-    this.stats = { snapshots: 0, recoveries: 0, batches: 0, events: 0, reconnects: 0 };
+    this.stats = { snapshots: 0, recoveries: 0, batches: 0, events: 0, reconnects: 0, refusedHellos: 0 };
   }
 
   // -- lifecycle -------------------------------------------------------------
@@ -560,7 +560,10 @@ export class ImSyncClient {
       return;
     }
     if (this.stopped || this.offline) return;
-    this.scheduleReconnect(code, reason);
+    // a refused hello (admission, close 4029) named the earliest useful retry
+    const atLeast = this.helloRetryAfterMs || 0;
+    this.helloRetryAfterMs = 0;
+    this.scheduleReconnect(code, reason, atLeast);
   }
 
   // Jittered exponential back-off ("full jitter"); 1013/4029 and an
@@ -607,6 +610,11 @@ export class ImSyncClient {
       this.spacingMs = Math.max(this.spacingMs || 0, wait);
       this.carefulUntil = Date.now() + 5000 + 20 * wait;
       this.failPending(new ImSyncError('RATE_LIMITED', f.message, f));
+    } else if (f.type === 'error' && f.id === 'hello' && f.retry_after_ms != null) {
+      // the hello was refused (RATE_LIMITED, UNAVAILABLE): the close that
+      // follows reconnects no earlier than this
+      this.helloRetryAfterMs = f.retry_after_ms;
+      this.stats.refusedHellos++;
     } else if (f.type === 'error' && f.code === 'NOT_AUTHENTICATED') {
       this.setState('needs_token', f.message);
     }

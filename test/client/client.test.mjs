@@ -304,6 +304,25 @@ test('RATE_LIMITED: the client waits retry_after_ms and every operation lands on
   await slow.stop();
 });
 
+test('refused hellos (admission full, close 4029): clients wait retry_after_ms, come back and all get in', async () => {
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const tight = new Gateway();
+  // one hello in flight, one waiting: the rest of a burst is refused
+  await tight.start(['--max-pending-hello', '1', '--max-waiting-hello', '1']);
+  const clients = [];
+  for (let i = 0; i < 8; i++) clients.push(track(client(tight, token(i % 2 ? A : B, `burst${i}`), new MemoryStorage())));
+  await Promise.all(clients.map((c) => c.start()));
+  const refused = clients.reduce((n, c) => n + c.stats.refusedHellos, 0);
+  const metrics = await (await fetch(tight.httpUrl + 'metrics')).text();
+  const gwRefusals = Number(metrics.split('\n').find((l) => l.startsWith('im_gateway_refusals_total '))?.split(' ')[1] || 0);
+  assert.ok(refused > 0 && gwRefusals > 0, `no hello was refused (client ${refused}, gateway ${gwRefusals}): the test did not exercise 4029`);
+  for (const c of clients.filter((x) => x.stats.refusedHellos > 0)) assert.ok(c.stats.reconnects >= 1);
+  for (const c of clients) await converge(c, clients.indexOf(c) % 2 ? A : B, conv);
+  for (const c of clients) await c.stop();
+  await tight.stop();
+});
+
 test('file storage: a torn last journal line (a commit that never returned) is dropped at load', async () => {
   const d = dir('torn');
   const s1 = new FileStorage(d);
