@@ -31,8 +31,8 @@
 
 #define IM_DEVICE_CHANNEL "im_sync_device"
 
-static void
-audit(const char *action, int64 user_id, const char *device_id, const char *detail_json)
+void
+im_audit_device(const char *action, int64 user_id, const char *device_id, const char *detail_json)
 {
 	static SPIPlanPtr plan;
 	Datum		args[4];
@@ -95,7 +95,7 @@ im_register_device(PG_FUNCTION_ARGS)
 	{
 		strlcpy(dev.state, "NEW", sizeof(dev.state));
 		dev.sync_generation = 1;
-		audit("register_device", user_id, device_id, "{\"registration\": 1}");
+		im_audit_device("register_device", user_id, device_id, "{\"registration\": 1}");
 		/* the row is ours (inserted), so holding it first keeps lock order */
 		im_lock_device(user_id, device_id, &dev);
 	}
@@ -117,7 +117,7 @@ im_register_device(PG_FUNCTION_ARGS)
 			dev.registration++;
 			snprintf(detail, sizeof(detail), "{\"registration\": %d, \"sync_generation\": %d}",
 					 dev.registration, dev.sync_generation);
-			audit("register_device", user_id, device_id, detail);
+			im_audit_device("register_device", user_id, device_id, detail);
 		}
 	}
 	/* The user's head must exist so sync and fanout can lock it. */
@@ -161,7 +161,7 @@ im_revoke_device(PG_FUNCTION_ARGS)
 		im_device_end_leases(user_id, device_id);
 		im_push_remove_device_target(user_id, device_id);	/* issue 12 */
 		snprintf(detail, sizeof(detail), "{\"registration\": %d}", dev.registration);
-		audit("revoke_device", user_id, device_id, detail);
+		im_audit_device("revoke_device", user_id, device_id, detail);
 		notify_device(user_id, device_id, dev.connection_epoch, "REVOKED");
 		revoked = true;
 	}
@@ -285,7 +285,7 @@ im_issue_device_token(PG_FUNCTION_ARGS)
 	c.expires_at = expires;
 	snprintf(detail, sizeof(detail), "{\"registration\": %d, \"expires_at\": \"%s\"}",
 			 dev.registration, timestamptz_to_str(expires));
-	audit("issue_device_token", user_id, device_id, detail);
+	im_audit_device("issue_device_token", user_id, device_id, detail);
 	SPI_finish();
 	/* after SPI_finish, so the token is allocated in the caller's context */
 	token = im_token_sign(&c);

@@ -5,6 +5,13 @@
 #ifndef IM_DEVICE_H
 #define IM_DEVICE_H
 
+/*
+ * One row of im.audit about a device (detail_json may be NULL); no token or
+ * body ever goes into it.  Runs inside the caller's SPI connection.
+ */
+extern void im_audit_device(const char *action, int64 user_id, const char *device_id,
+							const char *detail_json);
+
 /* emit_log_hook: keeps per-failure auth errors out of the server log. */
 extern void im_auth_log_hook_install(void);
 

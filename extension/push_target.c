@@ -16,6 +16,7 @@
  */
 #include "im_sync.h"
 #include "common.h"
+#include "device.h"
 #include "device_state.h"
 #include "im_sql.h"
 #include "push.h"
@@ -110,22 +111,6 @@ arg_token(FunctionCallInfo fcinfo, int argno)
 	return t;
 }
 
-static void
-audit_target(const char *action, int64 user_id, const char *device_id, const char *detail)
-{
-	static SPIPlanPtr plan;
-	Datum		args[4];
-
-	im_prepare(&plan,
-			   "INSERT INTO im.audit (action, user_id, device_id, detail) VALUES ($1, $2, $3, $4::pg_catalog.jsonb)",
-			   4, TEXTOID, INT8OID, TEXTOID, TEXTOID);
-	args[0] = CStringGetTextDatum(action);
-	args[1] = Int64GetDatum(user_id);
-	args[2] = CStringGetTextDatum(device_id);
-	args[3] = CStringGetTextDatum(detail);
-	im_exec(plan, args, NULL, 0);
-}
-
 IM_SENSITIVE_FUNCTION(im_register_push_target)
 {
 	static SPIPlanPtr lock_plan;
@@ -192,8 +177,8 @@ IM_SENSITIVE_FUNCTION(im_register_push_target)
 	if (im_exec(upsert_plan, args, NULL, 0) != 1)
 		elog(ERROR, "im_sync: push target upsert returned no row");
 	target_id = im_get_int64(0, 1, NULL);
-	audit_target("register_push_target", user_id, device_id,
-				 psprintf("{\"push_target_id\": " INT64_FORMAT ", \"provider\": \"%s\", \"moved\": %s}",
+	im_audit_device("register_push_target", user_id, device_id,
+					psprintf("{\"push_target_id\": " INT64_FORMAT ", \"provider\": \"%s\", \"moved\": %s}",
 						  target_id, provider, moved > 0 ? "true" : "false"));
 	SPI_finish();
 	PG_RETURN_INT64(target_id);
@@ -226,7 +211,7 @@ im_remove_push_target(PG_FUNCTION_ARGS)
 	im_spi_connect();
 	removed = remove_target(user_id, device_id);
 	if (removed)
-		audit_target("remove_push_target", user_id, device_id, "{}");
+		im_audit_device("remove_push_target", user_id, device_id, "{}");
 	SPI_finish();
 	PG_RETURN_BOOL(removed);
 }
