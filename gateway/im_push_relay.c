@@ -99,15 +99,6 @@ logf_(const char *level, const char *fmt,...)
 	fflush(stderr);
 }
 
-static double
-now_mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void
 on_signal(int sig)
 {
@@ -441,7 +432,7 @@ finish_requests(void)
 				n_results[i]++;
 		logf_("info", "event=sent job=%" PRId64 " target=%s result=%s status=%ld ms=%.0f why=\"%s\"",
 			  r->job_id, im_hash_push_target(r->push_target_id, h), o.result, o.http_status,
-			  (now_mono() - r->started) * 1000, o.why ? o.why : "");
+			  (push_now() - r->started) * 1000, o.why ? o.why : "");
 		report(r->job_id, o.result, o.http_status, o.retry_after_ms, 1);
 		push_request_free(r);
 		finished++;
@@ -503,7 +494,7 @@ main(int argc, char **argv)
 		int			nextra = 0;
 		int			running = 0;
 		int			timeout_ms;
-		double		t = now_mono();
+		double		t = push_now();
 
 		if (stopping && inflight == 0)
 		{
@@ -547,9 +538,9 @@ main(int argc, char **argv)
 		extra[nextra].events = CURL_WAIT_POLLIN;
 		extra[nextra].revents = 0;
 		nextra++;
-		timeout_ms = inflight > 0 ? 50 : (int) ((next_poll - now_mono()) * 1000);
+		timeout_ms = inflight > 0 ? 50 : (int) ((next_poll - push_now()) * 1000);
 		if (!conn)
-			timeout_ms = (int) ((next_connect - now_mono()) * 1000);
+			timeout_ms = (int) ((next_connect - push_now()) * 1000);
 		if (timeout_ms < 0)
 			timeout_ms = 0;
 		if (timeout_ms > 1000)

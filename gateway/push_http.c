@@ -19,8 +19,8 @@
 
 #define MAX_ANSWER 65536
 
-static double
-now_mono(void)
+double
+push_now(void)
 {
 	struct timespec ts;
 
@@ -146,7 +146,7 @@ push_request_new(const char *url, int64_t job_id, int64_t push_target_id, const 
 	curl_easy_setopt(r->easy, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 5000 ? timeout_ms : 5000L);
 	curl_easy_setopt(r->easy, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(r->easy, CURLOPT_TCP_KEEPALIVE, 1L);
-	r->started = now_mono();
+	r->started = push_now();
 	return r;
 }
 

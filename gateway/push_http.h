@@ -47,4 +47,7 @@ extern void push_request_free(PushRequest *r);
 /* Classify a finished request (curl result code and the answer). */
 extern PushOutcome push_classify(PushRequest *r, CURLcode code);
 
+/* Monotonic seconds: request start times, poll and reconnect deadlines. */
+extern double push_now(void);
+
 #endif
