@@ -287,10 +287,14 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 	"                   AND q.user_id" EQ "u.user_id)) AS in_scope " \
 	"  FROM u) "
 
+/* a position of shared_log mode has no per-user event (row e) */
+#define SHARED_LOG_POSITION_SQL \
+	"(e.kind IN ('message', 'reaction', 'pin') "	/* issue 11 */ \
+	" AND e.mode" EQ "'shared_log')"
+
 /* device d's ACK covers the event (rows e, s, d, h; see message_status) */
 #define DEVICE_SYNCED_SQL \
-	"CASE WHEN e.kind IN ('message', 'reaction', 'pin') "	/* issue 11 */ \
-	"          AND e.mode" EQ "'shared_log' THEN NULL " \
+	"CASE WHEN " SHARED_LOG_POSITION_SQL " THEN NULL " \
 	"     WHEN NOT s.in_scope THEN false " \
 	"     ELSE COALESCE(" \
 	"       (SELECT pg_catalog.min(i.sync_seq)" LE "d.acked_sync_seq " \
@@ -301,6 +305,27 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 
 /* the user's read cursor covers the position (rows e, uc) */
 #define USER_READ_SQL "COALESCE(uc.read_msg_seq" GE "e.msg_seq, false)"
+
+/*
+ * The sender of message_id (*no_sender for a system event); P0002 when no
+ * such position exists.  message_status and message_facts start here.
+ */
+static int64
+message_sender(int64 message_id, bool *no_sender)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+
+	im_prepare(&plan,
+			   "SELECT sender_id FROM im.event WHERE message_id" EQ "$1",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(message_id);
+	if (im_exec(plan, args, NULL, 1) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("message " INT64_FORMAT " does not exist", message_id)));
+	return im_get_int64(0, 1, no_sender);
+}
 
 PG_FUNCTION_INFO_V1(im_message_status);
 /*
@@ -327,22 +352,16 @@ PG_FUNCTION_INFO_V1(im_message_status);
 Datum
 im_message_status(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr exists_plan;
 	static SPIPlanPtr status_plan;
 	int64		message_id = im_arg_id(fcinfo, 0, "message_id");
 	Datum		args[1];
+	bool		no_sender;
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
 
-	im_prepare(&exists_plan,
-			   "SELECT 1 FROM im.event WHERE message_id" EQ "$1",
-			   1, INT8OID);
+	(void) message_sender(message_id, &no_sender);
 	args[0] = Int64GetDatum(message_id);
-	if (im_exec(exists_plan, args, NULL, 1) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("message " INT64_FORMAT " does not exist", message_id)));
 
 	im_prepare(&status_plan,
 			   MESSAGE_SCOPE_SQL
@@ -376,7 +395,6 @@ PG_FUNCTION_INFO_V1(im_message_facts);
 Datum
 im_message_facts(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr sender_plan;
 	static SPIPlanPtr facts_plan;
 	int64		sender_id = im_arg_user_id(fcinfo, 0, "sender_id");
 	int64		message_id = im_arg_id(fcinfo, 1, "message_id");
@@ -387,15 +405,7 @@ im_message_facts(PG_FUNCTION_ARGS)
 	im_srf_begin(fcinfo);
 	im_spi_connect();
 
-	im_prepare(&sender_plan,
-			   "SELECT sender_id FROM im.event WHERE message_id" EQ "$1",
-			   1, INT8OID);
-	args[0] = Int64GetDatum(message_id);
-	if (im_exec(sender_plan, args, NULL, 1) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("message " INT64_FORMAT " does not exist", message_id)));
-	actual_sender = im_get_int64(0, 1, &isnull);
+	actual_sender = message_sender(message_id, &isnull);
 	if (isnull || actual_sender != sender_id)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -406,8 +416,7 @@ im_message_facts(PG_FUNCTION_ARGS)
 	im_prepare(&facts_plan,
 			   MESSAGE_SCOPE_SQL
 			   "SELECT s.user_id, true, s.in_scope, "
-			   "  (SELECT CASE WHEN e.kind IN ('message', 'reaction', 'pin') "
-			   "                    AND e.mode" EQ "'shared_log' THEN NULL "
+			   "  (SELECT CASE WHEN " SHARED_LOG_POSITION_SQL " THEN NULL "
 			   "          ELSE COALESCE(pg_catalog.bool_or(" DEVICE_SYNCED_SQL "), false) END "
 			   "   FROM im.device d WHERE d.user_id" EQ "s.user_id "
 			   "                      AND d.state" NE "'REVOKED'), "
@@ -419,6 +428,7 @@ im_message_facts(PG_FUNCTION_ARGS)
 			   "WHERE s.user_id" NE "$2 "
 			   "ORDER BY s.user_id",
 			   2, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(message_id);
 	args[1] = Int64GetDatum(sender_id);
 	im_exec(facts_plan, args, NULL, 0);
 	im_srf_rows_from_spi(fcinfo, 5);
