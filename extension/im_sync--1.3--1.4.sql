@@ -1,8 +1,9 @@
 \echo Use "ALTER EXTENSION im_sync UPDATE TO '1.4'" to load this file. \quit
 
 /*
- * ---- 1.3 -> 1.4.  Each block below (issue 12: offline push, contract §13;
- * issue 13: message_facts, contract §16) is appended verbatim, without this
+ * ---- 1.3 -> 1.4.  The blocks below (issue 12: offline push, contract §13;
+ * issue 13: message_facts, contract §16) and the closing loop over 1.4's
+ * functions are appended verbatim, without this
  * file's \echo line, to the 1.3 full script to make im_sync--1.4.sql, so the
  * two reach the same catalog (test/suites/70-upgrade.sh compares them).
  */
@@ -154,20 +155,6 @@ COMMENT ON FUNCTION im.refresh_presence(bigint[], text[], bigint[], interval) IS
 COMMENT ON FUNCTION im.claim_push_jobs(text, integer, interval) IS 'Hands claimable push jobs to a relay under a lease (contract §13)';
 COMMENT ON FUNCTION im.complete_push_job(bigint, text, text, integer, integer, text) IS 'Records a relay''s result for a push job and returns its state after (contract §13)';
 
-DO $do$
-DECLARE f regprocedure;
-BEGIN
-    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-             WHERE p.pronamespace OPERATOR(pg_catalog.=) 'im'::regnamespace
-               AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['register_push_target', 'remove_push_target',
-                   'set_notify', 'set_presence', 'refresh_presence', 'claim_push_jobs', 'complete_push_job'])
-    LOOP
-        EXECUTE pg_catalog.format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp', f);
-        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
-    END LOOP;
-END
-$do$;
-
 -- ---- 1.3 -> 1.4 (issue 13): message_facts
 -- The four facts of a message for its sender, one row per recipient user,
 -- without device ids (contract §16); the message_status frame calls it.
@@ -178,13 +165,15 @@ AS 'MODULE_PATHNAME', 'im_message_facts' LANGUAGE C;
 
 COMMENT ON FUNCTION im.message_facts(bigint, bigint) IS 'For the sender of a message: per recipient user accepted, in sync scope, synced on any device, read (contract §16)';
 
--- issue 13's functions: SECURITY DEFINER, pinned search_path, no PUBLIC execute
+-- 1.4's functions (both blocks): SECURITY DEFINER, pinned search_path, no PUBLIC execute
 DO $do$
 DECLARE f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
              WHERE p.pronamespace OPERATOR(pg_catalog.=) 'im'::regnamespace
-               AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['message_facts'])
+               AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['register_push_target', 'remove_push_target',
+                   'set_notify', 'set_presence', 'refresh_presence', 'claim_push_jobs', 'complete_push_job',
+                   'message_facts'])
     LOOP
         EXECUTE pg_catalog.format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp', f);
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
