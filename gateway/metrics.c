@@ -8,6 +8,7 @@
  * counters are always current.
  */
 #include "metrics.h"
+#include "text_buf.h"
 #include "admission.h"
 #include "accept.h"
 #include "db.h"
@@ -52,43 +53,11 @@ im_count_close(int code)
 
 /* ---- the text ---- */
 
-typedef struct
-{
-	char	   *b;
-	size_t		len,
-				cap;
-} sbuf;
-
-static void
-sb_printf(sbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void
-sb_printf(sbuf *sb, const char *fmt, ...)
-{
-	va_list		ap;
-	int			n;
-
-	for (;;)
-	{
-		va_start(ap, fmt);
-		n = vsnprintf(sb->b + sb->len, sb->cap - sb->len, fmt, ap);
-		va_end(ap);
-		if (n >= 0 && (size_t) n < sb->cap - sb->len)
-		{
-			sb->len += (size_t) n;
-			return;
-		}
-		sb->cap = sb->cap * 2 + (size_t) n + 64;
-		sb->b = realloc(sb->b, sb->cap);
-		if (!sb->b)
-			abort();
-	}
-}
-
 /* HELP, TYPE and the value of a metric without labels. */
 static void
-sb_metric(sbuf *sb, const char *name, const char *type, const char *help, long value)
+sb_metric(im_text_buf *sb, const char *name, const char *type, const char *help, long value)
 {
-	sb_printf(sb, "# HELP %s %s\n# TYPE %s %s\n%s %ld\n", name, help, name, type, name, value);
+	im_text_printf(sb, "# HELP %s %s\n# TYPE %s %s\n%s %ld\n", name, help, name, type, name, value);
 }
 
 static int
@@ -105,7 +74,7 @@ metric_name_ok(const char *s)
 
 /* The rows of im.metrics(): names checked, help text on one line. */
 static void
-sb_extra(sbuf *sb, PGresult *extra)
+sb_extra(im_text_buf *sb, PGresult *extra)
 {
 	int			i;
 
@@ -122,14 +91,14 @@ sb_extra(sbuf *sb, PGresult *extra)
 		for (k = 0; h[k] && o < sizeof(help) - 1; k++)
 			help[o++] = (h[k] == '\n' || h[k] == '\\') ? ' ' : h[k];
 		help[o] = '\0';
-		sb_printf(sb, "# HELP %s %s\n%s %s\n", name, help, name, PQgetvalue(extra, i, 1));
+		im_text_printf(sb, "# HELP %s %s\n%s %s\n", name, help, name, PQgetvalue(extra, i, 1));
 	}
 }
 
 static char *
 metrics_text(PGresult *extra)
 {
-	sbuf		sb = {.b = malloc(4096), .len = 0, .cap = 4096};
+	im_text_buf		sb = {.b = malloc(4096), .len = 0, .cap = 4096};
 	int			i;
 	long		cum = 0;
 
@@ -137,21 +106,21 @@ metrics_text(PGresult *extra)
 		abort();
 	sb_metric(&sb, "im_gateway_connections", "gauge", "Open WebSocket sessions.", im_stats.conns_current);
 	sb_metric(&sb, "im_gateway_connections_total", "counter", "WebSocket sessions accepted.", im_stats.conns_total);
-	sb_printf(&sb, "# HELP im_gateway_frames_in_total Frames received by type.\n# TYPE im_gateway_frames_in_total counter\n");
+	im_text_printf(&sb, "# HELP im_gateway_frames_in_total Frames received by type.\n# TYPE im_gateway_frames_in_total counter\n");
 	for (i = 0; i < IM_OP_COUNT; i++)
-		sb_printf(&sb, "im_gateway_frames_in_total{type=\"%s\"} %ld\n", im_ops[i].type, im_stats.frames_in[i]);
-	sb_printf(&sb, "im_gateway_frames_in_total{type=\"invalid\"} %ld\n", im_stats.frames_in[IM_OP_COUNT]);
-	sb_printf(&sb, "# HELP im_gateway_frames_out_total Frames sent by type.\n# TYPE im_gateway_frames_out_total counter\n");
+		im_text_printf(&sb, "im_gateway_frames_in_total{type=\"%s\"} %ld\n", im_ops[i].type, im_stats.frames_in[i]);
+	im_text_printf(&sb, "im_gateway_frames_in_total{type=\"invalid\"} %ld\n", im_stats.frames_in[IM_OP_COUNT]);
+	im_text_printf(&sb, "# HELP im_gateway_frames_out_total Frames sent by type.\n# TYPE im_gateway_frames_out_total counter\n");
 	for (i = 0; i < IM_OP_COUNT; i++)
-		sb_printf(&sb, "im_gateway_frames_out_total{type=\"%s\"} %ld\n", im_ops[i].reply_type, im_stats.frames_out[i]);
-	sb_printf(&sb, "im_gateway_frames_out_total{type=\"error\"} %ld\nim_gateway_frames_out_total{type=\"hint\"} %ld\n",
+		im_text_printf(&sb, "im_gateway_frames_out_total{type=\"%s\"} %ld\n", im_ops[i].reply_type, im_stats.frames_out[i]);
+	im_text_printf(&sb, "im_gateway_frames_out_total{type=\"error\"} %ld\nim_gateway_frames_out_total{type=\"hint\"} %ld\n",
 			  im_stats.frames_out[IM_OUT_ERROR], im_stats.frames_out[IM_OUT_HINT]);
-	sb_printf(&sb, "# HELP im_gateway_errors_total Error frames by code.\n# TYPE im_gateway_errors_total counter\n");
+	im_text_printf(&sb, "# HELP im_gateway_errors_total Error frames by code.\n# TYPE im_gateway_errors_total counter\n");
 	for (i = 0; i < IM_N_ERR_CODES; i++)
-		sb_printf(&sb, "im_gateway_errors_total{code=\"%s\"} %ld\n", err_codes[i], im_stats.errors[i]);
-	sb_printf(&sb, "# HELP im_gateway_closes_total Sessions closed by the gateway by close code.\n# TYPE im_gateway_closes_total counter\n");
+		im_text_printf(&sb, "im_gateway_errors_total{code=\"%s\"} %ld\n", err_codes[i], im_stats.errors[i]);
+	im_text_printf(&sb, "# HELP im_gateway_closes_total Sessions closed by the gateway by close code.\n# TYPE im_gateway_closes_total counter\n");
 	for (i = 0; i < IM_N_CLOSE_CODES; i++)
-		sb_printf(&sb, "im_gateway_closes_total{code=\"%d\"} %ld\n", close_codes[i], im_stats.closes[i]);
+		im_text_printf(&sb, "im_gateway_closes_total{code=\"%d\"} %ld\n", close_codes[i], im_stats.closes[i]);
 	sb_metric(&sb, "im_gateway_hints_sent_total", "counter", "Hint frames written.", im_stats.hints_sent);
 	sb_metric(&sb, "im_gateway_hints_coalesced_total", "counter", "Hints merged into a pending one.", im_stats.hints_coalesced);
 	sb_metric(&sb, "im_gateway_hints_dropped_total", "counter", "Conversation hints dropped (too many pending).", im_stats.hints_dropped);
@@ -166,21 +135,21 @@ metrics_text(PGresult *extra)
 	sb_metric(&sb, "im_gateway_hellos_waited_total", "counter", "Hellos that waited for a place behind --max-pending-hello.", im_stats.hellos_waited);
 	sb_metric(&sb, "im_gateway_hellos_in_flight", "gauge", "Hellos sent to the database and not yet answered.", im_hellos_in_flight());
 	sb_metric(&sb, "im_gateway_hellos_waiting", "gauge", "Hellos waiting for a place (--max-waiting-hello).", im_hellos_waiting());
-	sb_printf(&sb, "# HELP im_gateway_upgrades_refused_total WebSocket upgrades refused before a session existed.\n# TYPE im_gateway_upgrades_refused_total counter\n"
+	im_text_printf(&sb, "# HELP im_gateway_upgrades_refused_total WebSocket upgrades refused before a session existed.\n# TYPE im_gateway_upgrades_refused_total counter\n"
 			  "im_gateway_upgrades_refused_total{reason=\"cap\"} %ld\nim_gateway_upgrades_refused_total{reason=\"origin\"} %ld\n",
 			  im_stats.upgrades_refused_cap, im_stats.upgrades_refused_origin);
 	sb_metric(&sb, "im_gateway_pool_waits_total", "counter", "Job-polls that found every pool connection busy.", im_db_stats_g.pool_waits);
 	sb_metric(&sb, "im_gateway_db_connects_total", "counter", "Database connection attempts.", im_db_stats_g.reconnects);
 	sb_metric(&sb, "im_gateway_pool_ready", "gauge", "Pool connections up.", im_db_stats_g.pool_ready);
 	sb_metric(&sb, "im_gateway_listen_ready", "gauge", "LISTEN connection up.", im_db_stats_g.listen_ready);
-	sb_printf(&sb, "# HELP im_gateway_db_seconds Database round trip.\n# TYPE im_gateway_db_seconds histogram\n");
+	im_text_printf(&sb, "# HELP im_gateway_db_seconds Database round trip.\n# TYPE im_gateway_db_seconds histogram\n");
 	for (i = 0; i < 11; i++)
 	{
 		cum += im_db_stats_g.hist[i];
-		sb_printf(&sb, "im_gateway_db_seconds_bucket{le=\"%g\"} %ld\n", im_db_hist_bounds[i], cum);
+		im_text_printf(&sb, "im_gateway_db_seconds_bucket{le=\"%g\"} %ld\n", im_db_hist_bounds[i], cum);
 	}
 	cum += im_db_stats_g.hist[11];
-	sb_printf(&sb, "im_gateway_db_seconds_bucket{le=\"+Inf\"} %ld\nim_gateway_db_seconds_sum %f\nim_gateway_db_seconds_count %ld\n",
+	im_text_printf(&sb, "im_gateway_db_seconds_bucket{le=\"+Inf\"} %ld\nim_gateway_db_seconds_sum %f\nim_gateway_db_seconds_count %ld\n",
 			  cum, im_db_stats_g.hist_sum, im_db_stats_g.hist_count);
 	if (extra)
 		sb_extra(&sb, extra);

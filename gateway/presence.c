@@ -5,6 +5,7 @@
 #include "presence.h"
 #include "db.h"
 #include "frame.h"
+#include "text_buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,43 +43,19 @@ im_presence_offline(session *s)
 		set_presence(s, 0);
 }
 
-/* a growing text buffer for the three array literals */
-typedef struct sbuf
-{
-	char	   *p;
-	size_t		len,
-				cap;
-} sbuf;
-
 static void
-sb_add(sbuf *b, const char *text)
-{
-	size_t		n = strlen(text);
-
-	if (b->len + n + 1 > b->cap)
-	{
-		b->cap = (b->len + n + 1) * 2;
-		b->p = realloc(b->p, b->cap);
-		if (!b->p)
-			abort();
-	}
-	memcpy(b->p + b->len, text, n + 1);
-	b->len += n;
-}
-
-static void
-submit_refresh(sbuf *users, sbuf *devices, sbuf *epochs)
+submit_refresh(im_text_buf *users, im_text_buf *devices, im_text_buf *epochs)
 {
 	im_job	   *j = im_job_new(IM_JOB_PRESENCE, 0);
 
-	sb_add(users, "}");
-	sb_add(devices, "}");
-	sb_add(epochs, "}");
+	im_text_printf(users, "}");
+	im_text_printf(devices, "}");
+	im_text_printf(epochs, "}");
 	j->sql = "SELECT im.refresh_presence($1::bigint[], $2::text[], $3::bigint[], $4::interval)";
 	j->nparams = 4;
-	j->params[0] = users->p;
-	j->params[1] = devices->p;
-	j->params[2] = epochs->p;
+	j->params[0] = users->b;
+	j->params[1] = devices->b;
+	j->params[2] = epochs->b;
 	j->params[3] = strdup(TTL_TEXT);
 	im_db_submit(j);
 	memset(users, 0, sizeof(*users));
@@ -89,30 +66,25 @@ submit_refresh(sbuf *users, sbuf *devices, sbuf *epochs)
 void
 im_presence_tick(double now)
 {
-	sbuf		users = {0},
+	im_text_buf users = {0},
 				devices = {0},
 				epochs = {0};
 	int			n = 0;
-	char		num[32];
 
 	if (now < next_refresh)
 		return;
 	next_refresh = now + IM_PRESENCE_REFRESH_S;
 	for (session *s = im_all_sessions; s; s = s->all_next)
 	{
+		const char *sep = n ? "," : "{";
+
 		if (!s->authed || s->is_http || s->close_code)
 			continue;
-		sb_add(&users, n ? "," : "{");
-		sb_add(&devices, n ? "," : "{");
-		sb_add(&epochs, n ? "," : "{");
-		snprintf(num, sizeof(num), "%lld", (long long) s->user_id);
-		sb_add(&users, num);
+
+		im_text_printf(&users, "%s%lld", sep, (long long) s->user_id);
 		/* device ids are [A-Za-z0-9._-]{1,64}: no quoting needed, quoted anyway */
-		sb_add(&devices, "\"");
-		sb_add(&devices, s->device_id);
-		sb_add(&devices, "\"");
-		snprintf(num, sizeof(num), "%lld", (long long) s->epoch);
-		sb_add(&epochs, num);
+		im_text_printf(&devices, "%s\"%s\"", sep, s->device_id);
+		im_text_printf(&epochs, "%s%lld", sep, (long long) s->epoch);
 		if (++n == IM_PRESENCE_CHUNK)
 		{
 			submit_refresh(&users, &devices, &epochs);
