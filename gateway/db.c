@@ -5,7 +5,8 @@
  * One thread polls a pool of non-blocking libpq connections (db_conn.c:
  * PQconnectStartParams/PQconnectPoll, PQsendQueryParams, PQflush,
  * PQconsumeInput/PQisBusy/PQgetResult) and one LISTEN connection
- * (db_listen.c: im_sync_hint, im_sync_device).  Jobs come from the lws
+ * (db_listen.c: im_sync_hint, im_sync_device), plus one per node when --db
+ * is a router (db_nodes.c, issue 15).  Jobs come from the lws
  * thread through a mutex-protected queue and a wake pipe; finished jobs go
  * back through a second queue and the lws thread is woken with
  * lws_cancel_service.
@@ -42,7 +43,7 @@ im_db_stats im_db_stats_g;
 char	   *im_db_conninfo;
 int			im_db_npool;
 int			im_db_statement_timeout_ms = IM_DB_DEFAULT_STATEMENT_TIMEOUT_MS;
-dbconn		im_db_conns[MAX_CONNS + 1];
+dbconn		im_db_conns[MAX_CONNS + 1 + MAX_NODES];
 static pthread_t g_thread;
 static int	g_wake_pipe[2] = {-1, -1};
 static volatile int g_stop;
@@ -363,6 +364,8 @@ build_pollset(struct pollfd *pfd, int *map, int nconns, double now, int *timeout
 	{
 		dbconn	   *c = &im_db_conns[i];
 
+		if (c->disabled)
+			continue;
 		if (c->st == C_DOWN)
 		{
 			int			ms = (int) ((c->retry_at - now) * 1000) + 1;
@@ -387,9 +390,9 @@ build_pollset(struct pollfd *pfd, int *map, int nconns, double now, int *timeout
 static void *
 db_main(void *arg)
 {
-	struct pollfd pfd[MAX_CONNS + 2];
-	int			map[MAX_CONNS + 2];
-	int			nconns = im_db_npool + 1;
+	struct pollfd pfd[MAX_CONNS + 2 + MAX_NODES];
+	int			map[MAX_CONNS + 2 + MAX_NODES];
+	int			nconns = im_db_npool + 1 + MAX_NODES;
 	int			i;
 
 	(void) arg;
@@ -401,6 +404,8 @@ db_main(void *arg)
 
 		for (i = 0; i < nconns; i++)
 		{
+			if (im_db_conns[i].disabled)
+				continue;
 			if (im_db_conns[i].st == C_DOWN && now >= im_db_conns[i].retry_at)
 				im_conn_start(&im_db_conns[i]);
 			else
@@ -436,7 +441,7 @@ im_db_start(const char *conninfo, int pool, void (*wake) (void *), void *wake_ar
 	if (pool > MAX_CONNS)
 		pool = MAX_CONNS;
 	im_db_conninfo = strdup(conninfo ? conninfo : "");
-	if (im_conninfo_init(im_db_conninfo, &err) != 0)
+	if (im_conninfo_parse(&im_db_main_conninfo, im_db_conninfo, NULL, &err) != 0)
 	{
 		im_log("error", "event=bad_conninfo msg=\"%s\"", err ? err : "out of memory");
 		PQfreemem(err);
@@ -445,11 +450,14 @@ im_db_start(const char *conninfo, int pool, void (*wake) (void *), void *wake_ar
 	im_db_npool = pool;
 	g_wake = wake;
 	g_wake_arg = wake_arg;
-	for (i = 0; i <= pool; i++)
+	for (i = 0; i < pool + 1 + MAX_NODES; i++)
 	{
 		memset(&im_db_conns[i], 0, sizeof(dbconn));
 		im_db_conns[i].st = C_DOWN;
-		im_db_conns[i].listen = (i == pool);
+		im_db_conns[i].listen = (i >= pool);
+		im_db_conns[i].node = i > pool ? i - pool - 1 : -1;
+		im_db_conns[i].disabled = i > pool;	/* node slots: when the router lists nodes */
+		im_db_conns[i].ci = i > pool ? NULL : &im_db_main_conninfo;
 	}
 	if (pipe(g_wake_pipe) != 0)
 		return -1;

@@ -21,7 +21,7 @@ typedef enum im_job_kind
 	IM_JOB_HEALTH,				/* GET /healthz */
 	IM_JOB_METRICS,				/* GET /metrics */
 	IM_JOB_NOTIFY,				/* db -> lws: a notification (no query) */
-	IM_JOB_LISTEN_UP,			/* db -> lws: LISTEN (re)established */
+	IM_JOB_LISTEN_UP,			/* db -> lws: LISTEN (re)established; key: its bucket mask */
 	IM_JOB_PRESENCE				/* issue 12: set/refresh_presence, answer dropped */
 } im_job_kind;
 
@@ -76,7 +76,9 @@ typedef struct im_db_stats
 	volatile long pool_waits;
 	volatile long reconnects;
 	volatile int pool_ready;
-	volatile int listen_ready;
+	volatile int listen_ready;	/* every LISTEN connection (router's, nodes') up */
+	volatile int listen_nodes;	/* issue 15: nodes the router lists */
+	volatile int listen_nodes_ready;
 	volatile long hist[12];		/* DB round trip histogram buckets */
 	volatile double hist_sum;
 	volatile long hist_count;

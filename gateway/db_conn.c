@@ -41,8 +41,12 @@ im_conn_down(dbconn *c, const char *why)
 {
 	if (c->pg)
 	{
-		im_log("warn", "event=db_conn_lost conn=%s reason=\"%s\"",
-			   c->listen ? "listen" : "pool", why);
+		if (c->node >= 0)
+			im_log("warn", "event=db_conn_lost conn=listen node=%s reason=\"%s\"",
+				   im_node_name(c->node), why);
+		else
+			im_log("warn", "event=db_conn_lost conn=%s reason=\"%s\"",
+				   c->listen ? "listen" : "pool", why);
 		PQfinish(c->pg);
 	}
 	c->pg = NULL;
@@ -55,6 +59,7 @@ im_conn_down(dbconn *c, const char *why)
 		PQclear(c->txn_saved);
 	c->txn_saved = NULL;
 	c->txn = TXN_NONE;			/* the server rolls back an open transaction */
+	c->lq = LQ_NONE;
 	if (c->job)
 	{
 		if (c->job->txn_ended && !c->job->txn_commit)
@@ -67,7 +72,7 @@ im_conn_down(dbconn *c, const char *why)
 		(c->backoff * 2 > IM_DB_MAX_BACKOFF_S ? IM_DB_MAX_BACKOFF_S : c->backoff * 2);
 	c->retry_at = im_now() + c->backoff;
 	if (c->listen)
-		im_db_stats_g.listen_ready = 0;
+		im_listen_update_ready();
 	else
 		im_db_pool_changed();
 }
@@ -99,13 +104,12 @@ im_conn_start(dbconn *c)
 	const char *val[65];
 	char		buf[4096];
 
-	im_conninfo_params(c->first_host, c->listen ? "im_gateway_listen" : "im_gateway",
+	im_conninfo_params(c->ci, c->first_host, c->listen ? "im_gateway_listen" : "im_gateway",
 					   kw, val, buf, sizeof(buf));
 	c->nprepared = 0;
 	c->preparing = 0;
 	c->unreplicated = 0;
-	c->connect_deadline = im_conninfo_connect_timeout() > 0 ?
-		im_now() + im_conninfo_connect_timeout() : 0;
+	c->connect_deadline = c->ci->connect_timeout > 0 ? im_now() + c->ci->connect_timeout : 0;
 	c->pg = PQconnectStartParams(kw, val, 0);
 	if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD)
 	{
@@ -157,7 +161,8 @@ conn_ready(dbconn *c)
 		c->st = C_SETUP;
 }
 
-/* The setup's results are in.  Returns 0 when c went down. */
+/* The pool setup's results are in (a LISTEN connection's: db_listen.c).
+ * Returns 0 when c went down. */
 static int
 setup_done(dbconn *c)
 {
@@ -168,17 +173,12 @@ setup_done(dbconn *c)
 	c->res = NULL;
 	if (!ok)
 	{
-		im_conn_down(c, c->listen ? "LISTEN failed" : "session setup failed");
+		im_conn_down(c, "session setup failed");
 		return 0;
 	}
 	c->st = C_IDLE;
-	if (c->listen)
-		im_listen_ready();
-	else
-	{
-		im_db_pool_changed();
-		im_log("info", "event=db_conn_ready conn=pool");
-	}
+	im_db_pool_changed();
+	im_log("info", "event=db_conn_ready conn=pool");
 	return 1;
 }
 
@@ -454,9 +454,8 @@ im_conn_end_txn(im_job *j)
 }
 
 
-/* Keeps the first result of a statement; an error wins over later ones. */
-static void
-keep_first_result(dbconn *c, PGresult *r)
+void
+im_conn_keep_result(dbconn *c, PGresult *r)
 {
 	if (!c->res || (PQresultStatus(r) == PGRES_FATAL_ERROR &&
 					PQresultStatus(c->res) != PGRES_FATAL_ERROR))
@@ -488,7 +487,7 @@ pipe_result(dbconn *c, PGresult *r)
 		if (c->pipe_nulls == 0 && PQresultStatus(r) != PGRES_FATAL_ERROR)
 			PQclear(r);			/* BEGIN went through */
 		else
-			keep_first_result(c, r);
+			im_conn_keep_result(c, r);
 		return 0;
 	}
 	PQclear(r);
@@ -561,7 +560,13 @@ im_conn_io(dbconn *c, short revents)
 			return;
 		}
 		if (c->listen)
+		{
 			im_listen_drain(c);
+			im_listen_results(c);
+			if (c->pg && PQstatus(c->pg) == CONNECTION_BAD)
+				im_conn_down(c, "connection bad");
+			return;
+		}
 		while ((c->st == C_BUSY || c->st == C_SETUP) && !PQisBusy(c->pg))
 		{
 			PGresult   *r = PQgetResult(c->pg);
@@ -577,7 +582,7 @@ im_conn_io(dbconn *c, short revents)
 			}
 			if (r != NULL)
 			{
-				keep_first_result(c, r);
+				im_conn_keep_result(c, r);
 				continue;
 			}
 			next = results_complete(c);
@@ -598,14 +603,16 @@ im_conn_check_deadlines(dbconn *c, double now)
 		now > c->connect_deadline)
 	{
 		/* the next attempt starts at the next host: this one never answered */
-		c->first_host = (c->first_host + 1) % im_conninfo_nhosts();
+		c->first_host = (c->first_host + 1) % c->ci->nhosts;
 		im_conn_down(c, "connect timeout");
 	}
 	else if (c->st == C_BUSY && im_db_statement_timeout_ms > 0 &&
-			 now > c->t_sent + im_db_statement_timeout_ms / 1000.0 + IM_DB_REPLY_GRACE_S)
+			 !c->listen && now > c->t_sent + im_db_statement_timeout_ms / 1000.0 + IM_DB_REPLY_GRACE_S)
 	{
 		if (c->job)
 			snprintf(c->job->sqlstate, sizeof(c->job->sqlstate), "57014");
 		im_conn_down(c, "no reply within the statement timeout");
 	}
+	else if (c == IM_DB_ROUTER_LISTEN)
+		im_listen_tick(c, now);
 }

@@ -1,12 +1,15 @@
 /*
- * db_conninfo.c — the keywords of one connection attempt, from the --db
- * conninfo parsed once (PQconninfoParse), plus what following a primary
- * needs (contract §10, issue 14):
+ * db_conninfo.c — the keywords of one connection attempt, from a conninfo
+ * parsed once (PQconninfoParse): the --db conninfo for the pool and the
+ * router's LISTEN connection, and each node's conninfo (db_nodes.c, issue
+ * 15) for its LISTEN connection.  Plus what following a primary needs
+ * (contract §10, issue 14):
  *
  *   - target_session_attrs=read-write unless the conninfo says otherwise:
  *     every gateway call may write, so with a multi-host conninfo
  *     (host=a,b port=p,q) libpq skips a standby and finds the primary, and
- *     a promoted standby is found by the next attempt;
+ *     a promoted standby is found by the next attempt (a node's
+ *     notifications, too, come from its primary only);
  *   - TCP keepalives (idle 10 s, 5 s apart, 3 probes) unless set: a primary
  *     whose machine died without closing its sockets is noticed;
  *   - connect_timeout, default IM_CONNECT_TIMEOUT_S: libpq ignores it in
@@ -15,7 +18,9 @@
  *     (rotate): a host that accepts TCP but never answers cannot keep the
  *     gateway from reaching the others.
  *
- * Keywords given in the conninfo always win over these defaults.
+ * Keywords given in the conninfo always win over these defaults.  A node's
+ * conninfo says where the node is (host, port, dbname); who connects
+ * (user, password, TLS files, …) comes from --db unless it says otherwise.
  */
 #include "db_internal.h"
 
@@ -26,15 +31,16 @@
 #define IM_CONNECT_TIMEOUT_S 5
 #define MAX_KW 64
 
-static PQconninfoOption *g_opts;
-static int	g_nhosts = 1;
-static double g_connect_timeout = IM_CONNECT_TIMEOUT_S;
+im_conninfo im_db_main_conninfo;
 
 /* defaults added when the conninfo lacks them */
 static const char *const default_kw[] = {
 	"target_session_attrs", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count"
 };
 static const char *const default_val[] = {"read-write", "1", "10", "5", "3"};
+
+/* where a server is: never taken from --db for a node */
+static const char *const location_kw[] = {"host", "hostaddr", "port", "dbname", "service"};
 
 static int
 count_items(const char *list)
@@ -46,24 +52,55 @@ count_items(const char *list)
 	return n;
 }
 
+static int
+is_location(const char *kw)
+{
+	for (size_t i = 0; i < sizeof(location_kw) / sizeof(location_kw[0]); i++)
+		if (!strcmp(kw, location_kw[i]))
+			return 1;
+	return 0;
+}
+
+static const char *
+option_value(const PQconninfoOption *opts, const char *kw)
+{
+	for (; opts && opts->keyword; opts++)
+		if (!strcmp(opts->keyword, kw) && opts->val && *opts->val)
+			return opts->val;
+	return NULL;
+}
+
 int
-im_conninfo_init(const char *conninfo, char **err)
+im_conninfo_parse(im_conninfo *ci, const char *conninfo, const im_conninfo *base, char **err)
 {
 	PQconninfoOption *o;
 
-	g_opts = PQconninfoParse(conninfo, err);
-	if (!g_opts)
+	memset(ci, 0, sizeof(*ci));
+	ci->nhosts = 1;
+	ci->connect_timeout = IM_CONNECT_TIMEOUT_S;
+	ci->opts = PQconninfoParse(conninfo, err);
+	if (!ci->opts)
 		return -1;
-	for (o = g_opts; o->keyword; o++)
+	for (o = ci->opts; o->keyword; o++)
 	{
+		if ((!o->val || !*o->val) && base && !is_location(o->keyword))
+		{
+			const char *v = option_value(base->opts, o->keyword);
+
+			if (v)
+			{
+				free(o->val);	/* PQconninfoFree frees values with free() */
+				o->val = strdup(v);
+			}
+		}
 		if (!o->val || !*o->val)
 			continue;
 		if (!strcmp(o->keyword, "host") || !strcmp(o->keyword, "hostaddr"))
 		{
 			int			n = count_items(o->val);
 
-			if (n > g_nhosts)
-				g_nhosts = n;
+			if (n > ci->nhosts)
+				ci->nhosts = n;
 		}
 		else if (!strcmp(o->keyword, "connect_timeout"))
 		{
@@ -74,22 +111,18 @@ im_conninfo_init(const char *conninfo, char **err)
 			int			s = atoi(o->val);
 
 			if (s > 0)
-				g_connect_timeout = s < 2 ? 2 : s;
+				ci->connect_timeout = s < 2 ? 2 : s;
 		}
 	}
 	return 0;
 }
 
-double
-im_conninfo_connect_timeout(void)
+void
+im_conninfo_free(im_conninfo *ci)
 {
-	return g_connect_timeout;
-}
-
-int
-im_conninfo_nhosts(void)
-{
-	return g_nhosts;
+	if (ci->opts)
+		PQconninfoFree(ci->opts);
+	ci->opts = NULL;
 }
 
 /* list (a,b,c) rotated to start at item k, in buf; list itself when it has one item */
@@ -110,7 +143,7 @@ rotate_list(const char *list, int k, char *buf, size_t len)
 }
 
 int
-im_conninfo_params(int first_host, const char *application_name,
+im_conninfo_params(const im_conninfo *ci, int first_host, const char *application_name,
 				   const char **kw, const char **val, char *buf, size_t buflen)
 {
 	int			n = 0,
@@ -120,18 +153,13 @@ im_conninfo_params(int first_host, const char *application_name,
 
 	for (i = 0; i < (int) (sizeof(default_kw) / sizeof(default_kw[0])); i++)
 	{
-		int			given = 0;
-
-		for (o = g_opts; o->keyword; o++)
-			if (!strcmp(o->keyword, default_kw[i]) && o->val && *o->val)
-				given = 1;
-		if (!given)
+		if (!option_value(ci->opts, default_kw[i]))
 		{
 			kw[n] = default_kw[i];
 			val[n++] = default_val[i];
 		}
 	}
-	for (o = g_opts; o->keyword && n < MAX_KW - 3; o++)
+	for (o = ci->opts; o->keyword && n < MAX_KW - 3; o++)
 	{
 		if (!o->val || !*o->val || !strcmp(o->keyword, "application_name"))
 			continue;

@@ -1,8 +1,9 @@
 /*
  * db_internal.h — what the database thread's files share (db.c: queues,
  * thread and loop; db_conn.c: the connection state machine; db_listen.c:
- * LISTEN and notifications; db_reply.c: reply frames).  Nothing here is
- * touched by the lws thread, which sees only db.h.
+ * LISTEN and notifications; db_nodes.c: a sharded installation's nodes;
+ * db_conninfo.c: each attempt's keywords; db_reply.c: reply frames).
+ * Nothing here is touched by the lws thread, which sees only db.h.
  */
 #ifndef IM_GW_DB_INTERNAL_H
 #define IM_GW_DB_INTERNAL_H
@@ -14,6 +15,24 @@
 
 #define MAX_CONNS 64
 #define MAX_PREPARED 64			/* distinct statements per connection */
+#define MAX_NODES 32			/* nodes of a sharded installation (issue 15) */
+
+/* A conninfo parsed once (db_conninfo.c). */
+typedef struct im_conninfo
+{
+	PQconninfoOption *opts;
+	int			nhosts;
+	double		connect_timeout;
+} im_conninfo;
+
+/* What a LISTEN connection's own query in flight is (db_listen.c). */
+typedef enum
+{
+	LQ_NONE,					/* none: only notifications arrive */
+	LQ_LISTEN,					/* LISTEN im_sync_hint; LISTEN im_sync_device */
+	LQ_PROBE,					/* router: does im.shard_nodes() exist? */
+	LQ_NODES					/* router: SELECT * FROM im.shard_nodes() */
+} listen_query;
 
 typedef enum
 {
@@ -32,7 +51,12 @@ typedef struct dbconn
 {
 	PGconn	   *pg;
 	cstate		st;
-	int			listen;			/* the LISTEN connection */
+	int			listen;			/* a LISTEN connection (the router's or a node's) */
+	int			node;			/* a node's LISTEN connection: its index; else -1 */
+	int			disabled;		/* a node slot not in use: never connected */
+	const im_conninfo *ci;		/* where it connects */
+	listen_query lq;
+	double		next_refresh;	/* router LISTEN connection: next node-map query */
 	int			want_write;		/* connecting or flushing wants POLLOUT */
 	double		retry_at;
 	double		backoff;
@@ -67,7 +91,10 @@ typedef struct dbconn
 extern char *im_db_conninfo;
 extern int	im_db_npool;
 extern int	im_db_statement_timeout_ms;
-extern dbconn im_db_conns[MAX_CONNS + 1];	/* [0..npool) pool, [npool] listen */
+/* [0..npool) pool, [npool] the --db LISTEN connection, then MAX_NODES node slots */
+extern dbconn im_db_conns[MAX_CONNS + 1 + MAX_NODES];
+#define IM_DB_ROUTER_LISTEN (&im_db_conns[im_db_npool])
+#define IM_DB_NODE_CONN(i) (&im_db_conns[im_db_npool + 1 + (i)])
 
 /* db.c: answers to the lws thread and the queue of jobs waiting for a connection */
 extern void im_db_post_done(im_job *job);
@@ -92,21 +119,44 @@ extern int	im_conn_sent(dbconn *c, int ok);
  * plus IM_DB_REPLY_GRACE_S (the server stopped answering). */
 extern void im_conn_check_deadlines(dbconn *c, double now);
 
-/* db_conninfo.c: the --db conninfo, parsed once, and each attempt's keywords */
-extern int	im_conninfo_init(const char *conninfo, char **err);
-extern double im_conninfo_connect_timeout(void);
-extern int	im_conninfo_nhosts(void);
+/* Keeps the first result of a statement in c->res; an error wins over later ones. */
+extern void im_conn_keep_result(dbconn *c, PGresult *r);
+
+/* db_conninfo.c: conninfos parsed once, and each attempt's keywords */
+extern im_conninfo im_db_main_conninfo;		/* --db */
+/*
+ * Parses conninfo into ci; with base, keywords conninfo lacks other than
+ * where the server is (host, hostaddr, port, dbname, service) come from
+ * base (a node's conninfo + the gateway's user, password, TLS files).
+ * Returns 0, or -1 with *err (PQfreemem) set.
+ */
+extern int	im_conninfo_parse(im_conninfo *ci, const char *conninfo, const im_conninfo *base, char **err);
+extern void im_conninfo_free(im_conninfo *ci);
 /*
  * Fills kw/val (room for 64 + 1, NULL-terminated) for an attempt whose host
  * list starts at first_host; buf holds rotated lists.  Returns the count.
  */
-extern int	im_conninfo_params(int first_host, const char *application_name,
+extern int	im_conninfo_params(const im_conninfo *ci, int first_host, const char *application_name,
 							   const char **kw, const char **val, char *buf, size_t buflen);
 
-/* db_listen.c */
+/* db_listen.c: a LISTEN connection's queries, notifications and "up" */
 extern int	im_listen_send(dbconn *c);
-extern void im_listen_ready(void);
 extern void im_listen_drain(dbconn *c);
+extern void im_listen_results(dbconn *c);
+/* Router LISTEN connection: re-reads the node map when due. */
+extern void im_listen_tick(dbconn *c, double now);
+/* im_db_stats_g.listen_ready from the LISTEN connections' states */
+extern void im_listen_update_ready(void);
+
+/* db_nodes.c: the node map of a sharded installation (issue 15) */
+extern int	im_db_sharded;
+/* The router answered im.shard_nodes() with res: node slots follow it. */
+extern void im_nodes_apply(const PGresult *res);
+/* No im.shard_nodes(): a single node.  Returns 1 when it was sharded. */
+extern int	im_nodes_none(void);
+extern const char *im_node_name(int i);
+/* The buckets node i owns (bit b: bucket b); every bit when not known. */
+extern uint64_t im_node_buckets(int i);
 
 /* db_reply.c: the reply frame text of a finished API job (job->res consumed) */
 extern void im_db_build_reply(im_job *job);

@@ -261,20 +261,18 @@ im_on_notify_job(im_job *j)
 }
 
 void
-im_on_listen_up(void)
+im_on_listen_up(uint64_t buckets)
 {
-	static int	first_listen_seen;
 	session    *s;
 
-	/* After a (re)LISTEN, notifications may have been missed: re-check every
-	 * session and hint it, so revocations, supersessions and new events sent
-	 * while we were deaf are not lost. */
-	if (!first_listen_seen)
-	{
-		first_listen_seen = 1;
-		if (!im_all_sessions)
-			return;
-	}
+	/*
+	 * After a (re)LISTEN, notifications may have been missed: re-check every
+	 * session whose user the connection carries (all on a single node; on a
+	 * router, the users of the node that came back: their NOTIFYs come from
+	 * it alone) and hint it, so revocations, supersessions and new events
+	 * sent while we were deaf are not lost.
+	 */
 	for (s = im_all_sessions; s; s = s->all_next)
-		im_request_recheck(s, 1);
+		if (buckets >> (uint64_t) (((s->user_id % 64) + 64) % 64) & 1)
+			im_request_recheck(s, 1);
 }

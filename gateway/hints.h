@@ -18,10 +18,11 @@ struct im_job;
  */
 extern void im_push_hint(struct session *s, int64_t hw);
 
-/* Finished jobs of this module: a notification, LISTEN (re)established, a
- * member lookup. */
+/* Finished jobs of this module: a notification, LISTEN (re)established
+ * for the users of the buckets in mask (bit b: user_id % 64 == b), a member
+ * lookup. */
 extern void im_on_notify_job(struct im_job *j);
-extern void im_on_listen_up(void);
+extern void im_on_listen_up(uint64_t buckets);
 extern void im_on_members_job(struct im_job *j);
 
 #endif

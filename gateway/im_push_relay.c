@@ -11,7 +11,10 @@
  * POST the notification with the token as devices[0].pushkey (libcurl
  * multi: connections reused, HTTP/2 where offered, timeouts), classify the
  * answer and complete the job (im.complete_push_job).  Woken by LISTEN
- * im_sync_push, polling every --poll seconds as well.
+ * im_sync_push, polling every --poll seconds as well.  When --db is a router
+ * (issue 15: im.shard_nodes() exists) the wake-ups come from the nodes: the
+ * relay keeps one LISTEN connection per node (push_nodes.c), each
+ * reconnecting on its own, and claims at once when one comes back.
  *
  * What it guarantees:
  *   - a job is sent at least once: a relay that dies leaves its jobs to the
@@ -29,6 +32,7 @@
  */
 #include "log_hash.h"
 #include "push_http.h"
+#include "push_nodes.h"
 #include "push_unseal.h"
 
 #include <errno.h>
@@ -81,8 +85,8 @@ static long n_sent;
 static long n_results[5];
 static const char *const result_names[5] = {"delivered", "rejected", "rate_limited", "transient", "permanent"};
 
-static void
-logf_(const char *level, const char *fmt,...)
+void
+relay_log(const char *level, const char *fmt,...)
 {
 	char		ts[32];
 	time_t		t = time(NULL);
@@ -217,10 +221,24 @@ drop_connection(const char *why)
 {
 	if (conn)
 	{
-		logf_("warning", "event=db_lost reason=\"%s\"", why);
+		relay_log("warning", "event=db_lost reason=\"%s\"", why);
 		PQfinish(conn);
 		conn = NULL;
 	}
+}
+
+/* Issue 15: the router's nodes (none on a single node); re-read every NODES_REFRESH_S. */
+#define NODES_REFRESH_S 30
+static double next_nodes_refresh;
+
+static int
+refresh_nodes(void)
+{
+	next_nodes_refresh = push_now() + NODES_REFRESH_S;
+	if (push_nodes_refresh(conn, cfg.db) == 0)
+		return 0;
+	drop_connection(PQerrorMessage(conn));
+	return -1;
 }
 
 /*
@@ -244,7 +262,7 @@ connect_db(void)
 
 		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(conn));
 		msg[strcspn(msg, "\n")] = '\0';
-		logf_("warning", "event=db_connect_failed reason=\"%s\"", msg);
+		relay_log("warning", "event=db_connect_failed reason=\"%s\"", msg);
 		PQfinish(conn);
 		conn = NULL;
 		return -1;
@@ -259,8 +277,8 @@ connect_db(void)
 	}
 	PQclear(res);
 	PQsetnonblocking(conn, 0);
-	logf_("info", "event=db_connected host=%s", PQhost(conn) ? PQhost(conn) : "?");
-	return 0;
+	relay_log("info", "event=db_connected host=%s", PQhost(conn) ? PQhost(conn) : "?");
+	return refresh_nodes();
 }
 
 static int
@@ -290,11 +308,11 @@ report(int64_t job_id, const char *result, long status, long retry_after_ms, int
 						   5, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 		{
-			logf_("info", "event=completed job=%s result=%s state=%s", id, result, PQgetvalue(res, 0, 0));
+			relay_log("info", "event=completed job=%s result=%s state=%s", id, result, PQgetvalue(res, 0, 0));
 			PQclear(res);
 			return;
 		}
-		logf_("warning", "event=complete_failed job=%s reason=\"%.200s\"", id, PQresultErrorMessage(res));
+		relay_log("warning", "event=complete_failed job=%s reason=\"%.200s\"", id, PQresultErrorMessage(res));
 		PQclear(res);
 		if (PQstatus(conn) != CONNECTION_OK)
 			drop_connection("connection lost while completing");
@@ -307,7 +325,7 @@ report(int64_t job_id, const char *result, long status, long retry_after_ms, int
 			reports = realloc(reports, sizeof(Report) * maxreports);
 			if (!reports)
 			{
-				logf_("error", "event=out_of_memory");
+				relay_log("error", "event=out_of_memory");
 				exit(1);
 			}
 		}
@@ -353,7 +371,7 @@ start_job(const char *job_id_s, const char *target_s, const char *sealed, const 
 	if (push_unseal(sealed, &token, &token_len, err, sizeof(err)) != 0)
 	{
 		/* our key ring, not the token: retried (a key change may be under way) */
-		logf_("error", "event=unseal_failed job=%" PRId64 " target=%s reason=\"%s\"", job_id,
+		relay_log("error", "event=unseal_failed job=%" PRId64 " target=%s reason=\"%s\"", job_id,
 			  im_hash_push_target(target, h), err);
 		report(job_id, "transient", 0, -1, 1);
 		return;
@@ -362,7 +380,7 @@ start_job(const char *job_id_s, const char *target_s, const char *sealed, const 
 	if (!r)
 	{
 		push_token_free(token, token_len);
-		logf_("error", "event=bad_notification job=%" PRId64 " reason=\"%s\"", job_id, err);
+		relay_log("error", "event=bad_notification job=%" PRId64 " reason=\"%s\"", job_id, err);
 		report(job_id, "permanent", 0, -1, 1);
 		return;
 	}
@@ -393,7 +411,7 @@ claim(void)
 					   3, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
-		logf_("warning", "event=claim_failed reason=\"%.200s\"", PQresultErrorMessage(res));
+		relay_log("warning", "event=claim_failed reason=\"%.200s\"", PQresultErrorMessage(res));
 		PQclear(res);
 		if (PQstatus(conn) != CONNECTION_OK)
 			drop_connection("connection lost while claiming");
@@ -430,7 +448,7 @@ finish_requests(void)
 		for (int i = 0; i < 5; i++)
 			if (strcmp(o.result, result_names[i]) == 0)
 				n_results[i]++;
-		logf_("info", "event=sent job=%" PRId64 " target=%s result=%s status=%ld ms=%.0f why=\"%s\"",
+		relay_log("info", "event=sent job=%" PRId64 " target=%s result=%s status=%ld ms=%.0f why=\"%s\"",
 			  r->job_id, im_hash_push_target(r->push_target_id, h), o.result, o.http_status,
 			  (push_now() - r->started) * 1000, o.why ? o.why : "");
 		report(r->job_id, o.result, o.http_status, o.retry_after_ms, 1);
@@ -486,11 +504,11 @@ main(int argc, char **argv)
 		return 1;
 	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) cfg.concurrency);
 	curl_multi_setopt(multi, CURLMOPT_PIPELINING, (long) CURLPIPE_MULTIPLEX);
-	logf_("info", "event=start url_keys=%d concurrency=%d lease_s=%d", push_key_count(), cfg.concurrency, cfg.lease_s);
+	relay_log("info", "event=start url_keys=%d concurrency=%d lease_s=%d", push_key_count(), cfg.concurrency, cfg.lease_s);
 
 	for (;;)
 	{
-		struct curl_waitfd extra[2];
+		struct curl_waitfd extra[2 + PUSH_NODES_MAX];
 		int			nextra = 0;
 		int			running = 0;
 		int			timeout_ms;
@@ -515,6 +533,8 @@ main(int argc, char **argv)
 				backoff = backoff * 2 > 30 ? 30 : backoff * 2;
 			}
 		}
+		if (conn && t >= next_nodes_refresh)
+			refresh_nodes();
 		if (conn && (wake || t >= next_poll))
 		{
 			wake = 0;
@@ -534,6 +554,7 @@ main(int argc, char **argv)
 			extra[nextra].revents = 0;
 			nextra++;
 		}
+		nextra += push_nodes_waitfds(extra + nextra, PUSH_NODES_MAX);
 		extra[nextra].fd = sigpipe[0];
 		extra[nextra].events = CURL_WAIT_POLLIN;
 		extra[nextra].revents = 0;
@@ -545,11 +566,13 @@ main(int argc, char **argv)
 			timeout_ms = 0;
 		if (timeout_ms > 1000)
 			timeout_ms = 1000;
+		timeout_ms = push_nodes_timeout_ms(push_now(), timeout_ms);
 		if (wake)
 			timeout_ms = 0;
 		curl_multi_poll(multi, extra, (unsigned) nextra, timeout_ms, NULL);
 		if (conn && extra[0].revents)
 			wake |= drain_notifies();
+		wake |= push_nodes_io(extra, nextra - 1, push_now());
 		if (extra[nextra - 1].revents)
 		{
 			char		buf[16];
@@ -558,8 +581,9 @@ main(int argc, char **argv)
 				;
 		}
 	}
-	logf_("info", "event=stop sent=%ld delivered=%ld rejected=%ld rate_limited=%ld transient=%ld permanent=%ld unreported=%d",
+	relay_log("info", "event=stop sent=%ld delivered=%ld rejected=%ld rate_limited=%ld transient=%ld permanent=%ld unreported=%d",
 		  n_sent, n_results[0], n_results[1], n_results[2], n_results[3], n_results[4], nreports);
+	push_nodes_close();
 	curl_multi_cleanup(multi);
 	curl_global_cleanup();
 	if (conn)

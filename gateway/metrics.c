@@ -141,7 +141,9 @@ metrics_text(PGresult *extra)
 	sb_metric(&sb, "im_gateway_pool_waits_total", "counter", "Job-polls that found every pool connection busy.", im_db_stats_g.pool_waits);
 	sb_metric(&sb, "im_gateway_db_connects_total", "counter", "Database connection attempts.", im_db_stats_g.reconnects);
 	sb_metric(&sb, "im_gateway_pool_ready", "gauge", "Pool connections up.", im_db_stats_g.pool_ready);
-	sb_metric(&sb, "im_gateway_listen_ready", "gauge", "LISTEN connection up.", im_db_stats_g.listen_ready);
+	sb_metric(&sb, "im_gateway_listen_ready", "gauge", "LISTEN connections up (the --db one and every node's).", im_db_stats_g.listen_ready);
+	sb_metric(&sb, "im_gateway_listen_nodes", "gauge", "Nodes the router lists (im.shard_nodes(); 0: a single node).", im_db_stats_g.listen_nodes);
+	sb_metric(&sb, "im_gateway_listen_nodes_ready", "gauge", "Nodes whose LISTEN connection is up.", im_db_stats_g.listen_nodes_ready);
 	im_text_printf(&sb, "# HELP im_gateway_db_seconds Database round trip.\n# TYPE im_gateway_db_seconds histogram\n");
 	for (i = 0; i < 11; i++)
 	{

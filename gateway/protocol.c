@@ -75,7 +75,7 @@ on_db_results(void)
 				im_on_notify_job(j);
 				break;
 			case IM_JOB_LISTEN_UP:
-				im_on_listen_up();
+				im_on_listen_up((uint64_t) j->key);
 				break;
 			case IM_JOB_MEMBERS:
 				im_on_members_job(j);
