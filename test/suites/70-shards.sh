@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# 70-shards (issue 15): the gateway, the relay and the test harnesses
+# against a router over three nodes.
+#
+#  1. test/e2e/test_node_listen.py — the gateway's and the relay's per-node
+#     LISTEN connections against two throwaway clusters and a stand-in
+#     im.shard_nodes() (needs neither the router nor test/shards.sh).
+#  2. With test/shards.sh and the im_sync_router extension installed:
+#     `test/shards.sh up 3`, then against the router — the model test (its
+#     fixed seeds), the e2e suite (test_gateway.py without the single-
+#     database restart test, which test_shard_nodes.py replaces with a node
+#     stopped and restarted), the push end-to-end test, the Node client test,
+#     and the other helpers' entry points when present
+#     (test/shards/transfer_check.py, test/router/router_check.sh).
+#     Users are consecutive ids and direct conversations take the bucket of
+#     (a + b) % 64, so most fanout crosses nodes.  `test/shards.sh down` at
+#     the end, also on failure.
+# A part that cannot run here says "NOT RUN" and why; it is never counted
+# as passed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source test/cluster.sh
+py="${IM_PYTHON:-/usr/bin/python3}"
+rc=0
+notrun=()
+
+make -s -C gateway im_gateway im_push_relay || exit 1
+echo "--- per-node LISTEN (stand-in router)"
+IM_TMP="$IM_TMP" PGBIN="$PGBIN" "$py" test/e2e/test_node_listen.py || rc=1
+
+router_installed() {
+  [ -f "$("$PGBIN/pg_config" --sharedir 2>/dev/null || pg_config --sharedir)/extension/im_sync_router.control" ]
+}
+if [ ! -f test/shards.sh ]; then
+  echo "NOT RUN: everything against a router — test/shards.sh (h15-shnode) is missing"
+  exit $rc
+fi
+if ! router_installed; then
+  echo "NOT RUN: everything against a router — the im_sync_router extension (h15-shrouter) is not installed"
+  exit $rc
+fi
+
+export IM_SHARDS_DIR="$IM_TMP/shards"
+down() { bash test/shards.sh down >/dev/null 2>&1 || true; }
+trap down EXIT
+echo "--- test/shards.sh up 3"
+if ! bash test/shards.sh up 3 >"$IM_TMP/shards-up.log" 2>&1; then
+  echo "FAIL test/shards.sh up 3"; tail -n 30 "$IM_TMP/shards-up.log"; exit 1
+fi
+ROUTER=$(tail -n 1 "$IM_TMP/shards-up.log")
+echo "router: $ROUTER"
+# the harnesses connect with libpq's environment: point it at the router
+eval "$("$py" - "$ROUTER" <<'PY'
+import shlex, sys
+from psycopg2.extensions import parse_dsn
+d = parse_dsn(sys.argv[1])
+for k, env in (("host", "PGHOST"), ("port", "PGPORT"), ("user", "PGUSER"), ("dbname", "PGDATABASE"),
+               ("password", "PGPASSWORD")):
+    if k in d:
+        print("export %s=%s" % (env, shlex.quote(d[k])))
+PY
+)"
+DB=${PGDATABASE:-im}
+export IM_ROUTER_DSN="$ROUTER" IM_E2E_DB="$DB"
+
+# Every figure is read through the router: a harness that would read a
+# node's table or SET a session setting asks im.* functions or
+# `test/shards.sh set` instead when IM_SHARDS_DIR is set.
+echo "--- model test (fixed seeds) against the router"
+IM_MODEL_DSN="$ROUTER" "$py" test/model/model_test.py --steps "${IM_MODEL_STEPS:-300}" ${IM_SHARDS_MODEL_ARGS:-} || rc=1
+
+port=$(im_free_port)
+./gateway/im_gateway --listen 127.0.0.1:"$port" --max-frame 65536 --hello-timeout 2 --pool 4 \
+    --db "$ROUTER" >"$IM_TMP/gateway-shards.log" 2>&1 &
+gw=$!
+stop_gw() { kill -0 "$gw" 2>/dev/null && { kill -TERM "$gw"; wait "$gw"; }; down; }
+trap stop_gw EXIT
+for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+export IM_GW_URL="ws://127.0.0.1:$port/" IM_E2E_MAX_FRAME=65536
+
+echo "--- e2e against the router"
+"$py" test/e2e/test_gateway.py scenario hint_loss shared_log supersede revoke spoofed bad_frames \
+    first_frame rate_limit reconnect_storm http || rc=1
+for t in body_roundtrip int_range large_replies relations; do
+  "$py" test/e2e/test_$t.py || rc=1
+done
+notrun+=("test_gateway.py test_db_restart (stops the one database; replaced by test_shard_nodes.py)")
+notrun+=("test_notify_spoof.py, test_metrics_cache.py, test_small_gateway.py, test_hello_pacing.py (single-database set-ups: NOTIFY on one database, ALTER SYSTEM track_functions, a row lock held on one node, a second gateway)")
+
+echo "--- a node stopped and restarted (hints elsewhere go on, its devices catch up)"
+"$py" test/e2e/test_shard_nodes.py || rc=1
+
+echo "--- Node client test against the router"
+if bash test/install_node_deps.sh >/dev/null 2>&1; then
+  mkdir -p "$IM_TMP/client"
+  IM_CLIENT_TMP="$IM_TMP/client" IM_CLIENT_DB="$DB" IM_CLIENT_DSN="$ROUTER" PGBIN="$PGBIN" \
+    IM_GATEWAY_BIN="$PWD/gateway/im_gateway" \
+    node --test --test-concurrency=1 ${IM_CLIENT_TEST_ARGS:-} test/client/client.test.mjs || rc=1
+else
+  notrun+=("the Node client test (node dependencies could not be installed)")
+fi
+
+echo "--- push end to end against the router"
+if [ -n "${IM_SHARDS_PUSH:-}" ]; then
+  IM_TMP="$IM_TMP" PGBIN="$PGBIN" "$py" test/e2e/test_push.py ${IM_PUSH_TESTS:-} || rc=1
+else
+  notrun+=("test/e2e/test_push.py (it creates its own database and reads im.push_job/push_target/presence directly; not yet adapted to the router — set IM_SHARDS_PUSH=1 to try it)")
+fi
+
+for f in test/shards/transfer_check.py; do
+  if [ -f "$f" ]; then echo "--- $f"; "$py" "$f" || rc=1; else notrun+=("$f (not present)"); fi
+done
+for f in test/router/router_check.sh; do
+  if [ -f "$f" ]; then echo "--- $f"; bash "$f" || rc=1; else notrun+=("$f (not present)"); fi
+done
+
+echo "--- the router's reconcile() after everything"
+problems=$(im_psql -d "$ROUTER" -At -c "SELECT im.run_fanout()" -c "SELECT count(*) FROM im.reconcile()" 2>&1 | tail -n 1)
+if [ "$problems" != 0 ]; then
+  echo "FAIL router reconcile(): $problems"
+  im_psql -d "$ROUTER" -c "SELECT * FROM im.reconcile() LIMIT 20"; rc=1
+else
+  echo "ok   router reconcile() empty"
+fi
+for n in "${notrun[@]}"; do echo "NOT RUN: $n"; done
+[ $rc -eq 0 ] || tail -n 30 "$IM_TMP/gateway-shards.log"
+exit $rc
