@@ -149,7 +149,12 @@ async def test_relation_errors():
         r = await ca.req(frame)
         assert r["type"] == "error" and r["code"] == "CONFLICT", (frame, r)
     # nothing of the refusals was written, and the session goes on
-    n = sql("SELECT count(*) FROM im.event WHERE conversation_id = %s AND kind IN ('reaction', 'pin')", conv)[0][0]
+    if os.environ.get("IM_SHARDS_DIR"):
+        # a router (issue 15): no node's table; a, a member throughout, sees every position
+        n = len([p for p in sql("SELECT * FROM im.fetch_messages(%s, %s, 0, 1000)", a, conv)[0][0]
+                 if p["kind"] in ("reaction", "pin")])
+    else:
+        n = sql("SELECT count(*) FROM im.event WHERE conversation_id = %s AND kind IN ('reaction', 'pin')", conv)[0][0]
     assert n == 0, n
     await expect(ca, {"type": "conversations"}, "conversations_result")
     await ca.close()

@@ -100,12 +100,9 @@ else
   notrun+=("the Node client test (node dependencies could not be installed)")
 fi
 
-echo "--- push end to end against the router"
-if [ -n "${IM_SHARDS_PUSH:-}" ]; then
-  IM_TMP="$IM_TMP" PGBIN="$PGBIN" "$py" test/e2e/test_push.py ${IM_PUSH_TESTS:-} || rc=1
-else
-  notrun+=("test/e2e/test_push.py (it creates its own database and reads im.push_job/push_target/presence directly; not yet adapted to the router — set IM_SHARDS_PUSH=1 to try it)")
-fi
+echo "--- push end to end across nodes (test_push_shards.py)"
+IM_TMP="$IM_TMP" "$py" test/e2e/test_push_shards.py || rc=1
+notrun+=("test/e2e/test_push.py itself (it creates its own database, ends delays and leases by UPDATE im.push_job and reads im.push_job/push_target/presence: test_push_shards.py covers the cross-node path instead)")
 
 for f in test/shards/transfer_check.py; do
   if [ -f "$f" ]; then echo "--- $f"; "$py" "$f" || rc=1; else notrun+=("$f (not present)"); fi
