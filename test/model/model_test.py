@@ -321,6 +321,7 @@ class Model:
         self.rng = random.Random(seed)
         self.steps = steps
         self.verbose = verbose
+        self.dsn = dsn
         self.conn = psycopg2.connect(dsn)
         self.conn.autocommit = True
         self.gc_conn = psycopg2.connect(dsn)
@@ -623,6 +624,12 @@ class Model:
         # sessions and snapshots hold the fence; devices left behind
         # must get RESET_REQUIRED, never a gap.
         set_setting(self.gc_conn, 'im_sync.device_inactive_after', '0' if aggressive else '30d')
+        if ROUTER:
+            # a router session keeps its node connections, which read the
+            # role settings once: a fresh session sees the new ones
+            self.gc_conn.close()
+            self.gc_conn = psycopg2.connect(self.dsn)
+            self.gc_conn.autocommit = True
         rows = self.q("SELECT * FROM im.gc_inbox()", conn=self.gc_conn)
         deleted = sum(r['deleted'] for r in rows)
         self.note('gc_inbox(aggressive=%s) deleted %d' % (aggressive, deleted))
