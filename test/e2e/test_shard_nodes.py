@@ -91,14 +91,14 @@ def pick_users(n):
     """uA on node1, uB on node2, uC on the victim (the last node), with
     direct(uA, uB) and direct(uA, uC) on nodes other than the victim."""
     victim = "node%d" % n
+    on = lambda node: [b for b in range(64) if node_of(b, n) == node]  # noqa: E731
     while True:
         base = random.randint(10**6, 10**7) * 64
-        ua = next(u for u in range(base, base + 64) if node_of(u % 64, n) == "node1")
-        ub = next(u for u in range(base + 64, base + 128) if node_of(u % 64, n) == "node2")
-        for uc in range(base + 128, base + 192):
-            if (node_of(uc % 64, n) == victim and node_of((ua + ub) % 64, n) != victim
-                    and node_of((ua + uc) % 64, n) != victim):
-                return ua, ub, uc, victim
+        ua = base + random.choice(on("node1"))
+        ub = base + 64 + random.choice(on("node2"))
+        uc = base + 128 + random.choice(on(victim))
+        if node_of((ua + ub) % 64, n) != victim and node_of((ua + uc) % 64, n) != victim:
+            return ua, ub, uc, victim
 
 
 async def send(c, conv, cmid, text):
