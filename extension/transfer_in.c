@@ -130,7 +130,28 @@ static void
 apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_event_id)
 {
 	static SPIPlanPtr plan;
+	static SPIPlanPtr users;
 	Datum		args[4];
+	uint64		n;
+
+	/*
+	 * The map must agree: a copy never overwrites a conversation this node
+	 * owns, and only users placed here get heads (shard_map.c); otherwise
+	 * the transfer is quarantined with IS421.
+	 */
+	if (im_shard_owns_bucket(im_shard_bucket(conversation_id)))
+		ereport(ERROR,
+				(errcode(ERRCODE_IM_WRONG_NODE),
+				 errmsg("transfer for conversation " INT64_FORMAT " reached the node that owns it",
+						conversation_id)));
+	im_prepare(&users,
+			   "SELECT DISTINCT x.user_id FROM"
+			   " pg_catalog.jsonb_populate_recordset(NULL::im.membership_period, $1->'periods') x",
+			   1, JSONBOID);
+	args[0] = payload;
+	n = im_exec(users, args, NULL, 0);
+	for (uint64 i = 0; i < n; i++)
+		im_shard_require_user(im_get_int64(i, 1, NULL));
 
 	im_prepare(&plan,
 			   "WITH conv AS ("
