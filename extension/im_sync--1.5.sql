@@ -1045,13 +1045,20 @@ RETURNS TABLE(user_id bigint, conversation_id bigint, msg_seq bigint, source_eve
 AS 'MODULE_PATHNAME', 'im_shard_received_positions' LANGUAGE C;
 
 COMMENT ON FUNCTION im.shard_configure(text, text[]) IS 'Stores this node''s name and the 64-bucket node map (issue 15); idempotent';
-COMMENT ON FUNCTION im.shard_self() IS 'This node''s name, NULL when not sharded (issue 15)';
-COMMENT ON FUNCTION im.shard_pending() IS 'Outbox items pending, transfers not yet acknowledged, inbound transfers not applied (issue 15)';
-COMMENT ON FUNCTION im.shard_apply_transfers(integer) IS 'Applies pending inbound transfers into the local copies and outbox (issue 15)';
-COMMENT ON FUNCTION im.shard_retry_quarantined(text, bigint) IS 'Puts a quarantined inbound transfer back to pending (issue 15)';
-COMMENT ON FUNCTION im.conversation_heads(bigint[]) IS 'Authoritative heads of the conversations this node owns (issue 15)';
-COMMENT ON FUNCTION im.message_audience(bigint) IS 'The users contract §1 lets see a message, on its conversation node (issue 15)';
-COMMENT ON FUNCTION im.shard_received_positions(bigint[]) IS 'The conversation positions in these local users'' logs, for the cross-node check (issue 15)';
+COMMENT ON FUNCTION im.shard_self() IS 'This node''s name, NULL when not sharded (contract §15, issue 15)';
+COMMENT ON FUNCTION im.shard_pending() IS 'Outbox items pending, transfers not yet acknowledged, inbound transfers not applied (contract §15, issue 15)';
+COMMENT ON FUNCTION im.shard_apply_transfers(integer) IS 'Applies pending inbound transfers into the local copies and outbox (contract §15, issue 15)';
+COMMENT ON FUNCTION im.shard_retry_quarantined(text, bigint) IS 'Puts a quarantined inbound transfer back to pending (contract §15, issue 15)';
+COMMENT ON FUNCTION im.conversation_heads(bigint[]) IS 'Authoritative heads of the conversations this node owns (contract §15, issue 15)';
+COMMENT ON FUNCTION im.message_audience(bigint) IS 'The users contract §1 lets see a message, on its conversation node (contract §15, issue 15)';
+COMMENT ON FUNCTION im.shard_received_positions(bigint[]) IS 'The conversation positions in these local users'' logs, for the cross-node check (contract §15, issue 15)';
+
+COMMENT ON TABLE im.shard_config IS 'This node''s name and the 64-bucket node map; no row = not sharded (contract §15)';
+COMMENT ON TABLE im.transfer_out IS 'Transfers this node''s fanout wrote for other nodes, kept until their applied record comes back (contract §15)';
+COMMENT ON TABLE im.transfer_in IS 'Transfers received from other nodes by exact (source node, transfer id): pending, applied or quarantined (contract §15)';
+COMMENT ON TABLE im.transfer_ack IS 'Applied records this node sends back to the transfers'' sources (contract §15)';
+COMMENT ON FUNCTION im.transfer_out_arrive() IS 'Trigger: records a replicated transfer for this node in im.transfer_in and drops the row (contract §15)';
+COMMENT ON FUNCTION im.transfer_ack_arrive() IS 'Trigger: deletes the acknowledged transfer on its source and drops the row (contract §15)';
 
 -- issue 15's functions: SECURITY DEFINER, pinned search_path, no PUBLIC execute
 DO $do$

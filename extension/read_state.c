@@ -31,23 +31,30 @@ im_enqueue_private_event(int64 user_id, int64 conversation_id,
 						 const char *kind, int64 read_msg_seq, int64 message_id)
 {
 	static SPIPlanPtr plan;
-	Datum		args[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Datum		args[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 
-	/* One statement: the event and its outbox item cannot come apart. */
+	/*
+	 * One statement: the event and its outbox item cannot come apart.
+	 * issue 15: the id carries the user's bucket ($6: the id factor), so on
+	 * a user node it never equals a copied event's id (those carry remote
+	 * conversations' buckets) in the outbox's source_event_id key.
+	 */
 	im_prepare(&plan,
 			   "WITH pe AS ("
-			   "  INSERT INTO im.private_event (user_id, conversation_id, kind, read_msg_seq, message_id) "
-			   "  VALUES ($1, $2, $3, $4, $5) RETURNING private_event_id, user_id, conversation_id) "
+			   "  INSERT INTO im.private_event (private_event_id, user_id, conversation_id, kind, read_msg_seq, message_id) "
+			   "  VALUES ((pg_catalog.nextval('im.event_id_seq')" OP_TIMES "$6)" PLUS "($1" OP_MOD "$6),"
+			   "          $1, $2, $3, $4, $5) RETURNING private_event_id, user_id, conversation_id) "
 			   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id, private_user_id) "
 			   "SELECT pe.conversation_id, NULL, pe.private_event_id, pe.user_id FROM pe "
 			   "RETURNING source_event_id",
-			   5, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID);
+			   6, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(conversation_id);
 	args[2] = CStringGetTextDatum(kind);
 	args[3] = Int64GetDatum(read_msg_seq);
 	args[4] = Int64GetDatum(message_id);
+	args[5] = Int64GetDatum(im_shard_id_factor());
 	if (read_msg_seq == 0)
 		nulls[3] = 'n';
 	if (message_id == 0)

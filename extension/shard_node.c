@@ -110,6 +110,8 @@ im_shard_received_positions(PG_FUNCTION_ARGS)
 	Datum		args[1];
 
 	args[0] = id_array_arg(fcinfo, 0, "user_ids", &ids, &n);
+	for (int i = 0; i < n; i++)
+		im_check_user_id(ids[i], "user_ids");
 	im_srf_begin(fcinfo);
 	for (int i = 0; i < n; i++)
 		im_shard_require_user(ids[i]);
