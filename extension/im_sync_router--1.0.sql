@@ -948,6 +948,8 @@ AS $$ SELECT s.node_name, s.conninfo FROM im_router.shard_nodes() s $$;
  * (names, defaults, result columns), calls it, and turns a node's error into
  * the same error without PL/Proxy's prefixes (im_router.rethrow).  Generated
  * from the catalog so that the two signatures cannot drift apart.
+ * OTHERS does not catch query_canceled (57014): named too, so that a node's
+ * statement_timeout arrives stripped like any other error.
  * client_min_messages = warning hides PL/Proxy's NOTICE "dropping stale
  * conn": after a node's error PL/Proxy 2.10 leaves that connection mid-result
  * and reconnects on the next call (so an error costs one reconnect).
@@ -1002,7 +1004,7 @@ BEGIN
                 err_state text; err_msg text; err_detail text; err_hint text;
             BEGIN
                 %s
-            EXCEPTION WHEN OTHERS THEN
+            EXCEPTION WHEN OTHERS OR query_canceled THEN
                 GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
                                         err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
                 PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
