@@ -19,6 +19,7 @@
 #include "common.h"
 #include "append.h"
 #include "im_sql.h"
+#include "shard_map.h"
 #include "shmem.h"
 
 #include "catalog/pg_type.h"
@@ -96,13 +97,21 @@ append_written(ImConversation *conv, int heads_moved_col, int outbox_items_col)
 	im_wake_fanout_at_commit();
 }
 
+/*
+ * issue 15: a new message_id carries its conversation's bucket on a sharded
+ * node (factor 64, shard_map.h), and is the plain sequence value otherwise
+ * (factor 1).  factor: the parameter holding it.
+ */
+#define PLACED_EVENT_ID_SQL(factor) \
+	"(pg_catalog.nextval('im.event_id_seq')" OP_TIMES factor ")" PLUS "($1" OP_MOD factor ")"
+
 /* The append statement; extra_cols/extra_vals: issue 11's target columns. */
-#define APPEND_SQL(extra_cols, extra_vals) \
+#define APPEND_SQL(extra_cols, extra_vals, factor) \
 	"WITH ins AS (" \
-	"  INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id," \
+	"  INSERT INTO im.event (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_id," \
 	"                        request_digest, content_type, body, target_message_id," \
 	"                        subject_user_id, mode" extra_cols ")" \
-	"  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11" extra_vals ")" \
+	"  VALUES (" PLACED_EVENT_ID_SQL(factor) ", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11" extra_vals ")" \
 	"  ON CONFLICT (sender_id, client_msg_id) DO NOTHING" \
 	"  RETURNING message_id, msg_seq)," \
 	APPEND_HEAD_OUTBOX_SQL \
@@ -116,8 +125,9 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	static SPIPlanPtr plan;
 	static SPIPlanPtr relation_plan;
 	SPIPlanPtr	p;
-	Datum		args[13];
-	char		nulls[13];
+	Datum		args[14];
+	char		nulls[14];
+	int			factor_arg;
 
 	/*
 	 * One statement: if the event insert is suppressed by the idempotency
@@ -128,14 +138,20 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	 * ALTER EXTENSION UPDATE).
 	 */
 	if (ev->reply_to_message_id != 0 || ev->pin_message_id != 0)
+	{
 		p = im_prepare(&relation_plan,
-					   APPEND_SQL(", reply_to_message_id, pin_message_id", ", $12, $13"),
-					   13, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
-					   JSONBOID, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID);
+					   APPEND_SQL(", reply_to_message_id, pin_message_id", ", $12, $13", "$14"),
+					   14, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
+					   JSONBOID, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID, INT8OID);
+		factor_arg = 13;
+	}
 	else
-		p = im_prepare(&plan, APPEND_SQL("", ""),
-					   11, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
-					   JSONBOID, INT8OID, INT8OID, TEXTOID);
+	{
+		p = im_prepare(&plan, APPEND_SQL("", "", "$12"),
+					   12, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
+					   JSONBOID, INT8OID, INT8OID, TEXTOID, INT8OID);
+		factor_arg = 11;
+	}
 
 	memset(nulls, ' ', sizeof(nulls));
 	set_event_args(conv, ev, args, nulls);
@@ -151,6 +167,8 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	nulls[11] = ev->reply_to_message_id == 0 ? 'n' : ' ';
 	args[12] = Int64GetDatum(ev->pin_message_id);
 	nulls[12] = ev->pin_message_id == 0 ? 'n' : ' ';
+	args[factor_arg] = Int64GetDatum(im_shard_id_factor());
+	nulls[factor_arg] = ' ';
 
 	if (im_exec(p, args, nulls, 0) == 0)
 		return false;
@@ -175,8 +193,8 @@ im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
 						 int64 *message_id, int64 *msg_seq)
 {
 	static SPIPlanPtr plan;
-	Datum		args[9];
-	char		nulls[9];
+	Datum		args[10];
+	char		nulls[10];
 	bool		isnull;
 
 	Assert(strcmp(ev->kind, "message") == 0 && ev->target_message_id == 0 &&
@@ -198,20 +216,22 @@ im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
 			   "    EXISTS (SELECT 1 FROM im.event e"
 			   "    WHERE e.sender_id" EQ "$4 AND e.client_msg_id" EQ "$5) AS dup),"
 			   " ins AS ("
-			   "  INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id,"
+			   "  INSERT INTO im.event (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_id,"
 			   "                        request_digest, content_type, body, mode)"
-			   "  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 FROM m WHERE m.ok AND NOT m.dup"
+			   "  SELECT " PLACED_EVENT_ID_SQL("$10") ", $1, $2, $3, $4, $5, $6, $7, $8, $9"
+			   "  FROM m WHERE m.ok AND NOT m.dup"
 			   "  ON CONFLICT (sender_id, client_msg_id) DO NOTHING"
 			   "  RETURNING message_id, msg_seq),"
 			   APPEND_HEAD_OUTBOX_SQL
 			   "SELECT m.ok, ins.message_id, (SELECT pg_catalog.count(*) FROM head),"
 			   "       (SELECT pg_catalog.count(*) FROM ob)"
 			   "  FROM m LEFT JOIN ins ON true",
-			   9, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
-			   JSONBOID, TEXTOID);
+			   10, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
+			   JSONBOID, TEXTOID, INT8OID);
 	memset(nulls, ' ', sizeof(nulls));
 	set_event_args(conv, ev, args, nulls);
 	args[8] = CStringGetTextDatum(conv->mode);
+	args[9] = Int64GetDatum(im_shard_id_factor());
 	if (im_exec(plan, args, nulls, 0) != 1)
 		elog(ERROR, "im_sync: member append statement returned no row");
 

@@ -6,6 +6,7 @@
 #include "im_sync.h"
 #include "common.h"
 #include "im_sql.h"
+#include "shard_map.h"
 
 #include <stdarg.h>
 
@@ -410,6 +411,8 @@ im_try_lock_conversation(int64 conversation_id, ImConversation *conv)
 	Datum		args[1];
 	char	   *s;
 
+	/* issue 15: a copy of a remote conversation is never written to */
+	im_shard_require_conversation(conversation_id);
 	im_prepare(&plan,
 			   "SELECT kind, mode, head_msg_seq FROM im.conversation "
 			   "WHERE conversation_id" EQ "$1 FOR NO KEY UPDATE",
@@ -454,6 +457,8 @@ im_lock_user_heads(int64 *user_ids, int n)
 	static SPIPlanPtr lock;
 	Datum		args[1];
 
+	/* issue 15: a node holds heads of its own users only (shard_map.c) */
+	n = im_shard_keep_local_users(user_ids, n);
 	if (n <= 0)
 		return;
 	n = im_sort_unique_int64(user_ids, n);

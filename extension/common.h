@@ -101,7 +101,8 @@ extern void im_int64_push(int64 **array, int *n, int *max, int64 v);
 extern int	im_sort_unique_int64(int64 *v, int n);
 /*
  * Ensure user heads exist and lock them in user_id order (n may be 0).
- * Sorts and deduplicates user_ids in place.
+ * Sorts and deduplicates user_ids in place.  On a sharded node only the
+ * users placed there (issue 15: the others are left out, in place too).
  */
 extern void im_lock_user_heads(int64 *user_ids, int n);
 

@@ -17,6 +17,7 @@
 #include "common.h"
 #include "append.h"
 #include "im_sql.h"
+#include "shard_map.h"
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"
@@ -74,9 +75,12 @@ ensure_user_conversations(int64 conversation_id, Datum user_array)
 	static SPIPlanPtr plan;
 	Datum		args[2];
 
+	/* issue 15: only the users whose heads this node holds (shard_map.c) */
+
 	im_prepare(&plan,
 			   "INSERT INTO im.user_conversation (user_id, conversation_id) "
-			   "SELECT u, $1 FROM pg_catalog.unnest($2::pg_catalog.int8[]) u ORDER BY u "
+			   "SELECT u, $1 FROM pg_catalog.unnest($2::pg_catalog.int8[]) u "
+			   "WHERE EXISTS (SELECT 1 FROM im.user_head h WHERE h.user_id" EQ "u) ORDER BY u "
 			   "ON CONFLICT (user_id, conversation_id) DO NOTHING",
 			   2, INT8OID, INT8ARRAYOID);
 	args[0] = Int64GetDatum(conversation_id);
@@ -110,14 +114,21 @@ create_conversation(const char *kind, int64 *members, int n)
 
 	if (direct)
 	{
+		/*
+		 * issue 15: the pair's bucket is (lo + hi) % 64, so both members'
+		 * calls resolve to one node and one id; $3 is the id factor
+		 */
+		im_shard_require_conversation(members[0] + members[1]);
 		im_prepare(&ins_direct,
-				   "INSERT INTO im.conversation (kind, direct_user_lo, direct_user_hi) "
-				   "VALUES ('direct', $1, $2) "
+				   "INSERT INTO im.conversation (conversation_id, kind, direct_user_lo, direct_user_hi) "
+				   "VALUES ((pg_catalog.nextval('im.conversation_id_seq')" OP_TIMES "$3)" PLUS "(($1" PLUS "$2)" OP_MOD "$3),"
+				   "        'direct', $1, $2) "
 				   "ON CONFLICT (direct_user_lo, direct_user_hi) DO NOTHING "
 				   "RETURNING conversation_id",
-				   2, INT8OID, INT8OID);
+				   3, INT8OID, INT8OID, INT8OID);
 		args[0] = Int64GetDatum(members[0]);
 		args[1] = Int64GetDatum(members[1]);
+		args[2] = Int64GetDatum(im_shard_id_factor());
 		if (im_exec(ins_direct, args, NULL, 0) == 0)
 		{
 			im_prepare(&get_direct,
@@ -134,10 +145,17 @@ create_conversation(const char *kind, int64 *members, int n)
 	}
 	else
 	{
+		/* issue 15: a group gets the node's buckets round robin ($2 '{}' unsharded) */
 		im_prepare(&ins_group,
-				   "INSERT INTO im.conversation (kind) VALUES ('group') RETURNING conversation_id",
-				   0);
-		im_exec(ins_group, NULL, NULL, 0);
+				   "WITH s AS (SELECT pg_catalog.nextval('im.conversation_id_seq') AS v) "
+				   "INSERT INTO im.conversation (conversation_id, kind) "
+				   "SELECT (s.v" OP_TIMES "$1)" PLUS "COALESCE(($2::pg_catalog.int4[])"
+				   "  [(s.v" OP_MOD "GREATEST(pg_catalog.cardinality($2), 1))" PLUS "1], 0), 'group' FROM s "
+				   "RETURNING conversation_id",
+				   2, INT8OID, INT4ARRAYOID);
+		args[0] = Int64GetDatum(im_shard_id_factor());
+		args[1] = im_shard_owned_buckets();
+		im_exec(ins_group, args, NULL, 0);
 		conversation_id = im_get_int64(0, 1, NULL);
 	}
 

@@ -17,6 +17,7 @@
  */
 #include "im_sync.h"
 #include "common.h"
+#include "shard_map.h"
 #include "device.h"
 #include "device_state.h"
 #include "im_sql.h"
@@ -81,6 +82,8 @@ im_register_device(PG_FUNCTION_ARGS)
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
 	char		detail[96];
+
+	im_shard_require_user(user_id);	/* issue 15: devices live on the user's node */
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();

@@ -12,6 +12,7 @@
  */
 #include "im_sync.h"
 #include "common.h"
+#include "shard_map.h"
 #include "device_state.h"
 #include "im_sql.h"
 
@@ -41,10 +42,13 @@ static void
 device_from_spi(int64 user_id, const char *device_id, ImDevice *dev)
 {
 	if (SPI_processed != 1)
+	{
+		im_shard_require_user(user_id);	/* issue 15: IS421 when the user lives elsewhere */
 		ereport(ERROR,
 				(errcode(ERRCODE_NO_DATA_FOUND),
 				 errmsg("device \"%s\" of user " INT64_FORMAT " is not registered",
 						device_id, user_id)));
+	}
 	dev->user_id = user_id;
 	strlcpy(dev->device_id, device_id, sizeof(dev->device_id));
 	strlcpy(dev->state, im_get_text(0, Anum_device_lock_state), sizeof(dev->state));

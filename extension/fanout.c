@@ -36,6 +36,7 @@
 #include "push.h"
 #include "relation.h"
 #include "shmem.h"
+#include "transfer.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -264,24 +265,6 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 }
 
 /*
- * Recipients of a conversation position (contract §1): periods covering its
- * msg_seq; for recall/edit the periods covering the TARGET's msg_seq; for a
- * leave also the period it closes.  Columns: user_id, membership_period_id.
- * $1 is an outbox_id array.
- */
-#define RECIPIENTS_SQL \
-	"SELECT o.outbox_id, p.user_id, p.membership_period_id " \
-	"FROM im.outbox o " \
-	"JOIN im.event e ON e.message_id" EQ "o.source_event_id " \
-	"LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
-	"JOIN im.membership_period p ON p.conversation_id" EQ "e.conversation_id " \
-	" AND (" IM_PERIOD_COVERS_SQL("p", "COALESCE(t.msg_seq, e.msg_seq)") \
-	"      OR (e.kind" EQ "'leave' AND p.leave_event_id" EQ "e.message_id)) " \
-	/* issue 11: a reaction needs the period to cover its own position too */ \
-	" AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
-	"WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL "
-
-/*
  * Lock the heads of every recipient of the whole batch at once, in user_id
  * order (im_lock_user_heads), so two workers never wait on each other's
  * heads in opposite orders.
@@ -301,7 +284,7 @@ lock_batch_heads(FanoutBatch *b)
 	for (int i = 0; i < b->nitems; i++)
 		ids[i] = b->items[i].outbox_id;
 	im_prepare(&plan,
-			   "SELECT DISTINCT r.user_id FROM (" RECIPIENTS_SQL
+			   "SELECT DISTINCT r.user_id FROM (" IM_FANOUT_RECIPIENTS_SQL
 			   " UNION ALL SELECT o.outbox_id, o.private_user_id, 0 FROM im.outbox o "
 			   " WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NOT NULL"
 			   /* a switch back to fanout recounts unread of everyone with state */
@@ -506,7 +489,7 @@ general_run_plan(void)
 					  " g AS ("
 					  "  SELECT r.outbox_id, r.user_id,"
 					  "         pg_catalog.array_agg(r.membership_period_id ORDER BY r.membership_period_id) AS periods"
-					  "  FROM (" RECIPIENTS_SQL ") r GROUP BY r.outbox_id, r.user_id),"
+					  "  FROM (" IM_FANOUT_RECIPIENTS_SQL ") r GROUP BY r.outbox_id, r.user_id),"
 					  " quar AS ("
 					  "  INSERT INTO im.fanout_quarantine (outbox_id, user_id, periods)"
 					  "  SELECT g.outbox_id, g.user_id, g.periods FROM g WHERE pg_catalog.cardinality(g.periods)" GT "1"
@@ -825,6 +808,21 @@ queue_pushes(FanoutItem *items, int count)
 }
 
 /*
+ * issue 15: a delivered run's items with recipients on other nodes get
+ * their transfer records in this same subtransaction, so an item is done
+ * iff its local deliveries and its transfers commit together.
+ */
+static void
+transfer_run(FanoutItem *items, int count)
+{
+	int64	   *ids = palloc(sizeof(int64) * count);
+
+	for (int k = 0; k < count; k++)
+		ids[k] = items[k].outbox_id;
+	im_transfer_out_write(ids, count);
+}
+
+/*
  * Deliver one item — or a run of consecutive shared_log `message` items of
  * one conversation, coalesced into one marker write per member — in its own
  * subtransaction (the way PL/pgSQL runs an exception block), so one poison
@@ -876,6 +874,8 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 				im_shared_log_mode_delivered(it->source_event_id);
 			queue_pushes(it, count);
 		}
+		if (it->private_user_id == 0)
+			transfer_run(it, count);	/* issue 15: the remote recipients */
 		mark_done(it, count);
 		subxact_commit(oldcontext, oldowner);
 	}
@@ -1159,6 +1159,8 @@ im_run_fanout(PG_FUNCTION_ARGS)
 
 	initStringInfo(&hints);
 	im_spi_connect();
+	/* issue 15: on a sharded node inbound transfers are applied first */
+	im_transfer_apply(max_items);
 	while (claimed < max_items)
 	{
 		ImFanoutClaim claim;

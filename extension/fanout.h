@@ -73,4 +73,30 @@ extern void im_shared_log_mode_delivered(int64 message_id);
 	"  UPDATE im.user_head h SET high_watermark = ins.sync_seq FROM ins" \
 	"  WHERE h.user_id" EQ "ins.user_id RETURNING h.user_id)"
 
+/*
+ * Recipients of a conversation position (contract §1): periods covering its
+ * msg_seq; for recall/edit the periods covering the TARGET's msg_seq; for a
+ * leave also the period it closes.  Columns: outbox_id, user_id,
+ * membership_period_id.  $1 is an outbox_id array.  Local fanout and the
+ * transfers to other nodes (transfer_out.c) use this one definition.
+ */
+#define IM_FANOUT_RECIPIENTS_SQL \
+	"SELECT o.outbox_id, p.user_id, p.membership_period_id " \
+	"FROM im.outbox o " \
+	"JOIN im.event e ON e.message_id" EQ "o.source_event_id " \
+	"LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
+	"JOIN im.membership_period p ON p.conversation_id" EQ "e.conversation_id " \
+	" AND (" IM_PERIOD_COVERS_SQL("p", "COALESCE(t.msg_seq, e.msg_seq)") \
+	"      OR (e.kind" EQ "'leave' AND p.leave_event_id" EQ "e.message_id)) " \
+	/* issue 11: a reaction needs the period to cover its own position too */ \
+	" AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
+	"WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL "
+
+/*
+ * issue 15, transfer_out.c: in the fanout (sub)transaction of delivered
+ * position items, one transfer record per other node that places some of
+ * their recipients.  Nothing on an unsharded node.
+ */
+extern void im_transfer_out_write(const int64 *outbox_ids, int n);
+
 #endif							/* IM_FANOUT_H */

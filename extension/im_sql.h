@@ -21,6 +21,7 @@
 #define PLUS " OPERATOR(pg_catalog.+) "
 #define MINUS " OPERATOR(pg_catalog.-) "
 #define OP_TIMES " OPERATOR(pg_catalog.*) "
+#define OP_MOD " OPERATOR(pg_catalog.%) "
 #define OP_CONCAT " OPERATOR(pg_catalog.||) "
 #define OP_OVERLAP " OPERATOR(pg_catalog.&&) "
 #define OP_GET_TEXT " OPERATOR(pg_catalog.->>) "

@@ -26,6 +26,7 @@
 #include "im_sync.h"
 #include "common.h"
 #include "im_sql.h"
+#include "shard_map.h"
 #include "push.h"
 #include "shmem.h"
 
@@ -51,7 +52,7 @@ void
 im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 {
 	static SPIPlanPtr plan;
-	Datum		args[4];
+	Datum		args[5];
 
 	if (n == 0 || !im_push_catalog())
 		return;
@@ -89,20 +90,23 @@ im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 			    * first made this fanout wait for its commit (then the job is no
 			    * longer pending and a new one is queued)
 			    */
-			   "INSERT INTO im.push_job (push_target_id, user_id, device_id, conversation_id, message_id,"
+			   /* issue 15: a job id carries its user's bucket ($5: the id factor, shard_map.h) */
+			   "INSERT INTO im.push_job (job_id, push_target_id, user_id, device_id, conversation_id, message_id,"
 			   "                         msg_seq, sync_seq, not_before)"
-			   " SELECT tg.push_target_id, tg.user_id, tg.device_id, $1, tg.message_id, tg.msg_seq, tg.sync_seq,"
+			   " SELECT (pg_catalog.nextval('im.push_job_id_seq')" OP_TIMES "$5)" PLUS "(tg.user_id" OP_MOD "$5),"
+			   "   tg.push_target_id, tg.user_id, tg.device_id, $1, tg.message_id, tg.msg_seq, tg.sync_seq,"
 			   "   pg_catalog.timestamptz_larger(pg_catalog.now()" PLUS "pg_catalog.make_interval(secs => $3),"
 			   "     COALESCE(pc.last_claimed_at" PLUS "pg_catalog.make_interval(secs => $4), '-infinity'))"
 			   " FROM tg LEFT JOIN im.push_pace pc ON pc.push_target_id" EQ "tg.push_target_id"
 			   "  AND pc.conversation_id" EQ "$1"
 			   " ON CONFLICT (push_target_id, conversation_id) WHERE state" EQ "ANY ('{pending,retry}'::pg_catalog.text[])"
 			   " DO NOTHING",
-			   4, INT8OID, INT8ARRAYOID, FLOAT8OID, FLOAT8OID);
+			   5, INT8OID, INT8ARRAYOID, FLOAT8OID, FLOAT8OID, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	args[1] = im_int8_array(message_ids, n);
 	args[2] = Float8GetDatum(im_push_delay_ms / 1000.0);
 	args[3] = Float8GetDatum(im_push_min_interval_ms / 1000.0);
+	args[4] = Int64GetDatum(im_shard_id_factor());
 	if (im_exec(plan, args, NULL, 0) > 0)
 		Async_Notify("im_sync_push", "");	/* one per transaction: identical ones fold */
 }

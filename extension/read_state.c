@@ -19,6 +19,7 @@
 #include "im_sync.h"
 #include "common.h"
 #include "im_sql.h"
+#include "shard_map.h"
 #include "read_state.h"
 #include "shmem.h"
 
@@ -252,7 +253,13 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 		}
 	}
 
-	im_enqueue_private_event(user_id, conversation_id, "delete_for_me", 0, message_id);
+	/*
+	 * issue 15: on the conversation node of a user placed elsewhere the
+	 * deletion is recorded for fetch_messages only; the user's node (the
+	 * router's second call) recounts and writes the private event.
+	 */
+	if (im_shard_owns_bucket(im_shard_bucket(user_id)))
+		im_enqueue_private_event(user_id, conversation_id, "delete_for_me", 0, message_id);
 	SPI_finish();
 	PG_RETURN_BOOL(true);
 }
@@ -378,6 +385,37 @@ im_message_status(PG_FUNCTION_ARGS)
 			   1, INT8OID);
 	im_exec(status_plan, args, NULL, 0);
 	im_srf_rows_from_spi(fcinfo, 6);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(im_message_audience);
+/*
+ * issue 15: message_audience(message_id) on the conversation node: the users
+ * contract §1 lets see the position (message_status's scope, one row per
+ * user, deletions recorded here included), P0002 as message_status.  The
+ * router merges it with the users' nodes' device and read facts.
+ */
+Datum
+im_message_audience(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan;
+	int64		message_id = im_arg_id(fcinfo, 0, "message_id");
+	Datum		args[1];
+	bool		no_sender;
+
+	im_srf_begin(fcinfo);
+	im_spi_connect();
+	im_shard_require_conversation(message_id);	/* the id carries its conversation's bucket */
+	(void) message_sender(message_id, &no_sender);
+	args[0] = Int64GetDatum(message_id);
+	im_prepare(&plan,
+			   MESSAGE_SCOPE_SQL
+			   "SELECT s.user_id, e.conversation_id, e.msg_seq::pg_catalog.int8, true "
+			   "FROM s CROSS JOIN e ORDER BY s.user_id",
+			   1, INT8OID);
+	im_exec(plan, args, NULL, 0);
+	im_srf_rows_from_spi(fcinfo, 4);
 	SPI_finish();
 	return (Datum) 0;
 }

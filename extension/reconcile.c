@@ -32,6 +32,7 @@
 #include "common.h"
 #include "im_sql.h"
 #include "relation.h"
+#include "shard_reconcile.h"
 #include "shmem.h"
 
 #include "catalog/pg_type.h"
@@ -456,11 +457,13 @@ im_reconcile(PG_FUNCTION_ARGS)
 			continue;
 		im_prepare(&plans[i], checks[i].sql, 2, INT4OID, INT4OID);
 		im_exec(plans[i], args, NULL, 0);
-		im_srf_rows_from_spi(fcinfo, 5);
+		/* issue 15: a sharded node reports its own facts and users only */
+		im_shard_reconcile_rows_from_spi(fcinfo);
 		/* The unread recount goes after the delivery checks it depends on. */
 		if (strcmp(checks[i].name, "conversation_head") == 0)
 			check_unread(fcinfo);
 	}
+	im_shard_reconcile(fcinfo);	/* issue 15: transfers, slots, placement */
 	SPI_finish();
 	PG_RETURN_NULL();
 }

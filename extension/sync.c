@@ -23,6 +23,7 @@
  */
 #include "im_sync.h"
 #include "common.h"
+#include "shard_map.h"
 #include "device_state.h"
 #include "event_json.h"
 #include "im_sql.h"
@@ -128,6 +129,7 @@ share_user_head(int64 user_id, UserHead *h)
 	args[0] = Int64GetDatum(user_id);
 	if (im_exec(plan, args, NULL, 1) != 1)
 	{
+		im_shard_require_user(user_id);	/* issue 15: no head here: is it ours? */
 		im_lock_user_heads(&user_id, 1);
 		h->high_watermark = 0;
 		h->gc_floor = 0;

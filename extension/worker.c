@@ -24,6 +24,7 @@
 #include "maintenance.h"
 #include "shmem.h"
 #include "worker.h"
+#include "transfer.h"
 
 #include "access/xact.h"
 #include "commands/extension.h"
@@ -163,6 +164,8 @@ worker_run_batch(MemoryContext loop_cxt)
 
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "im_sync: SPI_connect failed");
+		/* issue 15: inbound transfers become local outbox items first */
+		im_transfer_apply(IM_WORKER_BATCH);
 		n = im_fanout_batch(IM_WORKER_BATCH, hints, &batch_claim);
 		/* NOTIFY is queued now and delivered at this transaction's commit. */
 		im_send_hints(hints);

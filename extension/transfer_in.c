@@ -1,0 +1,388 @@
+/*
+ * transfer_in.c — the destination's half of a transfer (issue 15).
+ *
+ * Arrival: the subscription's apply worker inserts the replicated
+ * im.transfer_out row; the ENABLE ALWAYS BEFORE INSERT trigger
+ * (im.transfer_out_arrive) records it in im.transfer_in under its exact key
+ * (source node, transfer id) — a pair already recorded only counts a
+ * duplicate — and returns NULL, so the replicated row itself is never
+ * stored and no unique key of a replicated table is ever hit by the apply
+ * worker (a conflict there would stop the subscription in a retry loop).
+ * Nothing else runs inside the apply worker.
+ *
+ * Apply (im.shard_apply_transfers, the workers, im.run_fanout): the node's
+ * own code turns pending rows into local copies — the conversation row,
+ * the events, the recipients' periods — plus an outbox item, and the SAME
+ * local fanout delivers it with the same idempotency key (user, source
+ * event, period), in msg_seq order, with heads, states, unread, markers,
+ * hints and push jobs as for a local conversation.  Then the "applied"
+ * record goes back (im.transfer_ack).
+ *
+ * Invariants protected here:
+ *   - a redelivered transfer (replication restarted from an older
+ *     position, a re-created subscription) changes nothing: exact-key
+ *     filter at arrival, upserts and ON CONFLICT DO NOTHING on the outbox
+ *     item when applied again;
+ *   - one applier at a time (an advisory lock), pending rows in
+ *     (conversation, msg_seq) order, so a conversation's outbox items appear
+ *     in msg_seq order, as on its own node;
+ *   - a poison transfer (its apply fails) is quarantined with its error in
+ *     its own subtransaction and acknowledged (the destination holds it and
+ *     its payload, reconcile reports it); the rest flows.
+ */
+#include "im_sync.h"
+#include "common.h"
+#include "im_sql.h"
+#include "shard_map.h"
+#include "shmem.h"
+#include "transfer.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+
+/* advisory lock class of the one applier ("IMTI") */
+#define IM_TRANSFER_APPLY_LOCK_CLASS 0x494d5449
+
+/* The replicated row's column of im.transfer_out by name (no attnum assumptions). */
+static Datum
+row_value(TriggerData *td, const char *name, bool *isnull)
+{
+	TupleDesc	desc = td->tg_relation->rd_att;
+	int			attno = SPI_fnumber(desc, name);
+
+	if (attno <= 0)
+		elog(ERROR, "im_sync: im.transfer_out has no column %s", name);
+	return SPI_getbinval(td->tg_trigtuple, desc, attno, isnull);
+}
+
+static char *
+row_text(TriggerData *td, const char *name)
+{
+	bool		isnull;
+	Datum		d = row_value(td, name, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+PG_FUNCTION_INFO_V1(im_transfer_out_arrive);
+Datum
+im_transfer_out_arrive(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan;
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	const char *self;
+	char	   *dest;
+	Datum		args[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	bool		isnull;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BY_INSERT(td->tg_event))
+		elog(ERROR, "im_sync: im.transfer_out_arrive is a BEFORE INSERT row trigger");
+	self = im_shard_self_name();
+	dest = row_text(td, "dest_node");
+	if (self == NULL || dest == NULL || strcmp(dest, self) != 0)
+	{
+		char	   *source = row_text(td, "source_node");
+
+		/* this node's own fanout writing a transfer to another node */
+		if (self != NULL && source != NULL && strcmp(source, self) == 0)
+			return PointerGetDatum(td->tg_trigtuple);
+		/* for another node (a wrong row filter): never stored here */
+		ereport(WARNING,
+				(errmsg("im_sync: dropped a transfer from \"%s\" to \"%s\" arriving at node \"%s\"",
+						source ? source : "?", dest ? dest : "?", self ? self : "(not sharded)")));
+		return PointerGetDatum(NULL);
+	}
+
+	im_spi_connect();
+	im_prepare(&plan,
+			   "INSERT INTO im.transfer_in (source_node, transfer_id, conversation_id, msg_seq,"
+			   "                            source_event_id, payload, sent_at)"
+			   "VALUES ($1, $2, $3, $4, $5, $6, $7) "
+			   "ON CONFLICT (source_node, transfer_id) DO UPDATE"
+			   "  SET duplicates = im.transfer_in.duplicates" PLUS "1",
+			   7, TEXTOID, INT8OID, INT8OID, INT8OID, INT8OID, JSONBOID, TIMESTAMPTZOID);
+	args[0] = CStringGetTextDatum(row_text(td, "source_node"));
+	args[1] = row_value(td, "transfer_id", &isnull);
+	args[2] = row_value(td, "conversation_id", &isnull);
+	args[3] = row_value(td, "msg_seq", &isnull);
+	args[4] = row_value(td, "source_event_id", &isnull);
+	args[5] = row_value(td, "payload", &isnull);
+	args[6] = row_value(td, "created_at", &isnull);
+	im_exec(plan, args, nulls, 0);
+	SPI_finish();
+	im_wake_fanout_at_commit();
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * Apply one transfer's payload: copies (upserts that only move forward),
+ * the recipients' heads and states, the outbox item.  $1 is the payload,
+ * $2 the conversation, $3 the msg_seq, $4 the source event.
+ */
+static void
+apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_event_id)
+{
+	static SPIPlanPtr plan;
+	static SPIPlanPtr users;
+	Datum		args[4];
+	uint64		n;
+
+	/*
+	 * The map must agree: a copy never overwrites a conversation this node
+	 * owns, and only users placed here get heads (shard_map.c); otherwise
+	 * the transfer is quarantined with IS421.
+	 */
+	if (im_shard_owns_bucket(im_shard_bucket(conversation_id)))
+		ereport(ERROR,
+				(errcode(ERRCODE_IM_WRONG_NODE),
+				 errmsg("transfer for conversation " INT64_FORMAT " reached the node that owns it",
+						conversation_id)));
+	im_prepare(&users,
+			   "SELECT DISTINCT x.user_id FROM"
+			   " pg_catalog.jsonb_populate_recordset(NULL::im.membership_period, $1->'periods') x",
+			   1, JSONBOID);
+	args[0] = payload;
+	n = im_exec(users, args, NULL, 0);
+	for (uint64 i = 0; i < n; i++)
+		im_shard_require_user(im_get_int64(i, 1, NULL));
+
+	im_prepare(&plan,
+			   "WITH conv AS ("
+			   "  INSERT INTO im.conversation"
+			   "  SELECT * FROM pg_catalog.jsonb_populate_record(NULL::im.conversation, $1->'conversation')"
+			   "  ON CONFLICT (conversation_id) DO UPDATE SET mode = EXCLUDED.mode,"
+			   "    head_msg_seq = GREATEST(im.conversation.head_msg_seq, EXCLUDED.head_msg_seq)"
+			   "  RETURNING 1) "
+			   "SELECT (SELECT pg_catalog.count(*) FROM conv)",
+			   4, JSONBOID, INT8OID, INT8OID, INT8OID);
+	args[0] = payload;
+	args[1] = Int64GetDatum(conversation_id);
+	args[2] = Int64GetDatum(msg_seq);
+	args[3] = Int64GetDatum(source_event_id);
+	im_exec(plan, args, NULL, 0);
+
+	{
+		/* events before periods (a period names its join event) */
+		static SPIPlanPtr events;
+		static SPIPlanPtr periods;
+		static SPIPlanPtr states;
+		static SPIPlanPtr outbox;
+
+		im_prepare(&events,
+				   "INSERT INTO im.event"
+				   " SELECT x.* FROM pg_catalog.jsonb_populate_recordset(NULL::im.event, $1->'events') x"
+				   " ORDER BY x.msg_seq "
+				   "ON CONFLICT (message_id) DO UPDATE SET body = EXCLUDED.body,"
+				   "  content_type = EXCLUDED.content_type, recalled = EXCLUDED.recalled",
+				   1, JSONBOID);
+		im_exec(events, args, NULL, 0);
+		im_prepare(&periods,
+				   "INSERT INTO im.membership_period"
+				   " SELECT x.* FROM pg_catalog.jsonb_populate_recordset(NULL::im.membership_period,"
+				   "   $1->'periods') x ORDER BY x.membership_period_id "
+				   "ON CONFLICT (membership_period_id) DO UPDATE"
+				   "  SET leave_seq = COALESCE(im.membership_period.leave_seq, EXCLUDED.leave_seq),"
+				   "      leave_event_id = COALESCE(im.membership_period.leave_event_id, EXCLUDED.leave_event_id)",
+				   1, JSONBOID);
+		im_exec(periods, args, NULL, 0);
+		/*
+		 * The recipients' heads and conversation states exist from their
+		 * first period on, as on a conversation's own node; inserted, never
+		 * updated here (fanout moves them under the heads' locks).
+		 */
+		im_prepare(&states,
+				   "WITH u AS (SELECT DISTINCT x.user_id FROM"
+				   "   pg_catalog.jsonb_populate_recordset(NULL::im.membership_period, $1->'periods') x),"
+				   " h AS (INSERT INTO im.user_head (user_id) SELECT u.user_id FROM u ORDER BY 1"
+				   "   ON CONFLICT (user_id) DO NOTHING RETURNING 1) "
+				   "INSERT INTO im.user_conversation (user_id, conversation_id)"
+				   " SELECT u.user_id, $2 FROM u ORDER BY 1 "
+				   "ON CONFLICT (user_id, conversation_id) DO NOTHING",
+				   2, JSONBOID, INT8OID);
+		im_exec(states, args, NULL, 0);
+		im_prepare(&outbox,
+				   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id) VALUES ($1, $2, $3) "
+				   "ON CONFLICT (source_event_id) DO NOTHING",
+				   3, INT8OID, INT8OID, INT8OID);
+		im_exec(outbox, args + 1, NULL, 0);
+	}
+}
+
+/* Mark applied (or quarantined with its error) and send the record back. */
+static void
+settle(const char *source, int64 transfer_id, const char *error)
+{
+	static SPIPlanPtr plan;
+	Datum		args[3];
+	char		nulls[3] = {' ', ' ', ' '};
+
+	im_prepare(&plan,
+			   "WITH s AS ("
+			   "  UPDATE im.transfer_in SET"
+			   "    state = CASE WHEN $3::pg_catalog.text IS NULL THEN 'applied' ELSE 'quarantined' END,"
+			   "    last_error = $3, applied_at = pg_catalog.now(),"
+			   "    payload = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL ELSE payload END"
+			   "  WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 RETURNING 1) "
+			   "INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)"
+			   " SELECT $1, $2, im.shard_self() FROM s "
+			   "ON CONFLICT DO NOTHING",
+			   3, TEXTOID, INT8OID, TEXTOID);
+	args[0] = CStringGetTextDatum(source);
+	args[1] = Int64GetDatum(transfer_id);
+	if (error)
+		args[2] = CStringGetTextDatum(error);
+	else
+		nulls[2] = 'n';
+	im_exec(plan, args, nulls, 0);
+}
+
+/* Apply one pending transfer in its own subtransaction; false when quarantined. */
+static bool
+apply_one(const char *source, int64 transfer_id, Datum payload,
+		  int64 conversation_id, int64 msg_seq, int64 source_event_id)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool ok = true;
+	char	   *volatile error = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		apply_payload(payload, conversation_id, msg_seq, source_event_id);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+			edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
+			edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+			edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE)
+			ReThrowError(edata);
+		error = psprintf("%s: %s", unpack_sql_state(edata->sqlerrcode),
+						 edata->message ? edata->message : "(no message)");
+		ereport(WARNING,
+				(errmsg("im_sync: transfer " INT64_FORMAT " from node \"%s\" (conversation " INT64_FORMAT
+						", msg_seq " INT64_FORMAT ") is quarantined: %s",
+						transfer_id, source, conversation_id, msg_seq, error)));
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	settle(source, transfer_id, error);
+	return ok;
+}
+
+int64
+im_transfer_apply(int max_transfers)
+{
+	static SPIPlanPtr lock;
+	static SPIPlanPtr pending;
+	Datum		args[2];
+	uint64		n;
+	int64		applied = 0;
+	char	  **sources;
+	int64	   *ids,
+			   *convs,
+			   *seqs,
+			   *events;
+	Datum	   *payloads;
+
+	if (!im_shard_configured())
+		return 0;
+	im_prepare(&lock, "SELECT pg_catalog.pg_try_advisory_xact_lock($1, 0)", 1, INT4OID);
+	args[0] = Int32GetDatum(IM_TRANSFER_APPLY_LOCK_CLASS);
+	im_exec(lock, args, NULL, 0);
+	if (!im_get_bool(0, 1, NULL))
+		return 0;				/* another applier is at it; it applies in order */
+	im_prepare(&pending,
+			   "SELECT source_node, transfer_id, payload, conversation_id, msg_seq, source_event_id "
+			   "FROM im.transfer_in WHERE state" EQ "'pending' "
+			   "ORDER BY conversation_id, msg_seq, transfer_id LIMIT $1",
+			   1, INT4OID);
+	args[0] = Int32GetDatum(max_transfers);
+	n = im_exec(pending, args, NULL, 0);
+	sources = palloc(sizeof(char *) * Max(n, 1));
+	ids = palloc(sizeof(int64) * Max(n, 1));
+	convs = palloc(sizeof(int64) * Max(n, 1));
+	seqs = palloc(sizeof(int64) * Max(n, 1));
+	events = palloc(sizeof(int64) * Max(n, 1));
+	payloads = palloc(sizeof(Datum) * Max(n, 1));
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		sources[i] = im_get_text(i, 1);
+		ids[i] = im_get_int64(i, 2, NULL);
+		payloads[i] = im_get_datum_copy(i, 3, &isnull);
+		convs[i] = im_get_int64(i, 4, NULL);
+		seqs[i] = im_get_int64(i, 5, NULL);
+		events[i] = im_get_int64(i, 6, NULL);
+	}
+	for (uint64 i = 0; i < n; i++)
+		if (apply_one(sources[i], ids[i], payloads[i], convs[i], seqs[i], events[i]))
+			applied++;
+	if (n > 0)
+		im_wake_fanout_at_commit();
+	return applied;
+}
+
+/* im.shard_apply_transfers(max_transfers DEFAULT 10000) -> transfers applied */
+PG_FUNCTION_INFO_V1(im_shard_apply_transfers);
+Datum
+im_shard_apply_transfers(PG_FUNCTION_ARGS)
+{
+	int32		max_transfers = im_arg_int32(fcinfo, 0, "max_transfers", 1, PG_INT32_MAX);
+	int64		n;
+
+	im_spi_connect();
+	n = im_transfer_apply(max_transfers);
+	SPI_finish();
+	PG_RETURN_INT64(n);
+}
+
+/*
+ * im.shard_retry_quarantined(source_node, transfer_id) -> true when a
+ * quarantined transfer went back to pending (after the cause was repaired);
+ * the next apply takes it again (its outbox item, if it gets one, is
+ * fanned out as any late item: periods decide, contract §1).
+ */
+PG_FUNCTION_INFO_V1(im_shard_retry_quarantined);
+Datum
+im_shard_retry_quarantined(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan;
+	char	   *source = im_arg_text(fcinfo, 0, "source_node", 41);
+	int64		transfer_id = im_arg_id(fcinfo, 1, "transfer_id");
+	Datum		args[2];
+	uint64		n;
+
+	im_spi_connect();
+	im_prepare(&plan,
+			   "UPDATE im.transfer_in SET state = 'pending', applied_at = NULL "
+			   "WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 AND state" EQ "'quarantined'",
+			   2, TEXTOID, INT8OID);
+	args[0] = CStringGetTextDatum(source);
+	args[1] = Int64GetDatum(transfer_id);
+	n = im_exec(plan, args, NULL, 0);
+	SPI_finish();
+	PG_RETURN_BOOL(n == 1);
+}

@@ -1,0 +1,87 @@
+/*
+ * transfer_out.c — the conversation node's half of a transfer (issue 15):
+ * in the fanout transaction, one im.transfer_out row per (outbox item,
+ * other node placing some of its recipients), with what that node needs to
+ * deliver it through its own local fanout: the conversation row, the event
+ * and the events it depends on (recall/edit target and the target's edits,
+ * the recipients' join/leave events) and the recipients' membership periods.
+ *
+ * Invariants protected here:
+ *   - an item is marked done iff its local deliveries and its transfer rows
+ *     commit together (called in the item's subtransaction), so nothing is
+ *     lost between the two sides; the row stays until the destination's
+ *     "applied" record comes back (transfer_ack.c);
+ *   - only a conversation this node owns is transferred from: a copy's
+ *     periods are those of the copy node's own users, so a destination never
+ *     forwards anything;
+ *   - the payload is the state at fanout time, read under the batch's locks;
+ *     one conversation's items are fanned out in msg_seq order, so its
+ *     transfers commit (and replicate) in msg_seq order.
+ */
+#include "im_sync.h"
+#include "common.h"
+#include "fanout.h"
+#include "im_sql.h"
+#include "shard_map.h"
+
+#include "catalog/pg_type.h"
+
+void
+im_transfer_out_write(const int64 *outbox_ids, int n)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+
+	if (n == 0 || !im_shard_configured())
+		return;
+	/* a run is one conversation's: its owner decides for all items */
+	{
+		static SPIPlanPtr conv_plan;
+
+		im_prepare(&conv_plan,
+				   "SELECT conversation_id FROM im.outbox WHERE outbox_id" EQ "$1",
+				   1, INT8OID);
+		args[0] = Int64GetDatum(outbox_ids[0]);
+		if (im_exec(conv_plan, args, NULL, 1) != 1 ||
+			!im_shard_owns_bucket(im_shard_bucket(im_get_int64(0, 1, NULL))))
+			return;
+	}
+	im_prepare(&plan,
+			   "WITH cfg AS (SELECT self_name, bucket_nodes FROM im.shard_config),"
+			   " r AS (" IM_FANOUT_RECIPIENTS_SQL "),"
+			   " d AS ("
+			   "  SELECT r.outbox_id, cfg.bucket_nodes[(r.user_id" OP_MOD "64)" PLUS "1] AS node,"
+			   "         pg_catalog.array_agg(DISTINCT r.membership_period_id) AS periods"
+			   "  FROM r, cfg WHERE cfg.bucket_nodes[(r.user_id" OP_MOD "64)" PLUS "1]" NE "cfg.self_name"
+			   "  GROUP BY 1, 2),"
+			   " dep AS ("
+			   /* the event, its target and the target's edits (a recall changed them) */
+			   "  SELECT d.outbox_id, d.node, x.message_id FROM d"
+			   "  JOIN im.outbox o ON o.outbox_id" EQ "d.outbox_id"
+			   "  JOIN im.event e ON e.message_id" EQ "o.source_event_id"
+			   "  JOIN im.event x ON x.message_id" EQ "e.message_id OR x.message_id" EQ "e.target_message_id"
+			   "    OR (e.target_message_id IS NOT NULL AND x.target_message_id" EQ "e.target_message_id)"
+			   "  UNION"
+			   /* the join and leave events the periods refer to */
+			   "  SELECT d.outbox_id, d.node, pe.ev FROM d"
+			   "  JOIN im.membership_period p ON p.membership_period_id" EQ "ANY (d.periods)"
+			   "  CROSS JOIN LATERAL (VALUES (p.join_event_id), (p.leave_event_id)) pe(ev)"
+			   "  WHERE pe.ev IS NOT NULL)"
+			   "INSERT INTO im.transfer_out (source_node, dest_node, outbox_id, conversation_id,"
+			   "                             msg_seq, source_event_id, payload)"
+			   "SELECT cfg.self_name, d.node, o.outbox_id, o.conversation_id, o.msg_seq, o.source_event_id,"
+			   "  pg_catalog.jsonb_build_object("
+			   "   'conversation', (SELECT pg_catalog.to_jsonb(c) FROM im.conversation c"
+			   "                    WHERE c.conversation_id" EQ "o.conversation_id),"
+			   "   'periods', (SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(p)) FROM im.membership_period p"
+			   "               WHERE p.membership_period_id" EQ "ANY (d.periods)),"
+			   "   'events', (SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(x) ORDER BY x.msg_seq)"
+			   "              FROM im.event x WHERE x.message_id IN"
+			   "              (SELECT dep.message_id FROM dep WHERE dep.outbox_id" EQ "d.outbox_id"
+			   "               AND dep.node" EQ "d.node)))"
+			   "FROM d JOIN im.outbox o ON o.outbox_id" EQ "d.outbox_id, cfg "
+			   "ORDER BY o.msg_seq, d.node",
+			   1, INT8ARRAYOID);
+	args[0] = im_int8_array(outbox_ids, n);
+	im_exec(plan, args, NULL, 0);
+}

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# test/shards.sh — a throwaway sharded installation for tests (issue 15):
+#   test/shards.sh up [N]        N node clusters (default 3) and one router
+#                                cluster on free ports; prints the router's
+#                                conninfo as its LAST line
+#   test/shards.sh down          stops everything `up` started
+#   test/shards.sh set NAME VAL  one setting on every node (ALTER ROLE ALL IN
+#                                DATABASE … SET, then reload): session settings
+#                                do not cross PL/Proxy
+# State lives in $IM_SHARDS_DIR (default: a temp dir `up` prints; pass the same
+# IM_SHARDS_DIR to `down`/`set`): `nodes` (one line per node: name, conninfo),
+# `router` (the router's conninfo), `clusters` (one data dir per cluster).
+# Database name on every cluster: $IM_SHARDS_DB (default im).
+# Each node preloads im_sync with wal_level = logical; buckets round robin
+# (bucket b -> node (b % N) + 1); between every pair of nodes a publication
+# im_to_<dest> (publish = 'insert', row filters on the destination) and a
+# subscription im_<source>_to_<dest> on the destination.  If im_sync_router is installed, the router
+# database gets it and im_router.configure(...) with the same map.
+set -euo pipefail
+IM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$IM_ROOT/test/cluster.sh"
+
+DB=${IM_SHARDS_DB:-im}
+# WAL a slot may hold back before PostgreSQL invalidates it (then the
+# subscription stops with "requested WAL segment has already been removed"
+# and reconcile reports the slot as lost; repair: README "Shards").
+SLOT_KEEP=${IM_SHARDS_SLOT_KEEP:-1GB}
+ROLES="im_gateway im_app im_relay im_dba"
+
+shards_psql() {  # shards_psql CONNINFO SQL...
+  local conn=$1; shift
+  local args=()
+  for sql in "$@"; do args+=(-c "$sql"); done
+  "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d "$conn" "${args[@]}"
+}
+
+# start one cluster; echoes "tmpdir port"
+shards_start_cluster() {
+  local peers=$1; shift
+  im_cluster_start \
+    "wal_level = logical" \
+    "max_replication_slots = $((peers + 4))" \
+    "max_wal_senders = $((peers + 6))" \
+    "max_logical_replication_workers = $((peers + 4))" \
+    "max_worker_processes = $((peers + 20))" \
+    "max_slot_wal_keep_size = $SLOT_KEEP" \
+    "wal_sender_timeout = 30s" \
+    "im_sync.database = '$DB'" \
+    "im_sync.fanout_workers = 2" \
+    "$@" >&2 || return 1
+  echo "$IM_TMP $PGPORT"
+}
+
+shards_roles() {  # roles the tests use, on every cluster
+  local conn=$1
+  for r in $ROLES; do
+    shards_psql "$conn" "DO \$\$BEGIN CREATE ROLE $r LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END\$\$"
+  done
+}
+
+cmd_up() {
+  local n=${1:-3}
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 up [N>=1]" >&2; exit 2; }
+  local dir=${IM_SHARDS_DIR:-$(mktemp -d /tmp/im_shards.XXXXXX)}
+  mkdir -p "$dir"; chmod 755 "$dir"
+  : >"$dir/nodes"; : >"$dir/clusters"
+  local names=() conns=()
+  for i in $(seq 1 "$n"); do
+    read -r tmp port < <(shards_start_cluster "$n")
+    [ -n "${port:-}" ] || { echo "shards: node$i did not start" >&2; exit 1; }
+    echo "$tmp" >>"$dir/clusters"
+    local conn="host=127.0.0.1 port=$port dbname=$DB user=postgres"
+    names+=("node$i"); conns+=("$conn")
+    echo "node$i $conn" >>"$dir/nodes"
+    shards_psql "host=127.0.0.1 port=$port dbname=postgres user=postgres" "CREATE DATABASE $DB"
+    shards_psql "$conn" "CREATE EXTENSION im_sync CASCADE"
+    shards_roles "$conn"
+  done
+  # the map: bucket b -> node (b % N) + 1, the same on every node
+  local map="ARRAY[" sep=""
+  for b in $(seq 0 63); do map+="${sep}'node$(( b % n + 1 ))'"; sep=","; done
+  map+="]::text[]"
+  for i in $(seq 0 $((n - 1))); do
+    shards_psql "${conns[$i]}" "SELECT im.shard_configure('${names[$i]}', $map)"
+  done
+  # publications on every node, one per destination; then subscriptions
+  for i in $(seq 0 $((n - 1))); do
+    for j in $(seq 0 $((n - 1))); do
+      [ "$i" = "$j" ] && continue
+      shards_psql "${conns[$i]}" "CREATE PUBLICATION im_to_${names[$j]}
+        FOR TABLE im.transfer_out WHERE (dest_node = '${names[$j]}'),
+                  im.transfer_ack WHERE (source_node = '${names[$j]}')
+        WITH (publish = 'insert')"
+    done
+  done
+  for i in $(seq 0 $((n - 1))); do
+    for j in $(seq 0 $((n - 1))); do
+      [ "$i" = "$j" ] && continue
+      # the slot on the source takes the subscription's name: unique per pair
+      shards_psql "${conns[$i]}" "CREATE SUBSCRIPTION im_${names[$j]}_to_${names[$i]}
+        CONNECTION '${conns[$j]}' PUBLICATION im_to_${names[$i]}
+        WITH (copy_data = false)"
+    done
+  done
+  # the router
+  read -r tmp port < <(shards_start_cluster "$n" "shared_preload_libraries = ''")
+  echo "$tmp" >>"$dir/clusters"
+  local rconn="host=127.0.0.1 port=$port dbname=$DB user=postgres"
+  shards_psql "host=127.0.0.1 port=$port dbname=postgres user=postgres" "CREATE DATABASE $DB"
+  shards_roles "$rconn"
+  echo "$rconn" >"$dir/router"
+  if [ -f "$("$PGBIN/pg_config" --sharedir)/extension/im_sync_router.control" ] ||
+     [ -f "$(pg_config --sharedir)/extension/im_sync_router.control" ]; then
+    local arr_names="ARRAY[" arr_conns="ARRAY[" s=""
+    for i in $(seq 0 $((n - 1))); do
+      arr_names+="$s'${names[$i]}'"; arr_conns+="$s'${conns[$i]}'"; s=","
+    done
+    arr_names+="]::text[]"; arr_conns+="]::text[]"
+    shards_psql "$rconn" "CREATE EXTENSION im_sync_router CASCADE" \
+      "SELECT im_router.configure($arr_names, $arr_conns, $map)"
+  else
+    echo "shards: im_sync_router is not installed; the router database is empty" >&2
+  fi
+  echo "shards: $n nodes up, state in $dir (IM_SHARDS_DIR=$dir $0 down stops them)" >&2
+  echo "$rconn"
+}
+
+shards_dir() {
+  [ -n "${IM_SHARDS_DIR:-}" ] && [ -f "$IM_SHARDS_DIR/clusters" ] || {
+    echo "shards: set IM_SHARDS_DIR to the directory \`up\` printed" >&2; exit 2; }
+  echo "$IM_SHARDS_DIR"
+}
+
+cmd_down() {
+  local dir; dir=$(shards_dir)
+  while read -r tmp; do
+    [ -n "$tmp" ] || continue
+    PGDATA=$tmp/data IM_TMP=$tmp
+    if [ "$(id -u)" = 0 ]; then IM_AS_SERVER="runuser -u postgres --"; else IM_AS_SERVER=""; fi
+    [ -f "$PGDATA/postmaster.pid" ] && im_cluster_pg_ctl -m fast stop || true
+    [ -z "${IM_KEEP:-}" ] && rm -rf "$tmp"
+  done <"$dir/clusters"
+  [ -z "${IM_KEEP:-}" ] && rm -rf "$dir"
+  echo "shards: stopped" >&2
+}
+
+cmd_set() {
+  local name=${1:?usage: $0 set NAME VALUE} value=${2?usage: $0 set NAME VALUE}
+  [[ "$name" =~ ^[a-z_][a-z0-9_.]*$ ]] || { echo "shards: bad setting name $name" >&2; exit 2; }
+  local dir; dir=$(shards_dir)
+  while read -r node conn; do
+    shards_psql "$conn" "ALTER ROLE ALL IN DATABASE $DB SET $name = '$value'" "SELECT pg_reload_conf()" >/dev/null
+  done <"$dir/nodes"
+}
+
+case "${1:-}" in
+  up) shift; cmd_up "$@" ;;
+  down) cmd_down ;;
+  set) shift; cmd_set "$@" ;;
+  *) echo "usage: $0 up [N] | down | set NAME VALUE" >&2; exit 2 ;;
+esac
