@@ -282,6 +282,38 @@ def push_13():
                  "SELECT im.complete_push_job(%s, 'relay-1', 'nonsense')", (64 * 10**9 + 5,))
 
 
+# --------------------------------------------- push jobs over every node
+@section
+def push_jobs_over_every_node():
+    shards_sh = os.environ.get("IM_SHARDS_SH", os.path.join(ROOT, "test", "shards.sh"))
+    for name, value in (("im_sync.push_public_key_file", PUBKEY), ("im_sync.push_delay", "0"),
+                        ("im_sync.push_min_interval", "0")):
+        subprocess.run(["bash", shards_sh, "set", name, value], check=True, stdout=subprocess.DEVNULL)
+    # per-node settings reach new node sessions only: PL/Proxy keeps its
+    # connections per router session, so take a new router session
+    global R
+    R.close()
+    R = connect(ROUTER)
+    # one offline device with a push target for a user on every node
+    targets = [U[n][1] for n in names]
+    pc = q1("SELECT im.create_conversation('group', %s, %s)", (targets + [a], a))
+    for i, u in enumerate(targets):
+        q("SELECT * FROM im.register_device(%s, 'p1')", (u,))
+        check(q1("SELECT im.register_push_target(%s, 'p1', 'fcm', 'app', %s)", (u, f"tok-{u}")) is not None,
+              f"register_push_target on {bucket_node[u % 64]}")
+    q("SELECT * FROM im.send_message(%s, %s, 'push-1', '{\"text\":\"ping\"}')", (a, pc))
+    q1("SELECT im.run_fanout()")
+    first = q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 2)")
+    check(len(first) == 2, "claim_push_jobs: max_jobs is a total over the nodes", f"{len(first)}")
+    rest = q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 100)")
+    jobs = [j for j, _ in first + rest]
+    check(len(jobs) == len(targets) and len(set(jobs)) == len(jobs),
+          "claim_push_jobs hands out every node's jobs, none twice", f"{jobs}")
+    check({bucket_node[j % 64] for j in jobs} == set(names), "push jobs come from every user node")
+    done = [q1("SELECT im.complete_push_job(%s, 'relay-t', 'delivered', 200)", (j,)) for j in jobs]
+    check(done == ["delivered"] * len(jobs), "complete_push_job routes by the job id", f"{done}")
+
+
 # ---------------------------------------------------- operations (§8)
 @section
 def operations_8():

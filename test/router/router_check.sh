@@ -7,7 +7,8 @@
 # im_sync_router installed in the PostgreSQL that pg_config names.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-SHARDS=${IM_SHARDS_SH:-test/shards.sh}
+export IM_SHARDS_SH=${IM_SHARDS_SH:-test/shards.sh}
+SHARDS=$IM_SHARDS_SH
 export IM_SHARDS_DIR=${IM_SHARDS_DIR:-$(mktemp -d /tmp/im_router_check.XXXXXX)}
 chmod 755 "$IM_SHARDS_DIR"
 cleanup() { bash "$SHARDS" down >/dev/null 2>&1 || true; }
