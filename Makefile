@@ -7,6 +7,11 @@ EXTENSION   = im_sync
 MODULE_big  = im_sync
 OBJS        = $(patsubst %.c,%.o,$(wildcard extension/*.c))
 DATA        = $(wildcard extension/im_sync--*.sql)
+# The router extension (issue 15, contract §15): SQL only, over PL/Proxy.
+# PGXS installs only EXTENSION's control from the top directory, so the
+# router's control file and script go with DATA into the same extension
+# directory; `make install` installs both extensions.
+DATA       += extension/im_sync_router.control $(wildcard extension/im_sync_router--*.sql)
 PG_CPPFLAGS = -Iextension -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
 # The catalog version the library serves is im_sync.control's default_version
 # (version_check.c: workers wait while the installed extversion differs).

@@ -118,22 +118,26 @@ EXCEPTION WHEN data_exception THEN
     RETURN 0;
 END $$;
 
--- A node's conninfo for PL/Proxy: the connect timeout appended, as libpq's
--- connect_timeout and as tcp_user_timeout.  PL/Proxy 2.10 connects
--- asynchronously (PQconnectStart), where libpq ignores connect_timeout, and
--- its own cluster option of that name is gone; tcp_user_timeout bounds the
--- TCP handshake to a host that does not answer.  A refused connection (a
--- stopped node on a reachable host) fails at once either way.
+-- A node's conninfo for PL/Proxy.
+--  * Without its user: PL/Proxy then adds user=<current_user> (from the
+--    PUBLIC user mapping), so the nodes see the calling role.  PL/Proxy uses
+--    a conninfo that contains the text "user=" anywhere verbatim, hence the
+--    spaces in "tcp_user_timeout = …" below.
+--  * With the connect timeout, as libpq's connect_timeout and as
+--    tcp_user_timeout: PL/Proxy 2.10 connects asynchronously
+--    (PQconnectStart), where libpq ignores connect_timeout, and its own
+--    cluster option of that name is gone; tcp_user_timeout bounds the TCP
+--    handshake with a host that does not answer.  A refused connection (a
+--    stopped node on a reachable host) fails at once either way.
+-- Key/value conninfos only (configure rejects URIs).
 CREATE FUNCTION im_router.partition_conninfo(conninfo text, timeout_s int) RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT CASE
-        WHEN conninfo ~* '^postgres(ql)?://' THEN
-            conninfo || CASE WHEN position('?' IN conninfo) > 0 THEN '&' ELSE '?' END
-                || 'connect_timeout=' || timeout_s || '&tcp_user_timeout=' || timeout_s * 1000
-        WHEN conninfo ~* '(^|\s)(connect_timeout|tcp_user_timeout)\s*=' THEN conninfo
-        ELSE conninfo || ' connect_timeout=' || timeout_s || ' tcp_user_timeout=' || timeout_s * 1000
-    END
+    SELECT btrim(regexp_replace(conninfo, $re$(^|\s)user\s*=\s*('([^'\\]|\\.)*'|\S+)$re$, ' ', 'g'))
+        || CASE WHEN conninfo ~* '(^|\s)connect_timeout\s*=' THEN ''
+                ELSE ' connect_timeout = ' || timeout_s END
+        || CASE WHEN conninfo ~* '(^|\s)tcp_user_timeout\s*=' THEN ''
+                ELSE ' tcp_user_timeout = ' || timeout_s * 1000 END
 $$;
 
 /*
@@ -161,6 +165,10 @@ BEGIN
     END IF;
     IF cardinality(bucket_nodes) <> 64 OR array_ndims(bucket_nodes) <> 1 THEN
         RAISE EXCEPTION 'bucket_nodes must have 64 entries, has %', cardinality(bucket_nodes)
+            USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(node_conninfos) c WHERE c ~* '^postgres(ql)?://') THEN
+        RAISE EXCEPTION 'node conninfos must be key=value strings, not URIs'
             USING ERRCODE = '22023';
     END IF;
     IF connect_timeout IS NULL OR connect_timeout <= 0 THEN
@@ -940,6 +948,11 @@ AS $$ SELECT s.node_name, s.conninfo FROM im_router.shard_nodes() s $$;
  * (names, defaults, result columns), calls it, and turns a node's error into
  * the same error without PL/Proxy's prefixes (im_router.rethrow).  Generated
  * from the catalog so that the two signatures cannot drift apart.
+ * OTHERS does not catch query_canceled (57014): named too, so that a node's
+ * statement_timeout arrives stripped like any other error.
+ * client_min_messages = warning hides PL/Proxy's NOTICE "dropping stale
+ * conn": after a node's error PL/Proxy 2.10 leaves that connection mid-result
+ * and reconnects on the next call (so an error costs one reconnect).
  */
 DO $gen$
 DECLARE
@@ -985,12 +998,13 @@ BEGIN
             CREATE FUNCTION im.%I(%s) RETURNS %s
             LANGUAGE plpgsql
             SET search_path = pg_catalog, im_router, pg_temp
+            SET client_min_messages = warning
             AS $body$
             DECLARE
                 err_state text; err_msg text; err_detail text; err_hint text;
             BEGIN
                 %s
-            EXCEPTION WHEN OTHERS THEN
+            EXCEPTION WHEN OTHERS OR query_canceled THEN
                 GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
                                         err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
                 PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);

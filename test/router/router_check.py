@@ -1,0 +1,508 @@
+#!/usr/bin/env python3
+"""router_check.py — the router extension (im_sync_router) against a running
+sharded installation (test/shards.sh up 3): the map, every routed function at
+least once, multi-node calls (message_status/message_facts merge,
+conversation_list heads, run_fanout waiting for transfers, claim_push_jobs'
+total, refresh_presence split, rotate/retire on every node, metrics labels,
+reconcile), node errors with their SQLSTATE and message and PL/Proxy's
+prefixes stripped, and a stopped node: 08006 for what it owns, everything
+else still answered, head_stale, and all of it back after a restart.
+
+Usage: router_check.py ROUTER_CONNINFO SHARDS_DIR
+(test/router/router_check.sh brings the installation up and down.)
+
+Every figure is read through the router's API; the nodes are touched only to
+stage faults (a stopped node, a disabled subscription, a raising function)."""
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklib import check, failures, wait_for  # noqa: E402
+
+import psycopg2  # noqa: E402
+
+ROUTER, SHARDS_DIR = sys.argv[1], sys.argv[2]
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PUBKEY = os.path.join(ROOT, "test", "push", "relay_pub.pem")
+
+
+def connect(conninfo):
+    c = psycopg2.connect(conninfo)
+    c.autocommit = True
+    return c
+
+
+R = connect(ROUTER)
+
+
+def q(sql, args=None, conn=None):
+    cur = (conn or R).cursor()
+    cur.execute(sql, args)
+    return cur.fetchall() if cur.description else None
+
+
+def q1(sql, args=None, conn=None):
+    rows = q(sql, args, conn)
+    return rows[0][0] if rows else None
+
+
+def error_of(sql, args=None, conn=None):
+    """(sqlstate, message, detail, hint) of the call's error, or None."""
+    try:
+        q(sql, args, conn)
+    except psycopg2.Error as e:
+        d = e.diag
+        return (e.pgcode, d.message_primary, d.message_detail, d.message_hint)
+    return None
+
+
+def expect_error(what, state, sql, args=None, message_prefix=None):
+    err = error_of(sql, args)
+    ok = err is not None and err[0] == state and "PL/Proxy" not in err[1] \
+        and "REMOTE" not in err[1] and not (err[2] or "").startswith("Remote ")
+    if ok and message_prefix is not None:
+        ok = err[1].startswith(message_prefix)
+    check(ok, f"{what}: {state}", f"got {err}")
+    return err
+
+
+# ------------------------------------------------------------------ the map
+nodes = []  # (name, conninfo)
+with open(os.path.join(SHARDS_DIR, "nodes")) as f:
+    for line in f:
+        if line.strip():
+            name, conninfo = line.rstrip("\n").split(" ", 1)
+            nodes.append((name, conninfo))
+with open(os.path.join(SHARDS_DIR, "clusters")) as f:
+    clusters = [l.strip() for l in f if l.strip()]
+node_dir = dict(zip([n for n, _ in nodes], clusters))
+bucket_node = dict(q("SELECT bucket, node_name FROM im_router.bucket"))
+names = sorted({n for n, _ in nodes})
+
+check(sorted(r[0] for r in q("SELECT node_name FROM im.shard_nodes()")) == names,
+      "shard_nodes lists every node")
+check(dict(q("SELECT node_name, conninfo FROM im.shard_nodes()")) == dict(nodes),
+      "shard_nodes gives the conninfos of the map")
+check(len(bucket_node) == 64 and set(bucket_node.values()) == set(names), "64 buckets over the nodes")
+opts = q1("SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'im_sync'")
+parts = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in opts}
+check(sorted(parts) == sorted(f"p{b}" for b in range(64)), "server im_sync has partitions p0..p63")
+check(all("user=" not in v and "connect_timeout = 2" in v for v in parts.values()),
+      "partitions carry connect_timeout and no user (PL/Proxy connects as the caller)")
+check(len({v for v in parts.values()}) == len(names), "partitions of one node share one conninfo")
+v0 = q1("SELECT im_router.cluster_version()")
+arr_n = [n for n, _ in nodes]
+arr_c = [c for _, c in nodes]
+arr_b = [bucket_node[b] for b in range(64)]
+q("SELECT im_router.configure(%s, %s, %s)", (arr_n, arr_c, arr_b))
+check(q1("SELECT im_router.cluster_version()") == v0 + 1, "configure bumps the cluster version")
+expect_error("configure with 63 buckets", "22023",
+             "SELECT im_router.configure(%s, %s, %s)", (arr_n, arr_c, arr_b[:63]))
+expect_error("configure naming an unknown node", "22023",
+             "SELECT im_router.configure(%s, %s, %s)", (arr_n, arr_c, ["nodeX"] + arr_b[1:]))
+expect_error("configure with a URI conninfo", "22023",
+             "SELECT im_router.configure(%s, %s, %s)", (arr_n, ["postgresql://h/im"] * len(arr_n), arr_b))
+check(q1("SELECT im_router.cluster_version()") == v0 + 1, "a refused configure changes nothing")
+
+
+def users_on(node, count, start=1000):
+    out, u = [], start
+    while len(out) < count:
+        if bucket_node[u % 64] == node:
+            out.append(u)
+        u += 1
+    return out
+
+
+# users: two on each node
+U = {n: users_on(n, 2) for n in names}
+a, b, c = U[names[0]][0], U[names[1]][0], U[names[-1]][0]
+a2 = U[names[0]][1]
+
+
+def section(fn):
+    """Run one section now; an exception is one FAIL, and the next section still runs."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - a broken section must not hide the others
+        check(False, f"section {fn.__name__} ran to its end", f"{type(e).__name__}: {e}")
+    return fn
+
+
+# ------------------------------------------------------ conversations (§2)
+@section
+def conversations_2():
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    g = q1("SELECT im.create_conversation('group', %s, %s)", ([a, b, c], a))
+    d1 = q1("SELECT im.direct_conversation(%s, %s)", (a, b))
+    d2 = q1("SELECT im.direct_conversation(%s, %s)", (b, a))
+    d3 = q1("SELECT im.create_conversation('direct', %s)", ([b, a],))
+    check(d1 == d2 == d3, "direct_conversation and create_conversation('direct') resolve the pair to one id")
+    check(d1 % 64 == (a + b) % 64, "a direct conversation has the pair bucket")
+    groups = [q1("SELECT im.create_conversation('group', %s, %s)", ([a, b, c], a)) for _ in range(6)]
+    check(len({bucket_node[x % 64] for x in groups}) == len(names), "new groups spread over every node")
+    jr = q("SELECT * FROM im.join_conversation(%s, %s)", (g, a2))
+    check(jr and jr[0][2] is True, "join_conversation on the conversation node")
+    check(sorted(r[0] for r in q("SELECT * FROM im.conversation_members(%s)", (g,))) == sorted([a, b, c, a2]),
+          "conversation_members")
+    check(sorted(r[0] for r in q("SELECT * FROM im.members_among(%s, %s)", (g, [a, 999999]))) == [a],
+          "members_among")
+    lv = q("SELECT * FROM im.leave_conversation(%s, %s)", (g, a2))
+    check(lv and lv[0][1] >= 1, "leave_conversation")
+
+
+# ------------------------------------------------- devices and snapshots (§5, §6)
+@section
+def devices_and_snapshots_5_6():
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    # each device is activated the way a client does: snapshot, its pages, ACK
+    gen, acked = {}, {}
+    for u in (a, b, c):
+        rd = q("SELECT * FROM im.register_device(%s, 'dev1')", (u,))
+        check(rd and rd[0][1] == "NEW", f"register_device on {bucket_node[u % 64]}", f"{rd}")
+        bs = q("SELECT * FROM im.begin_snapshot(%s, 'dev1')", (u,))
+        check(bs and bs[0][0] == "READY", "begin_snapshot", f"{bs}")
+        for page in range(bs[0][5]):
+            fs = q("SELECT * FROM im.fetch_snapshot(%s, 'dev1', %s, %s)", (u, bs[0][4], page))
+            check(fs and fs[0][1] == page, f"fetch_snapshot page {page}", f"{fs}")
+        asn = q("SELECT * FROM im.ack_snapshot(%s, 'dev1', %s, %s)", (u, bs[0][4], bs[0][6]))
+        check(asn and asn[0][0] == "OK", "ack_snapshot", f"{asn}")
+        gen[u], acked[u] = bs[0][2], asn[0][1]
+
+
+# ----------------------------------------------------------- sending (§3)
+@section
+def sending_3():
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    m1 = q("SELECT * FROM im.send_message(%s, %s, 'k1', '{\"text\":\"hello\"}')", (a, g))[0]
+    again = q("SELECT * FROM im.send_message(sender_id => %s, conversation_id => %s, client_msg_id => 'k1', "
+              "body => '{\"text\":\"hello\"}')", (a, g))[0]
+    check(m1[2] is True and again[:2] == m1[:2] and again[2] is False,
+          "send_message is idempotent through the router (named arguments too)")
+    check(bucket_node[m1[0] % 64] == bucket_node[g % 64], "a message id carries its conversation's bucket")
+    reply = q("SELECT * FROM im.send_message(%s, %s, 'k2', '{\"text\":\"re\"}', 'text', %s)", (b, g, m1[0]))[0]
+    ed = q("SELECT * FROM im.edit_message(%s, %s, 'k3', %s, '{\"text\":\"hello!\"}')", (a, g, m1[0]))[0]
+    re_ = q("SELECT * FROM im.react(%s, %s, %s, 'x', true, 'k4')", (c, g, m1[0]))[0]
+    pn = q("SELECT * FROM im.pin_message(%s, %s, %s, true, 'k5')", (b, g, m1[0]))[0]
+    rc = q("SELECT * FROM im.recall_message(%s, %s, 'k6', %s)", (b, g, reply[0]))[0]
+    check(all(x[2] is True for x in (reply, ed, re_, pn, rc)), "reply, edit, react, pin and recall")
+    check(q1("SELECT im.set_conversation_mode(%s, 'fanout')", (g,)) == "fanout", "set_conversation_mode")
+
+
+# --------------------------------------------------------- fanout (§4, §5)
+@section
+def fanout_4_5():
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    total = q1("SELECT im.run_fanout()")
+    check(total is not None and total >= 1, "run_fanout drains every node", f"{total}")
+    batches = {}
+    for u in (a, b, c):
+        rows = q("SELECT * FROM im.sync_changes(%s, 'dev1', %s, %s)", (u, gen[u], acked[u]))
+        ids = [e.get("message_id") for e in (rows[0][6] or [])] if rows else []
+        check(rows and rows[0][0] == "OK" and (u == a or m1[0] in ids),
+              f"user on {bucket_node[u % 64]} syncs the message sent on {bucket_node[g % 64]}", f"{rows}")
+        batches[u] = rows[0]
+    sc = batches[b]
+
+    ack = q("SELECT * FROM im.ack_sync(%s, 'dev1', %s, %s)", (b, sc[2], sc[4]))
+    check(ack and ack[0][0] == "OK", "ack_sync", f"{ack}")
+    tok = q1("SELECT im.issue_device_token(%s, 'dev1')", (c,))
+    au = q("SELECT * FROM im.authenticate(%s)", (tok,))
+    check(au and au[0][0] == c and au[0][1] == "dev1", "authenticate finds the user's node from the token")
+    ds = q("SELECT * FROM im.device_session(%s, 'dev1', %s)", (c, au[0][2]))
+    check(ds and ds[0][4] is True, "device_session")
+    fm = q("SELECT * FROM im.fetch_messages(%s, %s, 0)", (b, g))
+    check(fm and any(e.get("message_id") == m1[0] for e in fm[0][0]), "fetch_messages on the conversation node")
+
+
+# ---------------------------------------- read state and message status (§7, §16)
+@section
+def read_state_and_message_status_7_16():
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    ms = q("SELECT * FROM im.message_status(%s)", (m1[0],))
+    check(sorted({r[0] for r in ms}) == sorted([b, c]) and all(r[2] for r in ms),
+          "message_status merges the recipients of every node", f"{ms}")
+    check(ms == sorted(ms, key=lambda r: (r[0], r[1] or "")), "message_status in (user, device) order")
+    synced_b = [r for r in ms if r[0] == b]
+    check(synced_b and synced_b[0][4] is True, "message_status: the device ACK comes from the user's node",
+          f"{synced_b}")
+    rr = q("SELECT * FROM im.report_read(%s, %s, %s)", (c, g, m1[1]))
+    check(rr and rr[0][0] == m1[1], "report_read on the user's node")
+    mf = q("SELECT * FROM im.message_facts(%s, %s)", (a, m1[0]))
+    check(sorted(r[0] for r in mf) == sorted([b, c]), "message_facts merges every node's recipients", f"{mf}")
+    check([r for r in mf if r[0] == c][0][4] is True, "message_facts: user_read from the user's node")
+    expect_error("message_facts by someone who did not send it", "42501",
+                 "SELECT * FROM im.message_facts(%s, %s)", (b, m1[0]))
+    expect_error("message_status of an unknown message", "P0002",
+                 "SELECT * FROM im.message_status(%s)", (64 * 10**9 + 1,))
+    cl = q("SELECT conversation_id, head_msg_seq, head_stale FROM im.conversation_list(%s)", (b,))
+    heads = dict(q("SELECT conversation_id, head_msg_seq FROM im.conversation_list(%s)", (a,)))
+    check(len(cl) >= 2 and all(r[2] is False for r in cl), "conversation_list: head_stale false when reachable")
+    check(heads.get(g) == rc[1] + 1 or heads.get(g) >= rc[1], "conversation_list: authoritative head", f"{heads}")
+    dl = q1("SELECT im.delete_for_me(%s, %s, %s)", (c, g, m1[0]))
+    dl2 = q1("SELECT im.delete_for_me(%s, %s, %s)", (c, g, m1[0]))
+    check(dl is True and dl2 is False, "delete_for_me on both nodes, idempotent")
+    fm_c = q("SELECT * FROM im.fetch_messages(%s, %s, 0)", (c, g))
+    check(not any(e.get("message_id") == m1[0] for e in fm_c[0][0]),
+          "fetch_messages on the conversation node honours the remote user's delete_for_me")
+
+
+# ------------------------------------------------------- more devices
+@section
+def more_devices():
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    q("SELECT * FROM im.register_device(%s, 'dev2')", (b,))
+    cd = q("SELECT * FROM im.clear_dirty(%s, %s, 0, 0)", (b, g))
+    check(cd is not None and len(cd) == 1, "clear_dirty on the user's node")
+    check(q1("SELECT im.revoke_device(%s, 'dev2')", (b,)) is True, "revoke_device")
+
+
+# -------------------------------------------------------------- push (§13)
+@section
+def push_13():
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    expect_error("register_push_target without the relay key", "55000",
+                 "SELECT im.register_push_target(%s, 'dev1', 'fcm', 'app', 'tok-a')", (a,))
+    q("SELECT im.set_notify(%s, NULL, NULL, 'full')", (a,))
+    check(q1("SELECT im.set_presence(%s, 'dev1', %s, true)", (c, au[0][2])) is True, "set_presence")
+    check(q1("SELECT im.refresh_presence(%s, %s, %s)", ([c, a, b], ["dev1"] * 3, [au[0][2], 0, 0])) == 1,
+          "refresh_presence split by user, counts summed")
+    expect_error("refresh_presence with unequal arrays", "22023",
+                 "SELECT im.refresh_presence(%s, %s, %s)", ([c, a], ["dev1"], [1, 2]))
+    check(q1("SELECT im.set_presence(%s, 'dev1', %s, false)", (c, au[0][2])) is True, "set_presence offline")
+    check(q1("SELECT im.remove_push_target(%s, 'dev1')", (a,)) is False, "remove_push_target")
+    check(q("SELECT * FROM im.claim_push_jobs('relay-1', 5)") == [], "claim_push_jobs with no jobs")
+    expect_error("claim_push_jobs with max_jobs 0", "22023", "SELECT * FROM im.claim_push_jobs('r', 0)")
+    check(q1("SELECT im.complete_push_job(%s, 'relay-1', 'delivered')", (64 * 10**9 + 5,)) == "stale",
+          "complete_push_job of a job this relay does not hold: stale, on the job's user node")
+    expect_error("complete_push_job with an unknown result", "22023",
+                 "SELECT im.complete_push_job(%s, 'relay-1', 'nonsense')", (64 * 10**9 + 5,))
+
+
+# --------------------------------------------- push jobs over every node
+@section
+def push_jobs_over_every_node():
+    shards_sh = os.environ.get("IM_SHARDS_SH", os.path.join(ROOT, "test", "shards.sh"))
+    for name, value in (("im_sync.push_public_key_file", PUBKEY), ("im_sync.push_delay", "0"),
+                        ("im_sync.push_min_interval", "0")):
+        subprocess.run(["bash", shards_sh, "set", name, value], check=True, stdout=subprocess.DEVNULL)
+    # per-node settings reach new node sessions only: PL/Proxy keeps its
+    # connections per router session, so take a new router session
+    global R
+    R.close()
+    R = connect(ROUTER)
+    # one offline device with a push target for a user on every node
+    targets = [U[n][1] for n in names]
+    pc = q1("SELECT im.create_conversation('group', %s, %s)", (targets + [a], a))
+    for i, u in enumerate(targets):
+        q("SELECT * FROM im.register_device(%s, 'p1')", (u,))
+        check(q1("SELECT im.register_push_target(%s, 'p1', 'fcm', 'app', %s)", (u, f"tok-{u}")) is not None,
+              f"register_push_target on {bucket_node[u % 64]}")
+    q("SELECT * FROM im.send_message(%s, %s, 'push-1', '{\"text\":\"ping\"}')", (a, pc))
+    q1("SELECT im.run_fanout()")
+    first = q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 2)")
+    check(len(first) == 2, "claim_push_jobs: max_jobs is a total over the nodes", f"{len(first)}")
+    rest = q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 100)")
+    jobs = [j for j, _ in first + rest]
+    check(len(jobs) == len(targets) and len(set(jobs)) == len(jobs),
+          "claim_push_jobs hands out every node's jobs, none twice", f"{jobs}")
+    check({bucket_node[j % 64] for j in jobs} == set(names), "push jobs come from every user node")
+    done = [q1("SELECT im.complete_push_job(%s, 'relay-t', 'delivered', 200)", (j,)) for j in jobs]
+    check(done == ["delivered"] * len(jobs), "complete_push_job routes by the job id", f"{done}")
+
+
+# ---------------------------------------------------- operations (§8)
+@section
+def operations_8():
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    gc = q("SELECT * FROM im.gc_inbox()")
+    check(gc is not None, "gc_inbox runs on every node")
+    check(q("SELECT * FROM im.repair_fanout(false, true)") is not None, "repair_fanout on every node")
+    rec = q("SELECT * FROM im.reconcile()")
+    check(rec == [], "reconcile is empty on a healthy installation", f"{rec}")
+    met = q("SELECT name, value FROM im.metrics()")
+    for n in names:
+        check(any(m[0] == f'im_outbox_pending{{node="{n}"}}' for m in met), f"metrics: im_outbox_pending of {n}")
+        check((f'im_router_node_up{{node="{n}"}}', 1.0) in met, f"metrics: {n} up")
+    check(all('node="' in m[0] for m in met if m[0] != "im_router_cluster_version"),
+          "metrics: every node series carries its node label")
+    labelled = [m[0] for m in met if m[0].startswith("im_push_results_total{")]
+    check(all(x.startswith('im_push_results_total{node="') and x.count("{") == 1 for x in labelled),
+          "metrics: the node label joins existing labels", f"{labelled[:3]}")
+    check(q1("SELECT im.set_extension_owner(%s)", ("postgres",)) is not None, "set_extension_owner on every node")
+
+    # tokens: one key id everywhere, retired everywhere
+    toks = {u: q1("SELECT im.issue_device_token(%s, 'dev1')", (u,)) for u in (a, b, c)}
+    k1 = q1("SELECT im.rotate_token_key()")
+    k2 = q1("SELECT im.rotate_token_key()")
+    check(k2 == k1 + 1, "rotate_token_key: the same new key id on every node", f"{k1} {k2}")
+    new_toks = {u: q1("SELECT im.issue_device_token(%s, 'dev1')", (u,)) for u in (a, b, c)}
+    expect_error("retire_token_key of the newest key", "22023", "SELECT im.retire_token_key(%s)", (k2,))
+    retired = [q1("SELECT im.retire_token_key(%s)", (k,)) for k in range(1, k2)]
+    check(any(retired), "retire_token_key retires the older keys")
+    check(q1("SELECT bool_or(im.retire_token_key(k)) FROM generate_series(1, %s) k", (k2 - 1,)) is False,
+          "retire_token_key twice: false")
+    for u in (a, b, c):
+        expect_error(f"a token of a retired key on {bucket_node[u % 64]}", "28000",
+                     "SELECT * FROM im.authenticate(%s)", (toks[u],))
+        check(q("SELECT user_id FROM im.authenticate(%s)", (new_toks[u],)) == [(u,)],
+              f"a token of the new key works on {bucket_node[u % 64]}")
+
+
+# ------------------------------------------------------------ node errors
+@section
+def node_errors():
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    expect_error("bad argument", "22023", "SELECT * FROM im.send_message(%s, %s, '', '{}')", (a, g),
+                 "client_msg_id must be")
+    expect_error("not a member", "42501", "SELECT * FROM im.send_message(%s, %s, 'z1', '{}')", (a2, g))
+    expect_error("unknown conversation", "P0002", "SELECT * FROM im.send_message(%s, %s, 'z2', '{}')",
+                 (a, g + 64 * 1000), "conversation ")
+    err = expect_error("reused client_msg_id", "IS409",
+                       "SELECT * FROM im.send_message(%s, %s, 'k1', '{\"text\":\"other\"}')", (a, g))
+    check(err and err[2] and err[2].startswith("The key was first used") and err[3] and err[3].startswith("Use a new"),
+          "detail and hint arrive without 'Remote detail:'/'Remote hint:'", f"{err}")
+    expect_error("bad token", "28000", "SELECT * FROM im.authenticate('AAAA')", None, "device token")
+    expect_error("NULL routing key", "22023", "SELECT * FROM im.register_device(NULL, 'dev1')")
+
+    # every SQLSTATE the API uses, raised by a node function through PL/Proxy
+    # and rethrown the way the generated wrappers do (im_router.rethrow)
+    for _, conninfo in nodes:
+        nc = connect(conninfo)
+        q("""CREATE OR REPLACE FUNCTION public.im_router_test_raise(state text) RETURNS int
+             LANGUAGE plpgsql AS $$ BEGIN
+               RAISE EXCEPTION 'raised % on purpose', state USING ERRCODE = state,
+                     DETAIL = 'Detail of ' || state || '.', HINT = 'Hint of ' || state || '.';
+             END $$""", conn=nc)
+        q("GRANT EXECUTE ON FUNCTION public.im_router_test_raise(text) TO PUBLIC", conn=nc)
+        nc.close()
+    q("""CREATE OR REPLACE FUNCTION public.im_router_test_raise(part int, state text) RETURNS int
+         LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON part; SELECT public.im_router_test_raise(state); $$""")
+    q("""CREATE OR REPLACE FUNCTION public.im_router_test_call(part int, state text) RETURNS int
+         LANGUAGE plpgsql AS $$
+         DECLARE s text; m text; d text; h text;
+         BEGIN RETURN public.im_router_test_raise(part, state);
+         EXCEPTION WHEN OTHERS OR query_canceled THEN
+           GET STACKED DIAGNOSTICS s = RETURNED_SQLSTATE, m = MESSAGE_TEXT, d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
+           PERFORM im_router.rethrow(s, m, d, h);
+         END $$""")
+    raw = error_of("SELECT public.im_router_test_raise(0, '40001')")
+    check(raw and raw[0] == "40001" and raw[1].startswith("public.im_router_test_raise(2): [")
+          and "] REMOTE ERROR: raised 40001 on purpose" in raw[1] and raw[2] == "Remote detail: Detail of 40001.",
+          "PL/Proxy 2.10's prefix is '<function>(<nargs>): [<db>] REMOTE ERROR: ' (the one stripped)", f"{raw}")
+    for state in ("22023", "42501", "P0002", "IS409", "28000", "55000", "40001", "40P01", "57014"):
+        err = error_of("SELECT public.im_router_test_call(%s, %s)", (1, state))
+        check(err == (state, f"raised {state} on purpose", f"Detail of {state}.", f"Hint of {state}."),
+              f"{state} keeps its SQLSTATE, message, detail and hint", f"{err}")
+
+
+# ------------------------------------------------------- roles and commits
+@section
+def roles_and_commits():
+    # the application role: granted send_message on the router and on every
+    # node (README); the nodes see the calling role, not the router's owner
+    grant = ("GRANT USAGE ON SCHEMA im TO im_app; "
+             "GRANT EXECUTE ON FUNCTION im.send_message(bigint, bigint, text, jsonb, text, bigint) TO im_app")
+    q(grant)
+    for _, conninfo in nodes:
+        nc = connect(conninfo)
+        q(grant, conn=nc)
+        nc.close()
+    app = connect(ROUTER.replace("user=postgres", "") + " user=im_app")
+    sm = q("SELECT * FROM im.send_message(%s, %s, 'app-1', '{\"text\":\"as app\"}')", (a, g), conn=app)
+    check(sm and sm[0][2] is True, "the application role sends through the router")
+    err = error_of("SELECT * FROM im.metrics()", conn=app)
+    check(err and err[0] == "42501", "a function not granted on the router: 42501", f"{err}")
+    # im_router.* is callable by anyone here; the node refuses it (REMOTE …
+    # 42501) because it runs as im_app there, not as the router's owner
+    err = error_of("SELECT * FROM im_router.gc_inbox()", conn=app)
+    check(err is not None and err[0] == "42501" and "REMOTE ERROR" in err[1],
+          "the routing functions reach a node as the caller, whose grants there decide", f"{err}")
+    # autocommit on the node: a rolled-back router transaction undoes nothing
+    app.autocommit = False
+    cur = app.cursor()
+    cur.execute("SELECT * FROM im.send_message(%s, %s, 'app-2', '{\"text\":\"rolled back?\"}')", (a, g))
+    first = cur.fetchall()
+    app.rollback()
+    app.autocommit = True
+    again = q("SELECT * FROM im.send_message(%s, %s, 'app-2', '{\"text\":\"rolled back?\"}')", (a, g), conn=app)
+    check(first[0][2] is True and again[0][:2] == first[0][:2] and again[0][2] is False,
+          "a call through the router commits on its node when it returns (ROLLBACK undoes nothing)")
+    app.close()
+
+
+# ----------------------------------- run_fanout waits for the transfers
+@section
+def run_fanout_waits_for_the_transfers():
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    sub_node = bucket_node[c % 64]
+    src_node = bucket_node[g % 64]
+    if sub_node != src_node:
+        sub = f"im_{src_node}_to_{sub_node}"
+        dest = connect(dict(nodes)[sub_node])
+        q(f"ALTER SUBSCRIPTION {sub} DISABLE", conn=dest)
+        mw = q("SELECT * FROM im.send_message(%s, %s, 'kw', '{\"text\":\"wait\"}')", (a, g))[0]
+        q("SET im_router.run_fanout_timeout = '2s'")
+        err = expect_error("run_fanout while a subscription is disabled", "55000", "SELECT im.run_fanout()")
+        check(err and sub_node in err[1] or src_node in (err or ("", ""))[1],
+              "run_fanout's error names the node still pending", f"{err}")
+        q(f"ALTER SUBSCRIPTION {sub} ENABLE", conn=dest)
+        q("SET im_router.run_fanout_timeout = '60s'")
+        q1("SELECT im.run_fanout()")
+        rows = q("SELECT events FROM im.sync_changes(%s, 'dev1', %s, %s, 1000)", (c, gen[c], acked[c]))
+        got = [e.get("message_id") for e in (rows[0][0] or [])]
+        check(mw[0] in got, "after run_fanout returns, the destination has applied the transfer")
+        dest.close()
+
+
+# ----------------------------------------------------------- a stopped node
+@section
+def a_stopped_node():
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    down = names[-1]
+    owner_user = U[down][0]
+    up_user = U[names[0]][0]
+    conv_down = [x for x in groups if bucket_node[x % 64] == down][0]
+    conv_up = [x for x in groups if bucket_node[x % 64] == names[0]][0]
+    listed = [r[0] for r in q("SELECT conversation_id FROM im.conversation_list(%s)", (up_user,))]
+    pgbin = subprocess.check_output(["pg_config", "--bindir"], text=True).strip()
+    as_server = ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
+    datadir = os.path.join(node_dir[down], "data")
+    subprocess.run(as_server + [f"{pgbin}/pg_ctl", "-D", datadir, "-m", "immediate", "-w", "stop"],
+                   check=True, stdout=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    expect_error(f"register_device for a user of stopped {down}", "08006",
+                 "SELECT * FROM im.register_device(%s, 'dev9')", (owner_user,), "im_sync node unreachable")
+    expect_error(f"send to a conversation on stopped {down}", "08006",
+                 "SELECT * FROM im.send_message(%s, %s, 'd1', '{}')", (up_user, conv_down))
+    check(time.monotonic() - t0 < 30, "calls for a stopped node fail fast")
+    sd = q("SELECT * FROM im.send_message(%s, %s, 'd2', '{\"text\":\"still\"}')", (up_user, conv_up))
+    check(sd and sd[0][2] is True, "a send to a conversation elsewhere succeeds while a node is down")
+    check(q("SELECT * FROM im.register_device(%s, 'dev9')", (up_user,)) is not None,
+          "calls for users elsewhere succeed while a node is down")
+    cl = q("SELECT conversation_id, head_stale FROM im.conversation_list(%s)", (up_user,))
+    stale = dict(cl)
+    check(sorted(stale) == sorted(listed) and conv_down in stale and conv_up in stale
+          and all(stale[x] is (bucket_node[x % 64] == down) for x in stale),
+          "conversation_list: every row still listed, head_stale for the stopped node's conversations only",
+          f"{cl}")
+    met = q("SELECT name, value FROM im.metrics()")
+    check((f'im_router_node_up{{node="{down}"}}', 0.0) in met and (f'im_router_node_up{{node="{names[0]}"}}', 1.0) in met,
+          "metrics: the stopped node is down, the others report")
+    rec = q("SELECT check_name, node_name FROM im.reconcile()")
+    check(("node_unreachable", down) in rec, "reconcile names the unreachable node", f"{rec}")
+    expect_error("run_fanout with a node down", "08006", "SELECT im.run_fanout()")
+    subprocess.run(as_server + [f"{pgbin}/pg_ctl", "-D", datadir, "-l", os.path.join(node_dir[down], "server.log"),
+                                "-w", "start"], check=True, stdout=subprocess.DEVNULL)
+    check(q("SELECT * FROM im.register_device(%s, 'dev9')", (owner_user,)) is not None,
+          "the restarted node answers again (the router reconnects)")
+    q1("SELECT im.run_fanout()")
+    check(wait_for(lambda: q("SELECT * FROM im.reconcile()") == [], 60), "reconcile empty after the restart",
+          f"{q('SELECT * FROM im.reconcile()')}")
+
+
+print(f"router_check: {len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
