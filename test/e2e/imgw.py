@@ -269,6 +269,19 @@ async def converge(client, conv, want, timeout=30):
         await asyncio.sleep(0.3)
 
 
+def wait_until(what, pred, timeout=60, step=0.1):
+    """pred() until it is true (returned), or AssertionError naming what
+    after timeout seconds: a bounded wait, never a timed assertion."""
+    deadline = time.time() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(step)
+
+
 def run_tests(tests, label="e2e", timeout=120):
     """Run each test (a coroutine function, or a plain function) in turn,
     those whose name contains one of the command-line words if any are

@@ -28,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "test", "failover"))
 import pair  # noqa: E402  (throwaway nodes: initdb, pg_ctl as postgres)
+from imgw import wait_until as wait_for  # noqa: E402
 
 BASE = tempfile.mkdtemp(prefix="node_listen.", dir=os.environ.get("IM_TMP", "/tmp"))
 os.chmod(BASE, 0o755)
@@ -63,17 +64,6 @@ def start(cmd, log):
     p = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     PROCS.append(p)
     return p
-
-
-def wait_for(what, pred, timeout=60):
-    deadline = time.time() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.time() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.1)
 
 
 def notify(node, channel, payload, db):

@@ -25,7 +25,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from imgw import register, sql  # noqa: E402
+from imgw import register, sql, wait_until as wait_for  # noqa: E402
 
 TMP = os.environ.get("IM_TMP", "/tmp")
 PUB = os.path.join(ROOT, "test", "push", "relay_pub.pem")
@@ -47,17 +47,6 @@ def nnodes():
 def user_on(node, n, base):
     """A user id whose bucket (id % 64) is on node k (bucket b on node b % n + 1)."""
     return next(u for u in range(base, base + 64) if u % 64 % n + 1 == node)
-
-
-def wait_for(what, pred, timeout=90):
-    deadline = time.time() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.time() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.2)
 
 
 def main():

@@ -74,6 +74,7 @@ port=$(im_free_port)
     --db "$ROUTER" >"$IM_TMP/gateway-shards.log" 2>&1 &
 gw=$!
 stop_gw() { kill -0 "$gw" 2>/dev/null && { kill -TERM "$gw"; wait "$gw"; }; down; }
+# (down is idempotent: it finds nothing left after the first call)
 trap stop_gw EXIT
 for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
 export IM_GW_URL="ws://127.0.0.1:$port/" IM_E2E_MAX_FRAME=65536
@@ -104,20 +105,30 @@ echo "--- push end to end across nodes (test_push_shards.py)"
 IM_TMP="$IM_TMP" "$py" test/e2e/test_push_shards.py || rc=1
 notrun+=("test/e2e/test_push.py itself (it creates its own database, ends delays and leases by UPDATE im.push_job and reads im.push_job/push_target/presence: test_push_shards.py covers the cross-node path instead)")
 
-for f in test/shards/transfer_check.py; do
-  if [ -f "$f" ]; then echo "--- $f"; "$py" "$f" || rc=1; else notrun+=("$f (not present)"); fi
-done
-for f in test/router/router_check.sh; do
-  if [ -f "$f" ]; then echo "--- $f"; bash "$f" || rc=1; else notrun+=("$f (not present)"); fi
-done
-
-echo "--- the router's reconcile() after everything"
+echo "--- the router's reconcile() after the harnesses"
 problems=$(im_psql -d "$ROUTER" -At -c "SELECT im.run_fanout()" -c "SELECT count(*) FROM im.reconcile()" 2>&1 | tail -n 1)
 if [ "$problems" != 0 ]; then
   echo "FAIL router reconcile(): $problems"
   im_psql -d "$ROUTER" -c "SELECT * FROM im.reconcile() LIMIT 20"; rc=1
 else
   echo "ok   router reconcile() empty"
+fi
+kill -TERM "$gw" 2>/dev/null; wait "$gw" 2>/dev/null
+
+# the other helpers' entry points: shnode's drills on these nodes, then
+# (after ours are down) shrouter's check, which brings up its own
+if [ -f test/shards/transfer_check.py ]; then
+  echo "--- test/shards/transfer_check.py"
+  "$py" test/shards/transfer_check.py "$IM_SHARDS_DIR" || rc=1
+else
+  notrun+=("test/shards/transfer_check.py (not present)")
+fi
+down
+if [ -f test/router/router_check.sh ]; then
+  echo "--- test/router/router_check.sh"
+  IM_SHARDS_DIR= bash test/router/router_check.sh || rc=1
+else
+  notrun+=("test/router/router_check.sh (not present)")
 fi
 for n in "${notrun[@]}"; do echo "NOT RUN: $n"; done
 [ $rc -eq 0 ] || tail -n 30 "$IM_TMP/gateway-shards.log"
