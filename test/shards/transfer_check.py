@@ -218,6 +218,24 @@ def verify(what, late=frozenset()):
     check(lost == 0, f"{what}: every acknowledged send is stored once on its conversation node", f"{lost} lost")
 
 
+def facts(conv_node, message_id):
+    """message_audience on the conversation node + shard_message_facts on
+    every user's node: {user: in_sync_scope}"""
+    audience = [r[0] for r in node[conv_node].q("SELECT user_id FROM im.message_audience(%s)", (message_id,))]
+    out = {}
+    for n in NAMES:
+        mine = [u for u in audience if node_of(u) == n]
+        if mine:
+            for u, accepted, in_scope, synced, read in node[n].q(
+                    "SELECT * FROM im.shard_message_facts(%s, %s)", (message_id, mine)):
+                out[u] = in_scope
+    return audience, out
+
+
+def metric(n, name):
+    return node[n].q1("SELECT value FROM im.metrics() WHERE name = %s", (name,))
+
+
 def sub_name(src, dst):
     return f"im_{src}_to_{dst}"
 
@@ -248,13 +266,25 @@ def drill_disabled():
     on_sub(b, a, "DISABLE")
     before = node[a].q1("SELECT count(*) FROM im.transfer_out WHERE dest_node = %s", (b,))
     send_round("dis", 3, nodes=[a])
-    node[a].q("SELECT im.run_fanout()")
-    held = node[a].q1("SELECT transfers_unacked FROM im.shard_pending()")
+    # a worker may hold a batch: wait until the node's own outbox is drained
+    wait_for(lambda: node[a].q1("SELECT im.run_fanout() >= 0 AND outbox_pending = 0 FROM im.shard_pending()"), 60)
+    held = node[a].q1("SELECT count(*) FROM im.transfer_out WHERE dest_node = %s", (b,))
     check(held > before, f"disabled: {a}'s transfers to {b} wait while the subscription is disabled", f"{held}")
+    check(metric(a, "im_shard_transfers_unacked") >= held, "disabled: im.metrics shows the unacked transfers")
+    conv = next(c for c in CONVS[a] if any(node_of(u) == b for u in members_of(a, c)))
+    mid = node[a].q1("SELECT message_id FROM im.event WHERE conversation_id = %s AND kind = 'message' "
+                     "ORDER BY msg_seq DESC LIMIT 1", (conv,))
+    audience, scope = facts(a, mid)
+    check(set(scope) == set(audience), "disabled: every user of the audience has facts on its node")
+    check(all(not v for u, v in scope.items() if node_of(u) == b) and
+          all(v for u, v in scope.items() if node_of(u) == a),
+          f"disabled: in_sync_scope false on {b} until applied there, true on {a}", str(scope))
     check(not node[b].q("SELECT 1 FROM im.reconcile() WHERE severity = 'critical'"),
           "disabled: nothing critical meanwhile")
     on_sub(b, a, "ENABLE")
     check(drain(), "disabled: drained after enabling", str(pending_all()))
+    audience, scope = facts(a, mid)
+    check(scope and all(scope.values()), "disabled: in_sync_scope true everywhere once applied", str(scope))
     verify("disabled")
     reconcile_empty("disabled")
 
@@ -356,6 +386,7 @@ def drill_slot_limit():
     check(wait_for(lost, 120, step=0.2), f"slot_limit: slot {slot} lost its WAL (max_slot_wal_keep_size)")
     names = [r[0] for r in node[a].q("SELECT check_name FROM im.reconcile()")]
     check("replication_slot_lost" in names, f"slot_limit: {a}'s reconcile reports the lost slot", str(names))
+    check(metric(a, f'im_shard_slot_lost{{slot="{slot}"}}') == 1, "slot_limit: im.metrics shows the lost slot")
     check(node[a].q1("SELECT transfers_unacked FROM im.shard_pending()") > 0,
           "slot_limit: the transfers it held are still there, unacknowledged")
     node[a].q("DROP TABLE public.wal_filler")
