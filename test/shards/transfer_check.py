@@ -258,6 +258,22 @@ def drill_baseline():
     check(not errors, "baseline: concurrent sends on all nodes succeed", str(errors[:2]))
     check(drain(), "baseline: drained (shard_pending 0 on every node)", str(pending_all()))
     verify("baseline")
+    # the concurrency item: users fed by two or three conversation nodes at
+    # once have one gap-free sync_seq sequence (1..head, each number once)
+    multi = 0
+    for n in NAMES:
+        users = [u for u in USERS if node_of(u) == n]
+        for u, sources, cnt, distinct, top, head in node[n].q("""
+              SELECT i.user_id, count(DISTINCT i.conversation_id %% 64 %% 3), count(*),
+                     count(DISTINCT i.sync_seq), max(i.sync_seq), h.high_watermark
+              FROM im.inbox i JOIN im.user_head h USING (user_id)
+              WHERE i.user_id = ANY(%s) GROUP BY i.user_id, h.high_watermark""", (users,)):
+            if sources >= 2:
+                multi += 1
+                check(cnt == distinct == top == head,
+                      f"baseline: user {u} (fed by {sources} conversation nodes) has sync_seq 1..{head} gap-free",
+                      f"{cnt} rows, {distinct} distinct, max {top}, head {head}")
+    check(multi >= 10, f"baseline: {multi} users were fed by several conversation nodes at once")
     reconcile_empty("baseline")
 
 
