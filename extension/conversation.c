@@ -66,6 +66,14 @@ collect_members(FunctionCallInfo fcinfo, int64 creator, int64 **out)
 	return n;
 }
 
+/*
+ * issue 15: a period id carries its conversation's bucket ($1) on a sharded
+ * node, so the copies of periods from several conversation nodes never
+ * share an id on a user node; factor 1 unsharded (shard_map.h).
+ */
+#define PLACED_PERIOD_ID_SQL(factor) \
+	"(pg_catalog.nextval('im.membership_period_id_seq')" OP_TIMES factor ")" PLUS "($1" OP_MOD factor ")"
+
 /* user_conversation rows exist from the first period on (fanout only UPDATEs
  * them, so it never takes a key-share lock on the conversation row).  The
  * caller holds the users' heads. */
@@ -102,7 +110,7 @@ create_conversation(const char *kind, int64 *members, int n)
 	static SPIPlanPtr get_direct;
 	static SPIPlanPtr ins_group;
 	static SPIPlanPtr ins_periods;
-	Datum		args[3];
+	Datum		args[4];
 	int64		conversation_id;
 	ImConversation conv;
 	ImNewEvent	ev;
@@ -176,12 +184,14 @@ create_conversation(const char *kind, int64 *members, int n)
 
 	arr = im_int8_array(members, n);
 	im_prepare(&ins_periods,
-			   "INSERT INTO im.membership_period (conversation_id, user_id, join_seq, join_event_id) "
-			   "SELECT $1, u, 1, $3 FROM pg_catalog.unnest($2::pg_catalog.int8[]) u ORDER BY u",
-			   3, INT8OID, INT8ARRAYOID, INT8OID);
+			   "INSERT INTO im.membership_period (membership_period_id, conversation_id, user_id, join_seq, join_event_id) "
+			   "SELECT " PLACED_PERIOD_ID_SQL("$4") ", $1, u, 1, $3 "
+			   "FROM pg_catalog.unnest($2::pg_catalog.int8[]) u ORDER BY u",
+			   4, INT8OID, INT8ARRAYOID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	args[1] = arr;
 	args[2] = Int64GetDatum(message_id);
+	args[3] = Int64GetDatum(im_shard_id_factor());
 	im_exec(ins_periods, args, NULL, 0);
 
 	im_lock_user_heads(members, n);
@@ -396,7 +406,7 @@ im_join_conversation(PG_FUNCTION_ARGS)
 	bool		created = false;
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
-	Datum		args[4];
+	Datum		args[5];
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
@@ -409,13 +419,14 @@ im_join_conversation(PG_FUNCTION_ARGS)
 
 		/* The period starts at the join event itself: the joiner sees it. */
 		im_prepare(&ins_period,
-				   "INSERT INTO im.membership_period (conversation_id, user_id, join_seq, join_event_id) "
-				   "VALUES ($1, $2, $3, $4) RETURNING membership_period_id",
-				   4, INT8OID, INT8OID, INT8OID, INT8OID);
+				   "INSERT INTO im.membership_period (membership_period_id, conversation_id, user_id, join_seq, join_event_id) "
+				   "VALUES (" PLACED_PERIOD_ID_SQL("$5") ", $1, $2, $3, $4) RETURNING membership_period_id",
+				   5, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID);
 		args[0] = Int64GetDatum(conversation_id);
 		args[1] = Int64GetDatum(user_id);
 		args[2] = Int64GetDatum(join_seq);
 		args[3] = Int64GetDatum(message_id);
+		args[4] = Int64GetDatum(im_shard_id_factor());
 		im_exec(ins_period, args, NULL, 0);
 		period_id = im_get_int64(0, 1, NULL);
 

@@ -1040,17 +1040,27 @@ AS 'MODULE_PATHNAME', 'im_conversation_heads' LANGUAGE C;
 CREATE FUNCTION im.message_audience(message_id bigint)
 RETURNS TABLE(user_id bigint, conversation_id bigint, msg_seq bigint, accepted boolean)
 AS 'MODULE_PATHNAME', 'im_message_audience' LANGUAGE C;
+CREATE FUNCTION im.shard_message_status(message_id bigint, user_ids bigint[])
+RETURNS TABLE(user_id bigint, device_id text, accepted boolean,
+              in_sync_scope boolean, device_synced boolean, user_read boolean)
+AS 'MODULE_PATHNAME', 'im_shard_message_status' LANGUAGE C;
+CREATE FUNCTION im.shard_message_facts(message_id bigint, user_ids bigint[])
+RETURNS TABLE(user_id bigint, accepted boolean, in_sync_scope boolean,
+              any_device_synced boolean, user_read boolean)
+AS 'MODULE_PATHNAME', 'im_shard_message_facts' LANGUAGE C;
 CREATE FUNCTION im.shard_received_positions(user_ids bigint[])
 RETURNS TABLE(user_id bigint, conversation_id bigint, msg_seq bigint, source_event_id bigint, delivery_scope bigint)
 AS 'MODULE_PATHNAME', 'im_shard_received_positions' LANGUAGE C;
 
-COMMENT ON FUNCTION im.shard_configure(text, text[]) IS 'Stores this node''s name and the 64-bucket node map (issue 15); idempotent';
+COMMENT ON FUNCTION im.shard_configure(text, text[]) IS 'Stores this node''s name and the 64-bucket node map; idempotent (contract §15, issue 15)';
 COMMENT ON FUNCTION im.shard_self() IS 'This node''s name, NULL when not sharded (contract §15, issue 15)';
 COMMENT ON FUNCTION im.shard_pending() IS 'Outbox items pending, transfers not yet acknowledged, inbound transfers not applied (contract §15, issue 15)';
 COMMENT ON FUNCTION im.shard_apply_transfers(integer) IS 'Applies pending inbound transfers into the local copies and outbox (contract §15, issue 15)';
 COMMENT ON FUNCTION im.shard_retry_quarantined(text, bigint) IS 'Puts a quarantined inbound transfer back to pending (contract §15, issue 15)';
 COMMENT ON FUNCTION im.conversation_heads(bigint[]) IS 'Authoritative heads of the conversations this node owns (contract §15, issue 15)';
 COMMENT ON FUNCTION im.message_audience(bigint) IS 'The users contract §1 lets see a message, on its conversation node (contract §15, issue 15)';
+COMMENT ON FUNCTION im.shard_message_status(bigint, bigint[]) IS 'message_status''s device rows for these users of this node, from its copies (contract §15, issue 15)';
+COMMENT ON FUNCTION im.shard_message_facts(bigint, bigint[]) IS 'message_facts'' user rows for these users of this node, from its copies (contract §15, issue 15)';
 COMMENT ON FUNCTION im.shard_received_positions(bigint[]) IS 'The conversation positions in these local users'' logs, for the cross-node check (contract §15, issue 15)';
 
 COMMENT ON TABLE im.shard_config IS 'This node''s name and the 64-bucket node map; no row = not sharded (contract §15)';
@@ -1069,6 +1079,7 @@ BEGIN
                AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['shard_configure', 'shard_self',
                    'shard_pending', 'shard_apply_transfers', 'shard_retry_quarantined',
                    'conversation_heads', 'message_audience', 'shard_received_positions',
+                   'shard_message_status', 'shard_message_facts',
                    'transfer_out_arrive', 'transfer_ack_arrive'])
     LOOP
         EXECUTE pg_catalog.format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp', f);

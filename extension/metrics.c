@@ -29,6 +29,7 @@
 #include "common.h"
 #include "im_sql.h"
 #include "push.h"
+#include "shard_reconcile.h"
 #include "shmem.h"
 #include "version_check.h"
 
@@ -278,6 +279,7 @@ im_metrics(PG_FUNCTION_ARGS)
 			   "Failed device authentications since server start.");
 
 	emit_push_metrics(fcinfo);
+	im_shard_metrics(fcinfo);	/* issue 15: transfers and slots */
 
 	for (int s = 0; s < (int) NUM_STAGES; s++)
 		emit_histogram(fcinfo, &stages[s], &stage_plans[s]);

@@ -24,6 +24,7 @@
 #include "shmem.h"
 
 #include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 
 int64
@@ -31,23 +32,30 @@ im_enqueue_private_event(int64 user_id, int64 conversation_id,
 						 const char *kind, int64 read_msg_seq, int64 message_id)
 {
 	static SPIPlanPtr plan;
-	Datum		args[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Datum		args[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 
-	/* One statement: the event and its outbox item cannot come apart. */
+	/*
+	 * One statement: the event and its outbox item cannot come apart.
+	 * issue 15: the id carries the user's bucket ($6: the id factor), so on
+	 * a user node it never equals a copied event's id (those carry remote
+	 * conversations' buckets) in the outbox's source_event_id key.
+	 */
 	im_prepare(&plan,
 			   "WITH pe AS ("
-			   "  INSERT INTO im.private_event (user_id, conversation_id, kind, read_msg_seq, message_id) "
-			   "  VALUES ($1, $2, $3, $4, $5) RETURNING private_event_id, user_id, conversation_id) "
+			   "  INSERT INTO im.private_event (private_event_id, user_id, conversation_id, kind, read_msg_seq, message_id) "
+			   "  VALUES ((pg_catalog.nextval('im.event_id_seq')" OP_TIMES "$6)" PLUS "($1" OP_MOD "$6),"
+			   "          $1, $2, $3, $4, $5) RETURNING private_event_id, user_id, conversation_id) "
 			   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id, private_user_id) "
 			   "SELECT pe.conversation_id, NULL, pe.private_event_id, pe.user_id FROM pe "
 			   "RETURNING source_event_id",
-			   5, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID);
+			   6, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(conversation_id);
 	args[2] = CStringGetTextDatum(kind);
 	args[3] = Int64GetDatum(read_msg_seq);
 	args[4] = Int64GetDatum(message_id);
+	args[5] = Int64GetDatum(im_shard_id_factor());
 	if (read_msg_seq == 0)
 		nulls[3] = 'n';
 	if (message_id == 0)
@@ -385,6 +393,121 @@ im_message_status(PG_FUNCTION_ARGS)
 			   1, INT8OID);
 	im_exec(status_plan, args, NULL, 0);
 	im_srf_rows_from_spi(fcinfo, 6);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/*
+ * issue 15: the scope of message $1 for the users $2 on THEIR node (CTEs e,
+ * s): the copy of the event (none while no transfer brought it), in scope
+ * once the local outbox item of the copy is processed and not quarantined
+ * for the user — "its outbox item is processed" means "applied on the
+ * user's node".  The router takes the audience from the conversation node.
+ */
+#define SHARD_SCOPE_SQL \
+	"WITH e AS (SELECT e.* FROM im.event e WHERE e.message_id" EQ "$1), " \
+	"s AS (" \
+	"  SELECT w.u AS user_id, " \
+	"    (EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id" EQ "$1 " \
+	"               AND o.state" EQ "'done') " \
+	"     AND NOT EXISTS (SELECT 1 FROM im.outbox o JOIN im.fanout_quarantine q " \
+	"               ON q.outbox_id" EQ "o.outbox_id " \
+	"             WHERE o.source_event_id" EQ "$1 AND q.user_id" EQ "w.u)) AS in_scope " \
+	"  FROM pg_catalog.unnest($2::pg_catalog.int8[]) w(u)) "
+
+/* the user_ids argument: user ids placed on this node (22023, IS421) */
+static Datum
+local_user_ids_arg(FunctionCallInfo fcinfo, int argno)
+{
+	ArrayType  *arr;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("user_ids must not be NULL")));
+	arr = PG_GETARG_ARRAYTYPE_P(argno);
+	deconstruct_array(arr, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("user_ids must not contain NULL")));
+		im_check_user_id(DatumGetInt64(elems[i]), "user_ids");
+	}
+	for (int i = 0; i < n; i++)
+		im_shard_require_user(DatumGetInt64(elems[i]));
+	return PointerGetDatum(arr);
+}
+
+PG_FUNCTION_INFO_V1(im_shard_message_status);
+/*
+ * issue 15: shard_message_status(message_id, user_ids) on a user node:
+ * message_status's device rows for those of its users (accepted is true:
+ * the router asks only about a message its conversation node has).
+ */
+Datum
+im_shard_message_status(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan;
+	int64		message_id = im_arg_id(fcinfo, 0, "message_id");
+	Datum		args[2];
+
+	args[1] = local_user_ids_arg(fcinfo, 1);
+	im_srf_begin(fcinfo);
+	im_spi_connect();
+	args[0] = Int64GetDatum(message_id);
+	im_prepare(&plan,
+			   SHARD_SCOPE_SQL
+			   "SELECT s.user_id, d.device_id, true, s.in_scope, "
+			   DEVICE_SYNCED_SQL ", "
+			   USER_READ_SQL " "
+			   "FROM s LEFT JOIN e ON true "
+			   "JOIN im.device d ON d.user_id" EQ "s.user_id "
+			   "               AND d.state" NE "'REVOKED' "
+			   "LEFT JOIN im.user_head h ON h.user_id" EQ "s.user_id "
+			   "LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "s.user_id "
+			   "      AND uc.conversation_id" EQ "e.conversation_id "
+			   "ORDER BY s.user_id, d.device_id",
+			   2, INT8OID, INT8ARRAYOID);
+	im_exec(plan, args, NULL, 0);
+	im_srf_rows_from_spi(fcinfo, 6);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(im_shard_message_facts);
+/* issue 15: shard_message_facts(message_id, user_ids): message_facts' user rows, as above */
+Datum
+im_shard_message_facts(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan;
+	int64		message_id = im_arg_id(fcinfo, 0, "message_id");
+	Datum		args[2];
+
+	args[1] = local_user_ids_arg(fcinfo, 1);
+	im_srf_begin(fcinfo);
+	im_spi_connect();
+	args[0] = Int64GetDatum(message_id);
+	im_prepare(&plan,
+			   SHARD_SCOPE_SQL
+			   "SELECT s.user_id, true, s.in_scope, "
+			   "  (SELECT CASE WHEN " SHARED_LOG_POSITION_SQL " THEN NULL "
+			   "          ELSE COALESCE(pg_catalog.bool_or(" DEVICE_SYNCED_SQL "), false) END "
+			   "   FROM im.device d WHERE d.user_id" EQ "s.user_id "
+			   "                      AND d.state" NE "'REVOKED'), "
+			   USER_READ_SQL " "
+			   "FROM s LEFT JOIN e ON true "
+			   "LEFT JOIN im.user_head h ON h.user_id" EQ "s.user_id "
+			   "LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "s.user_id "
+			   "      AND uc.conversation_id" EQ "e.conversation_id "
+			   "ORDER BY s.user_id",
+			   2, INT8OID, INT8ARRAYOID);
+	im_exec(plan, args, NULL, 0);
+	im_srf_rows_from_spi(fcinfo, 5);
 	SPI_finish();
 	return (Datum) 0;
 }

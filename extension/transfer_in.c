@@ -101,12 +101,19 @@ im_transfer_out_arrive(PG_FUNCTION_ARGS)
 	}
 
 	im_spi_connect();
+	/*
+	 * A duplicate only counts; if it was settled already, its applied record
+	 * goes back once more (deleted and inserted again: only inserts are
+	 * published), so a source that sends a transfer again — its row was
+	 * re-inserted, or its ack got lost with a slot — also sees it acked.
+	 */
 	im_prepare(&plan,
 			   "INSERT INTO im.transfer_in (source_node, transfer_id, conversation_id, msg_seq,"
 			   "                            source_event_id, payload, sent_at)"
 			   "VALUES ($1, $2, $3, $4, $5, $6, $7) "
 			   "ON CONFLICT (source_node, transfer_id) DO UPDATE"
-			   "  SET duplicates = im.transfer_in.duplicates" PLUS "1",
+			   "  SET duplicates = im.transfer_in.duplicates" PLUS "1 "
+			   "RETURNING state",
 			   7, TEXTOID, INT8OID, INT8OID, INT8OID, INT8OID, JSONBOID, TIMESTAMPTZOID);
 	args[0] = CStringGetTextDatum(row_text(td, "source_node"));
 	args[1] = row_value(td, "transfer_id", &isnull);
@@ -116,6 +123,21 @@ im_transfer_out_arrive(PG_FUNCTION_ARGS)
 	args[5] = row_value(td, "payload", &isnull);
 	args[6] = row_value(td, "created_at", &isnull);
 	im_exec(plan, args, nulls, 0);
+	if (strcmp(im_get_text(0, 1), "pending") != 0)
+	{
+		static SPIPlanPtr forget;
+		static SPIPlanPtr again;
+
+		im_prepare(&forget,
+				   "DELETE FROM im.transfer_ack WHERE source_node" EQ "$1 AND transfer_id" EQ "$2",
+				   2, TEXTOID, INT8OID);
+		im_prepare(&again,
+				   "INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)"
+				   " VALUES ($1, $2, im.shard_self())",
+				   2, TEXTOID, INT8OID);
+		im_exec(forget, args, NULL, 0);
+		im_exec(again, args, NULL, 0);
+	}
 	SPI_finish();
 	im_wake_fanout_at_commit();
 	return PointerGetDatum(NULL);
@@ -189,7 +211,10 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 				   "   $1->'periods') x ORDER BY x.membership_period_id "
 				   "ON CONFLICT (membership_period_id) DO UPDATE"
 				   "  SET leave_seq = COALESCE(im.membership_period.leave_seq, EXCLUDED.leave_seq),"
-				   "      leave_event_id = COALESCE(im.membership_period.leave_event_id, EXCLUDED.leave_event_id)",
+				   "      leave_event_id = COALESCE(im.membership_period.leave_event_id, EXCLUDED.leave_event_id)"
+				   /* period ids carry their conversation's bucket: the same id is the same period */
+				   "  WHERE im.membership_period.conversation_id" EQ "EXCLUDED.conversation_id"
+				   "    AND im.membership_period.user_id" EQ "EXCLUDED.user_id",
 				   1, JSONBOID);
 		im_exec(periods, args, NULL, 0);
 		/*

@@ -4,6 +4,7 @@
 #                                cluster on free ports; prints the router's
 #                                conninfo as its LAST line
 #   test/shards.sh down          stops everything `up` started
+#   test/shards.sh resubscribe SRC DST  the repair path of a lost slot (below)
 #   test/shards.sh set NAME VAL  one setting on every node (ALTER ROLE ALL IN
 #                                DATABASE … SET, then reload): session settings
 #                                do not cross PL/Proxy
@@ -153,9 +154,30 @@ cmd_set() {
   done <"$dir/nodes"
 }
 
+# The repair path of a lost slot (max_slot_wal_keep_size reached) or of any
+# broken SRC -> DST channel: drop DST's subscription and SRC's slot, subscribe
+# again with copy_data = true.  Nothing is lost: SRC keeps every transfer row
+# until DST's applied record comes back, the initial copy carries them all
+# again, and DST's exact-key filter drops those it has (re-sending their acks).
+cmd_resubscribe() {
+  local src=${1:?usage: $0 resubscribe SRC DST} dst=${2:?usage: $0 resubscribe SRC DST}
+  local dir; dir=$(shards_dir)
+  local sconn dconn
+  sconn=$(awk -v n="$src" '$1 == n { $1 = ""; sub(/^ /, ""); print }' "$dir/nodes")
+  dconn=$(awk -v n="$dst" '$1 == n { $1 = ""; sub(/^ /, ""); print }' "$dir/nodes")
+  [ -n "$sconn" ] && [ -n "$dconn" ] || { echo "shards: unknown node $src or $dst" >&2; exit 2; }
+  local sub="im_${src}_to_${dst}"
+  shards_psql "$dconn" "ALTER SUBSCRIPTION $sub DISABLE" "ALTER SUBSCRIPTION $sub SET (slot_name = NONE)" \
+    "DROP SUBSCRIPTION $sub"
+  shards_psql "$sconn" "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots
+    WHERE slot_name = '$sub'" >/dev/null
+  shards_psql "$dconn" "CREATE SUBSCRIPTION $sub CONNECTION '$sconn' PUBLICATION im_to_${dst} WITH (copy_data = true)"
+}
+
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;
+  resubscribe) shift; cmd_resubscribe "$@" ;;
   down) cmd_down ;;
   set) shift; cmd_set "$@" ;;
-  *) echo "usage: $0 up [N] | down | set NAME VALUE" >&2; exit 2 ;;
+  *) echo "usage: $0 up [N] | down | set NAME VALUE | resubscribe SRC DST" >&2; exit 2 ;;
 esac

@@ -1,0 +1,465 @@
+"""transfer_check.py <shards-dir> — node-level transfer checks of issue 15
+against `test/shards.sh up 3` (the 70-shards suite runs it):
+
+  baseline      conversations on all three nodes, members spread over the
+                three, sends on every node at once (two or three conversation
+                nodes fan out to the same users concurrently); drained: every
+                user's log on its node holds exactly the positions the
+                conversation node's periods give it, once, each conversation
+                in msg_seq order, sync_seq gap-free (reconcile)
+  disabled      a subscription disabled while its source sends, then enabled
+  replay        every transfer to one node delivered a second time (its rows
+                re-inserted on the sources): nothing changes, all acked again
+  stop          immediate stop of one node during a send storm on the other
+                two, restart: nothing acknowledged lost or doubled
+  slot_limit    a slot reaching max_slot_wal_keep_size: detected by
+                reconcile, repaired by `test/shards.sh resubscribe`
+  poison        a transfer that fails to apply is quarantined, the rest
+                flows; after the cause is gone it is retried
+
+Each drill ends with every node's im.reconcile() empty.  Waits are bounded
+polls (never timed assertions)."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import psycopg2  # noqa: E402
+from checklib import check, failures, wait_for  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARDS = os.path.join(HERE, "..", "shards.sh")
+DIR = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("IM_SHARDS_DIR")
+if not DIR:
+    sys.exit("usage: transfer_check.py <shards-dir>")
+NODES = []  # (name, conninfo)
+with open(os.path.join(DIR, "nodes")) as f:
+    for line in f:
+        name, conn = line.strip().split(" ", 1)
+        NODES.append((name, conn))
+with open(os.path.join(DIR, "clusters")) as f:
+    CLUSTERS = [l.strip() for l in f if l.strip()]
+N = len(NODES)
+NAMES = [n for n, _ in NODES]
+CONN = dict(NODES)
+
+
+def node_of(id_):
+    return NAMES[(id_ % 64) % N]
+
+
+def connect(node):
+    c = psycopg2.connect(CONN[node])
+    c.autocommit = True
+    return c
+
+
+class Node:
+    def __init__(self, name):
+        self.name = name
+        self.c = None
+
+    def q(self, sql, args=None):
+        for attempt in range(2):
+            try:
+                if self.c is None or self.c.closed:
+                    self.c = connect(self.name)
+                cur = self.c.cursor()
+                cur.execute(sql, args)
+                return cur.fetchall() if cur.description else None
+            except psycopg2.OperationalError:
+                self.c = None
+                if attempt:
+                    raise
+
+    def q1(self, sql, args=None):
+        r = self.q(sql, args)
+        return r[0][0] if r else None
+
+
+node = {n: Node(n) for n in NAMES}
+
+
+def pending_all():
+    return [tuple(node[n].q("SELECT * FROM im.shard_pending()")[0]) for n in NAMES]
+
+
+def drain(timeout=120):
+    """run_fanout on every node until shard_pending is 0 everywhere."""
+    def done():
+        for n in NAMES:
+            node[n].q("SELECT im.run_fanout()")
+        return all(p == (0, 0, 0) for p in pending_all())
+    return wait_for(done, timeout, step=0.2)
+
+
+def reconcile_empty(what):
+    rows = {n: node[n].q("SELECT check_name, severity, conversation_id, user_id, detail::text FROM im.reconcile()")
+            for n in NAMES}
+    bad = {n: r for n, r in rows.items() if r}
+    check(not bad, f"{what}: every node's reconcile is empty", str(bad)[:600])
+
+
+# ---- the world: users spread over the nodes, conversations on every node
+USERS = list(range(3000, 3030))          # 30 users, 10 per node (bucket % 3)
+CONVS = {n: [] for n in NAMES}           # conversation ids by owning node
+SENT = []                                # (conversation, client_msg_id) acknowledged
+sent_lock = threading.Lock()
+
+
+def members_for(i):
+    # 7 members from all three nodes, overlapping between conversations
+    return sorted({USERS[(i * 3 + k * 4) % len(USERS)] for k in range(7)})
+
+
+def setup():
+    for n in NAMES:
+        for i in range(4):
+            c = node[n].q1("SELECT im.create_conversation('group', %s)", (members_for(i + 4 * NAMES.index(n)),))
+            check(node_of(c) == n, f"conversation {c} created on {n} carries a bucket of {n}")
+            CONVS[n].append(c)
+    # a remote member leaves one conversation and joins again: a new period
+    c0 = CONVS[NAMES[0]][0]
+    m = [u for u in members_for(0) if node_of(u) != NAMES[0]][0]
+    node[NAMES[0]].q("SELECT * FROM im.leave_conversation(%s, %s)", (c0, m))
+    node[NAMES[0]].q("SELECT * FROM im.join_conversation(%s, %s)", (c0, m))
+
+
+def members_of(n, conv):
+    return [r[0] for r in node[n].q(
+        "SELECT DISTINCT user_id FROM im.membership_period WHERE conversation_id = %s AND leave_seq IS NULL", (conv,))]
+
+
+def send(n, conv, sender, tag, text=None):
+    cid = f"{tag}-{conv}-{time.time_ns()}"
+    node[n].q("SELECT * FROM im.send_message(%s, %s, %s, %s)",
+              (sender, conv, cid, json.dumps({"text": text or tag})))
+    with sent_lock:
+        SENT.append((conv, cid))
+    return cid
+
+
+def send_round(tag, count, nodes=None):
+    """count messages into every conversation of the given nodes, one thread
+    per node, so several conversation nodes fan out to the same users at once."""
+    errors = []
+
+    def run(n):
+        try:
+            sess = Node(n)
+            for k in range(count):
+                for conv in CONVS[n]:
+                    ms = members_of(n, conv)
+                    cid = f"{tag}-{conv}-{k}"
+                    sess.q("SELECT * FROM im.send_message(%s, %s, %s, %s)",
+                           (ms[k % len(ms)], conv, cid, json.dumps({"text": tag, "k": k})))
+                    with sent_lock:
+                        SENT.append((conv, cid))
+                sess.q("SELECT im.run_fanout()")
+        except psycopg2.Error as e:
+            errors.append(f"{n}: {str(e).splitlines()[0]}")
+    ts = [threading.Thread(target=run, args=(n,)) for n in (nodes or NAMES)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return errors
+
+
+EXPECTED_SQL = """
+SELECT p.user_id, e.conversation_id, e.msg_seq FROM im.event e
+LEFT JOIN im.event t ON t.message_id = e.target_message_id
+JOIN im.membership_period p ON p.conversation_id = e.conversation_id
+ AND ((p.join_seq <= COALESCE(t.msg_seq, e.msg_seq)
+       AND (p.leave_seq IS NULL OR p.leave_seq >= COALESCE(t.msg_seq, e.msg_seq)))
+      OR (e.kind = 'leave' AND p.leave_event_id = e.message_id))
+WHERE e.conversation_id = ANY(%s)"""
+
+
+def verify(what, late=frozenset()):
+    """every user's received positions (its node) = the conversation nodes' periods"""
+    expected = set()
+    for n in NAMES:
+        for row in node[n].q(EXPECTED_SQL, (CONVS[n],)):
+            expected.add(tuple(row))
+    got = []
+    by_node = {n: [u for u in USERS if node_of(u) == n] for n in NAMES}
+    allconvs = [c for n in NAMES for c in CONVS[n]]
+    out_of_order = 0
+    for n, users in by_node.items():
+        rows = node[n].q("SELECT user_id, conversation_id, msg_seq FROM im.shard_received_positions(%s)", (users,))
+        last = {}
+        for u, c, s in rows:
+            if c not in allconvs:
+                continue
+            got.append((u, c, s))
+            if (u, c) in last and s < last[(u, c)] and (c, s) not in late:
+                out_of_order += 1
+            last[(u, c)] = max(s, last.get((u, c), 0))
+    gotset = set(got)
+    check(len(got) == len(gotset), f"{what}: no position twice in any log", f"{len(got) - len(gotset)} doubled")
+    missing = expected - gotset
+    extra = gotset - expected
+    check(not missing, f"{what}: every position the periods give reached its user's node",
+          f"{len(missing)} missing, e.g. {sorted(missing)[:5]}")
+    check(not extra, f"{what}: no position beyond the periods", f"{len(extra)} extra, e.g. {sorted(extra)[:5]}")
+    check(out_of_order == 0, f"{what}: each conversation in msg_seq order in every log", f"{out_of_order}")
+    # nothing acknowledged was lost: every acked send is a position of its conversation
+    acked = {}
+    for conv, cid in SENT:
+        acked.setdefault(node_of(conv), []).append(cid)
+    lost = 0
+    for n, cids in acked.items():
+        have = node[n].q1("SELECT count(*) FROM im.event WHERE client_msg_id = ANY(%s)", (cids,))
+        lost += len(cids) - have
+    check(lost == 0, f"{what}: every acknowledged send is stored once on its conversation node", f"{lost} lost")
+
+
+def facts(conv_node, message_id):
+    """message_audience on the conversation node + shard_message_facts on
+    every user's node: {user: in_sync_scope}"""
+    audience = [r[0] for r in node[conv_node].q("SELECT user_id FROM im.message_audience(%s)", (message_id,))]
+    out = {}
+    for n in NAMES:
+        mine = [u for u in audience if node_of(u) == n]
+        if mine:
+            for u, accepted, in_scope, synced, read in node[n].q(
+                    "SELECT * FROM im.shard_message_facts(%s, %s)", (message_id, mine)):
+                out[u] = in_scope
+    return audience, out
+
+
+def metric(n, name):
+    return node[n].q1("SELECT value FROM im.metrics() WHERE name = %s", (name,))
+
+
+def sub_name(src, dst):
+    return f"im_{src}_to_{dst}"
+
+
+def on_sub(dst, src, action):
+    node[dst].q(f"ALTER SUBSCRIPTION {sub_name(src, dst)} {action}")
+
+
+def server(i, *args):
+    data = os.path.join(CLUSTERS[i], "data")
+    cmd = ["pg_ctl", "-D", data, "-l", os.path.join(CLUSTERS[i], "server.log"), "-w", "-t", "60"] + list(args)
+    if os.getuid() == 0:
+        cmd = ["runuser", "-u", "postgres", "--"] + cmd
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+# ---------------------------------------------------------------- drills
+def drill_baseline():
+    errors = send_round("base", 3)
+    check(not errors, "baseline: concurrent sends on all nodes succeed", str(errors[:2]))
+    check(drain(), "baseline: drained (shard_pending 0 on every node)", str(pending_all()))
+    verify("baseline")
+    # the concurrency item: users fed by two or three conversation nodes at
+    # once have one gap-free sync_seq sequence (1..head, each number once)
+    multi = 0
+    for n in NAMES:
+        users = [u for u in USERS if node_of(u) == n]
+        for u, sources, cnt, distinct, top, head in node[n].q("""
+              SELECT i.user_id, count(DISTINCT i.conversation_id %% 64 %% 3), count(*),
+                     count(DISTINCT i.sync_seq), max(i.sync_seq), h.high_watermark
+              FROM im.inbox i JOIN im.user_head h USING (user_id)
+              WHERE i.user_id = ANY(%s) GROUP BY i.user_id, h.high_watermark""", (users,)):
+            if sources >= 2:
+                multi += 1
+                check(cnt == distinct == top == head,
+                      f"baseline: user {u} (fed by {sources} conversation nodes) has sync_seq 1..{head} gap-free",
+                      f"{cnt} rows, {distinct} distinct, max {top}, head {head}")
+    check(multi >= 10, f"baseline: {multi} users were fed by several conversation nodes at once")
+    reconcile_empty("baseline")
+
+
+def drill_disabled():
+    a, b = NAMES[0], NAMES[1]
+    on_sub(b, a, "DISABLE")
+    before = node[a].q1("SELECT count(*) FROM im.transfer_out WHERE dest_node = %s", (b,))
+    send_round("dis", 3, nodes=[a])
+    # a worker may hold a batch: wait until the node's own outbox is drained
+    wait_for(lambda: node[a].q1("SELECT im.run_fanout() >= 0 AND outbox_pending = 0 FROM im.shard_pending()"), 60)
+    held = node[a].q1("SELECT count(*) FROM im.transfer_out WHERE dest_node = %s", (b,))
+    check(held > before, f"disabled: {a}'s transfers to {b} wait while the subscription is disabled", f"{held}")
+    check(metric(a, "im_shard_transfers_unacked") >= held, "disabled: im.metrics shows the unacked transfers")
+    conv = next(c for c in CONVS[a] if any(node_of(u) == b for u in members_of(a, c)))
+    mid = node[a].q1("SELECT message_id FROM im.event WHERE conversation_id = %s AND kind = 'message' "
+                     "ORDER BY msg_seq DESC LIMIT 1", (conv,))
+    audience, scope = facts(a, mid)
+    check(set(scope) == set(audience), "disabled: every user of the audience has facts on its node")
+    check(all(not v for u, v in scope.items() if node_of(u) == b) and
+          all(v for u, v in scope.items() if node_of(u) == a),
+          f"disabled: in_sync_scope false on {b} until applied there, true on {a}", str(scope))
+    check(not node[b].q("SELECT 1 FROM im.reconcile() WHERE severity = 'critical'"),
+          "disabled: nothing critical meanwhile")
+    on_sub(b, a, "ENABLE")
+    check(drain(), "disabled: drained after enabling", str(pending_all()))
+    audience, scope = facts(a, mid)
+    check(scope and all(scope.values()), "disabled: in_sync_scope true everywhere once applied", str(scope))
+    verify("disabled")
+    reconcile_empty("disabled")
+
+
+def drill_replay():
+    d = NAMES[2]
+    srcs = [n for n in NAMES if n != d]
+    for s in srcs:
+        on_sub(d, s, "DISABLE")
+    send_round("rep", 3, nodes=srcs)
+    for s in srcs:
+        node[s].q("SELECT im.run_fanout()")
+    saved = {s: node[s].q1("SELECT COALESCE(jsonb_agg(to_jsonb(t)), '[]') FROM im.transfer_out t WHERE dest_node = %s",
+                           (d,)) for s in srcs}
+    nsaved = sum(len(v) for v in saved.values())
+    check(nsaved > 0, f"replay: {nsaved} transfers to {d} captured on their sources")
+    for s in srcs:
+        on_sub(d, s, "ENABLE")
+    check(drain(), "replay: first delivery drained", str(pending_all()))
+    head_before = node[d].q1("SELECT coalesce(sum(high_watermark), 0) FROM im.user_head")
+    dup_before = node[d].q1("SELECT coalesce(sum(duplicates), 0) FROM im.transfer_in")
+    for s in srcs:   # every transfer a second time: the rows again on the source
+        node[s].q("INSERT INTO im.transfer_out SELECT * FROM jsonb_populate_recordset(NULL::im.transfer_out, %s)",
+                  (json.dumps(saved[s]),))
+    check(drain(), "replay: second delivery drained and acknowledged again", str(pending_all()))
+    dups = node[d].q1("SELECT coalesce(sum(duplicates), 0) FROM im.transfer_in") - dup_before
+    check(dups == nsaved, f"replay: {d} recognised every replayed transfer as a duplicate", f"{dups} of {nsaved}")
+    check(node[d].q1("SELECT coalesce(sum(high_watermark), 0) FROM im.user_head") == head_before,
+          "replay: no log moved")
+    verify("replay")
+    reconcile_empty("replay")
+
+
+def drill_stop():
+    victim = NAMES[2]
+    others = [n for n in NAMES if n != victim]
+    stop = threading.Event()
+    errors = []
+    refused = []
+
+    def storm(n):
+        sess = Node(n)
+        k = 0
+        while not stop.is_set():
+            for conv in CONVS[n]:
+                ms = members_of(n, conv)
+                cid = f"storm-{conv}-{k}"
+                try:
+                    sess.q("SELECT * FROM im.send_message(%s, %s, %s, %s)",
+                           (ms[k % len(ms)], conv, cid, json.dumps({"text": "storm"})))
+                    with sent_lock:
+                        SENT.append((conv, cid))
+                except psycopg2.Error as e:
+                    errors.append(f"{n}: {str(e).splitlines()[0]}")
+            k += 1
+    ts = [threading.Thread(target=storm, args=(n,)) for n in others]
+    for t in ts:
+        t.start()
+    wait_for(lambda: len(SENT) > 0 and False, 1.0)   # let the storm start
+    server(NAMES.index(victim), "-m", "immediate", "stop")
+    mark = len(SENT)
+    # the stopped node's own conversations fail fast; the others' sends go on
+    try:
+        psycopg2.connect(CONN[victim], connect_timeout=2).close()
+    except psycopg2.OperationalError:
+        refused.append(victim)
+    wait_for(lambda: len(SENT) > mark + 20, 30)
+    check(len(SENT) > mark, "stop: sends to conversations on the other nodes succeed while one node is down",
+          f"{len(SENT) - mark}")
+    check(refused == [victim], f"stop: {victim} refuses connections while down")
+    server(NAMES.index(victim), "start")
+    node[victim].c = None
+    stop.set()
+    for t in ts:
+        t.join()
+    check(not errors, "stop: no send on the running nodes failed", str(errors[:2]))
+    check(drain(180), "stop: drained after the restart", str(pending_all()))
+    verify("stop")
+    reconcile_empty("stop")
+
+
+def drill_slot_limit():
+    a, b = NAMES[0], NAMES[1]
+    slot = sub_name(a, b)
+    # small enough to reach quickly here; other slots of the node may reach it
+    # too if their subscriber lags (each is detected and repaired the same way)
+    node[a].q("ALTER SYSTEM SET max_slot_wal_keep_size = '32MB'")
+    node[a].q("SELECT pg_reload_conf()")
+    on_sub(b, a, "DISABLE")
+    send_round("slot", 2, nodes=[a])
+    node[a].q("SELECT im.run_fanout()")
+    node[a].q("CREATE TABLE IF NOT EXISTS public.wal_filler (x text)")
+
+    def lost():
+        node[a].q("INSERT INTO public.wal_filler SELECT repeat('x', 1000) FROM generate_series(1, 5000)")
+        node[a].q("SELECT pg_switch_wal()")
+        node[a].q("CHECKPOINT")
+        return node[a].q1("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)) == "lost"
+    check(wait_for(lost, 120, step=0.2), f"slot_limit: slot {slot} lost its WAL (max_slot_wal_keep_size)")
+    names = [r[0] for r in node[a].q("SELECT check_name FROM im.reconcile()")]
+    check("replication_slot_lost" in names, f"slot_limit: {a}'s reconcile reports the lost slot", str(names))
+    check(metric(a, f'im_shard_slot_lost{{slot="{slot}"}}') == 1, "slot_limit: im.metrics shows the lost slot")
+    check(node[a].q1("SELECT transfers_unacked FROM im.shard_pending()") > 0,
+          "slot_limit: the transfers it held are still there, unacknowledged")
+    node[a].q("DROP TABLE public.wal_filler")
+    node[a].q("ALTER SYSTEM RESET max_slot_wal_keep_size")
+    node[a].q("SELECT pg_reload_conf()")
+    # the documented repair, for every slot reconcile reports lost
+    env = dict(os.environ, IM_SHARDS_DIR=DIR)
+    for (detail,) in node[a].q("SELECT detail FROM im.reconcile() WHERE check_name = 'replication_slot_lost'"):
+        _, src, _, dst = detail["slot_name"].split("_")
+        subprocess.run(["bash", SHARDS, "resubscribe", src, dst], check=True, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    check(drain(), "slot_limit: drained after `shards.sh resubscribe`", str(pending_all()))
+    verify("slot_limit")
+    reconcile_empty("slot_limit")
+
+
+def drill_poison():
+    a, b = NAMES[0], NAMES[1]
+    node[b].q("""CREATE FUNCTION public.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.body->>'text' = 'poison' THEN RAISE EXCEPTION 'poison message %', NEW.message_id; END IF;
+      RETURN NEW; END $$""")
+    node[b].q("CREATE TRIGGER refuse_poison BEFORE INSERT ON im.event FOR EACH ROW EXECUTE FUNCTION public.refuse_poison()")
+    conv = next(c for c in CONVS[a] if any(node_of(u) == b for u in members_of(a, c)))
+    ms = members_of(a, conv)
+    send(a, conv, ms[0], "poison", "poison")
+    poison_seq = node[a].q1("SELECT head_msg_seq FROM im.conversation WHERE conversation_id = %s", (conv,))
+    for k in range(3):
+        send(a, conv, ms[k % len(ms)], "after-poison")
+    check(drain(), "poison: everything else drained (the poison one is acknowledged, held)", str(pending_all()))
+    q = node[b].q("SELECT check_name, detail->>'error' FROM im.reconcile() WHERE check_name = 'transfer_quarantined'")
+    check(len(q) == 1 and "poison message" in (q[0][1] or ""), f"poison: {b}'s reconcile shows it with its error",
+          str(q))
+    later = node[b].q1("""SELECT count(*) FROM im.inbox WHERE conversation_id = %s AND msg_seq > %s""",
+                       (conv, poison_seq))
+    check(later > 0, "poison: the later positions flowed past it")
+    node[b].q("DROP TRIGGER refuse_poison ON im.event")
+    node[b].q("DROP FUNCTION public.refuse_poison()")
+    for src, tid in node[b].q("SELECT source_node, transfer_id FROM im.transfer_in WHERE state = 'quarantined'"):
+        node[b].q("SELECT im.shard_retry_quarantined(%s, %s)", (src, tid))
+    check(drain(), "poison: retried after the cause was removed", str(pending_all()))
+    # delivered late, like a repaired dead letter: after the later positions
+    verify("poison", late=frozenset({(conv, poison_seq)}))
+    reconcile_empty("poison")
+
+
+DRILLS = [("baseline", drill_baseline), ("disabled", drill_disabled), ("replay", drill_replay),
+          ("stop", drill_stop), ("slot_limit", drill_slot_limit), ("poison", drill_poison)]
+
+if __name__ == "__main__":
+    check(N == 3, f"three nodes ({NAMES})")
+    setup()
+    want = set(os.environ.get("IM_SHARD_DRILLS", ",".join(d for d, _ in DRILLS)).split(","))
+    for name, fn in DRILLS:
+        if name in want:
+            print(f"--- {name}", flush=True)
+            start = time.time()
+            fn()
+            print(f"--- {name}: {time.time() - start:.1f}s", flush=True)
+    print(f"transfer_check: {len(failures)} failed" if failures else "transfer_check: all ok", flush=True)
+    sys.exit(1 if failures else 0)
