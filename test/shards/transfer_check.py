@@ -241,7 +241,13 @@ def sub_name(src, dst):
 
 
 def on_sub(dst, src, action):
-    node[dst].q(f"ALTER SUBSCRIPTION {sub_name(src, dst)} {action}")
+    name = sub_name(src, dst)
+    node[dst].q(f"ALTER SUBSCRIPTION {name} {action}")
+    if action == "DISABLE":
+        # the apply worker stops at its next look at the catalog: wait for it
+        check(wait_for(lambda: node[dst].q1("SELECT count(*) FROM pg_stat_subscription "
+                                            "WHERE subname = %s AND pid IS NOT NULL", (name,)) == 0, 60),
+              f"subscription {name} stopped")
 
 
 def server(i, *args):
