@@ -314,8 +314,17 @@ def push_jobs_over_every_node():
     for name, value in (("im_sync.push_public_key_file", PUBKEY), ("im_sync.push_delay", "0"),
                         ("im_sync.push_min_interval", "0")):
         subprocess.run(["bash", shards_sh, "set", name, value], check=True, stdout=subprocess.DEVNULL)
-    # per-node settings reach new node sessions only: PL/Proxy keeps its
-    # connections per router session, so take a new router session
+    # ALTER ROLE … SET (shards.sh set) reaches new sessions only; the nodes'
+    # fanout workers that apply transfers (and queue push jobs) are old
+    # sessions, so the push timing goes to postgresql.auto.conf too (a reload
+    # reaches every process)
+    for _, conninfo in nodes:
+        nc = connect(conninfo)
+        q("ALTER SYSTEM SET im_sync.push_delay = 0", conn=nc)
+        q("ALTER SYSTEM SET im_sync.push_min_interval = 0", conn=nc)
+        q("SELECT pg_reload_conf()", conn=nc)
+        nc.close()
+    # PL/Proxy keeps its node connections per router session: a new one
     global R
     R.close()
     R = connect(ROUTER)
@@ -328,17 +337,13 @@ def push_jobs_over_every_node():
               f"register_push_target on {bucket_node[u % 64]}")
     q("SELECT * FROM im.send_message(%s, %s, 'push-1', '{\"text\":\"ping\"}')", (a, pc))
     q1("SELECT im.run_fanout()")
+    pending = "SELECT coalesce(sum(value), 0) FROM im.metrics() WHERE name LIKE 'im_push_pending{%%'"
+    check(wait_for(lambda: q1(pending) == len(targets), 30), "a push job queued on every user node",
+          f"{q1(pending)}")
     first = q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 2)")
     check(len(first) == 2, "claim_push_jobs: max_jobs is a total over the nodes", f"{len(first)}")
-    # a job a node's worker queued while applying the transfer waits out the
-    # push_delay that worker session started with (ALTER ROLE … SET reaches
-    # new sessions only), so collect the rest with a deadline
-    jobs = [j for j, _ in first]
-
-    def all_claimed():
-        jobs.extend(j for j, _ in q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 100)"))
-        return len(jobs) >= len(targets)
-    wait_for(all_claimed, 30, 0.2)
+    rest = q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 100)")
+    jobs = [j for j, _ in first + rest]
     check(len(jobs) == len(targets) and len(set(jobs)) == len(jobs),
           "claim_push_jobs hands out every node's jobs, none twice", f"{jobs}")
     check({bucket_node[j % 64] for j in jobs} == set(names), "push jobs come from every user node")
