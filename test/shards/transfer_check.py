@@ -241,7 +241,13 @@ def sub_name(src, dst):
 
 
 def on_sub(dst, src, action):
-    node[dst].q(f"ALTER SUBSCRIPTION {sub_name(src, dst)} {action}")
+    name = sub_name(src, dst)
+    node[dst].q(f"ALTER SUBSCRIPTION {name} {action}")
+    if action == "DISABLE":
+        # the apply worker stops at its next look at the catalog: wait for it
+        check(wait_for(lambda: node[dst].q1("SELECT count(*) FROM pg_stat_subscription "
+                                            "WHERE subname = %s AND pid IS NOT NULL", (name,)) == 0, 60),
+              f"subscription {name} stopped")
 
 
 def server(i, *args):
@@ -256,7 +262,26 @@ def server(i, *args):
 def drill_baseline():
     errors = send_round("base", 3)
     check(not errors, "baseline: concurrent sends on all nodes succeed", str(errors[:2]))
+    # relations cross nodes too: an edit, a recall (the target's copies become
+    # tombstones) and a reaction in one conversation of every node
+    recalled = []
+    for n in NAMES:
+        conv = CONVS[n][0]
+        msgs = node[n].q("SELECT message_id, msg_seq, sender_id FROM im.event WHERE conversation_id = %s "
+                         "AND kind = 'message' ORDER BY msg_seq LIMIT 3", (conv,))
+        (m1, s1, u1), (m2, s2, u2), (m3, s3, u3) = msgs
+        node[n].q("SELECT * FROM im.edit_message(%s, %s, %s, %s, %s)", (u1, conv, f"ed-{conv}", m1, '{"text": "edited"}'))
+        node[n].q("SELECT * FROM im.recall_message(%s, %s, %s, %s)", (u2, conv, f"rc-{conv}", m2))
+        reactor = next(u for u in members_of(n, conv) if u != u3)
+        node[n].q("SELECT * FROM im.react(%s, %s, %s, 'ok', true, %s)", (reactor, conv, m3, f"re-{conv}"))
+        recalled.append(m2)
     check(drain(), "baseline: drained (shard_pending 0 on every node)", str(pending_all()))
+    for n in NAMES:
+        bad = node[n].q1("SELECT count(*) FROM im.event WHERE message_id = ANY(%s) "
+                         "AND (NOT recalled OR body IS NOT NULL)", (recalled,))
+        held = node[n].q1("SELECT count(*) FROM im.event WHERE message_id = ANY(%s)", (recalled,))
+        check(held > 0 and bad == 0, f"baseline: on {n} every copy of a recalled message is a tombstone",
+              f"{bad} of {held}")
     verify("baseline")
     # the concurrency item: users fed by two or three conversation nodes at
     # once have one gap-free sync_seq sequence (1..head, each number once)
