@@ -141,14 +141,24 @@ AS $$
 $$;
 
 /*
- * The whole map at once.  Replaces the node and bucket rows, regenerates the
- * SQL/MED server im_sync (p0…p63 = the conninfo of bucket b's node, with the
- * connect timeout) and its PUBLIC user mapping, and bumps the cluster
- * version.  PL/Proxy notices the changed server in every session on its next
+ * query_timeout (seconds, 0 = off, the default) is PL/Proxy's: a node that
+ * does not answer within it has its connection closed (08006 here, and the
+ * call's outcome on that node unknown).  Off by default because run_fanout
+ * and gc_inbox legitimately run long; bound calls with statement_timeout on
+ * the router's roles instead (PL/Proxy then cancels the node's query).  It
+ * is the backstop for one PL/Proxy 2.10 hazard: a node's own 57014 (a
+ * statement_timeout set on the node) makes PL/Proxy wait for a cancel
+ * answer that can never come, until the router's statement_timeout or this.
+ *
+ * The whole map at once.  Replaces the node and bucket rows, sets the
+ * partitions of the SQL/MED server im_sync (p0…p63 = the conninfo of bucket
+ * b's node, with the connect timeout; created with its PUBLIC user mapping
+ * the first time) and bumps the cluster version.  PL/Proxy notices the changed server in every session on its next
  * call (it stamps the catalog entries it cached).
  */
 CREATE FUNCTION im_router.configure(node_names text[], node_conninfos text[],
-                                    bucket_nodes text[], connect_timeout int DEFAULT 2)
+                                    bucket_nodes text[], connect_timeout int DEFAULT 2,
+                                    query_timeout int DEFAULT 0)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, im_router, pg_temp
@@ -175,6 +185,10 @@ BEGIN
         RAISE EXCEPTION 'connect_timeout must be a positive number of seconds'
             USING ERRCODE = '22023';
     END IF;
+    IF query_timeout IS NULL OR query_timeout < 0 THEN
+        RAISE EXCEPTION 'query_timeout must be 0 (off) or a number of seconds'
+            USING ERRCODE = '22023';
+    END IF;
     IF (SELECT count(DISTINCT n) FROM unnest(node_names) n) <> cardinality(node_names)
        OR array_position(node_names, NULL) IS NOT NULL
        OR array_position(node_conninfos, NULL) IS NOT NULL THEN
@@ -199,15 +213,28 @@ BEGIN
            connect_timeout = configure.connect_timeout,
            configured_at = now();
 
-    SELECT string_agg(format('p%s %L', b.bucket,
-                             im_router.partition_conninfo(n.conninfo, configure.connect_timeout)),
-                      ', ' ORDER BY b.bucket)
-      INTO opts
-      FROM im_router.bucket b JOIN im_router.node n USING (node_name);
-    DROP SERVER IF EXISTS im_sync CASCADE;
-    EXECUTE format('CREATE SERVER im_sync FOREIGN DATA WRAPPER plproxy OPTIONS (%s)', opts);
-    CREATE USER MAPPING FOR PUBLIC SERVER im_sync;
-    GRANT USAGE ON FOREIGN SERVER im_sync TO PUBLIC;
+    -- the first time: the server, the PUBLIC user mapping (no user: the
+    -- caller's) and USAGE for everyone; later only the partitions change, so
+    -- user mappings the DBA added (e.g. passwords per role) are kept
+    IF NOT EXISTS (SELECT 1 FROM pg_foreign_server WHERE srvname = 'im_sync') THEN
+        SELECT string_agg(format('p%s %L', b.bucket,
+                                 im_router.partition_conninfo(n.conninfo, configure.connect_timeout)),
+                          ', ' ORDER BY b.bucket)
+          INTO opts
+          FROM im_router.bucket b JOIN im_router.node n USING (node_name);
+        EXECUTE format('CREATE SERVER im_sync FOREIGN DATA WRAPPER plproxy OPTIONS (query_timeout %L, %s)',
+                       configure.query_timeout, opts);
+        CREATE USER MAPPING FOR PUBLIC SERVER im_sync;
+        GRANT USAGE ON FOREIGN SERVER im_sync TO PUBLIC;
+    ELSE
+        SELECT string_agg(format('SET p%s %L', b.bucket,
+                                 im_router.partition_conninfo(n.conninfo, configure.connect_timeout)),
+                          ', ' ORDER BY b.bucket)
+          INTO opts
+          FROM im_router.bucket b JOIN im_router.node n USING (node_name);
+        EXECUTE format('ALTER SERVER im_sync OPTIONS (SET query_timeout %L, %s)',
+                       configure.query_timeout, opts);
+    END IF;
 END $$;
 
 CREATE FUNCTION im_router.cluster_version() RETURNS int
@@ -1034,7 +1061,7 @@ BEGIN
         EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
 END $grants$;
-REVOKE ALL ON FUNCTION im_router.configure(text[], text[], text[], int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION im_router.configure(text[], text[], text[], int, int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION im_router.shard_nodes() FROM PUBLIC;
 GRANT USAGE ON SCHEMA im_router TO PUBLIC;
 GRANT SELECT ON im_router.bucket TO PUBLIC;

@@ -87,7 +87,8 @@ check(dict(q("SELECT node_name, conninfo FROM im.shard_nodes()")) == dict(nodes)
       "shard_nodes gives the conninfos of the map")
 check(len(bucket_node) == 64 and set(bucket_node.values()) == set(names), "64 buckets over the nodes")
 opts = q1("SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'im_sync'")
-parts = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in opts}
+parts = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in opts if o.startswith("p")}
+check("query_timeout=0" in opts, "query_timeout off by default (README: statement_timeout on the router's roles)")
 check(sorted(parts) == sorted(f"p{b}" for b in range(64)), "server im_sync has partitions p0..p63")
 check(all("user=" not in v and "connect_timeout = 2" in v for v in parts.values()),
       "partitions carry connect_timeout and no user (PL/Proxy connects as the caller)")
@@ -102,9 +103,27 @@ expect_error("configure with 63 buckets", "22023",
              "SELECT im_router.configure(%s, %s, %s)", (arr_n, arr_c, arr_b[:63]))
 expect_error("configure naming an unknown node", "22023",
              "SELECT im_router.configure(%s, %s, %s)", (arr_n, arr_c, ["nodeX"] + arr_b[1:]))
+expect_error("configure with a negative query_timeout", "22023",
+             "SELECT im_router.configure(%s, %s, %s, 2, -1)", (arr_n, arr_c, arr_b))
 expect_error("configure with a URI conninfo", "22023",
              "SELECT im_router.configure(%s, %s, %s)", (arr_n, ["postgresql://h/im"] * len(arr_n), arr_b))
 check(q1("SELECT im_router.cluster_version()") == v0 + 1, "a refused configure changes nothing")
+q("CREATE USER MAPPING IF NOT EXISTS FOR im_dba SERVER im_sync OPTIONS (user 'im_dba')")
+q("SELECT im_router.configure(%s, %s, %s)", (arr_n, arr_c, arr_b))
+check(q1("SELECT count(*) FROM pg_user_mappings WHERE srvname = 'im_sync' AND usename = 'im_dba'") == 1,
+      "configure keeps the user mappings the DBA added")
+q("DROP USER MAPPING FOR im_dba SERVER im_sync")
+# a moved bucket reaches this session's next call (PL/Proxy re-reads the
+# changed server): the node that does not own the user answers IS421
+moved = list(arr_b)
+moved[1000 % 64] = next(n for n in arr_n if n != arr_b[1000 % 64])
+q("SELECT im_router.configure(%s, %s, %s)", (arr_n, arr_c, moved))
+expect_error("a call routed by a map that moved the user's bucket", "IS421",
+             "SELECT * FROM im.register_device(1000, 'map-probe')")
+q("SELECT im_router.configure(%s, %s, %s)", (arr_n, arr_c, arr_b))
+check(q("SELECT state FROM im.register_device(1000, 'map-probe')") == [("NEW",)],
+      "the map restored, the same session reaches the owner again")
+q("SELECT im.revoke_device(1000, 'map-probe')")
 
 
 def users_on(node, count, start=1000):
@@ -295,8 +314,17 @@ def push_jobs_over_every_node():
     for name, value in (("im_sync.push_public_key_file", PUBKEY), ("im_sync.push_delay", "0"),
                         ("im_sync.push_min_interval", "0")):
         subprocess.run(["bash", shards_sh, "set", name, value], check=True, stdout=subprocess.DEVNULL)
-    # per-node settings reach new node sessions only: PL/Proxy keeps its
-    # connections per router session, so take a new router session
+    # ALTER ROLE … SET (shards.sh set) reaches new sessions only; the nodes'
+    # fanout workers that apply transfers (and queue push jobs) are old
+    # sessions, so the push timing goes to postgresql.auto.conf too (a reload
+    # reaches every process)
+    for _, conninfo in nodes:
+        nc = connect(conninfo)
+        q("ALTER SYSTEM SET im_sync.push_delay = 0", conn=nc)
+        q("ALTER SYSTEM SET im_sync.push_min_interval = 0", conn=nc)
+        q("SELECT pg_reload_conf()", conn=nc)
+        nc.close()
+    # PL/Proxy keeps its node connections per router session: a new one
     global R
     R.close()
     R = connect(ROUTER)
@@ -309,17 +337,13 @@ def push_jobs_over_every_node():
               f"register_push_target on {bucket_node[u % 64]}")
     q("SELECT * FROM im.send_message(%s, %s, 'push-1', '{\"text\":\"ping\"}')", (a, pc))
     q1("SELECT im.run_fanout()")
+    pending = "SELECT coalesce(sum(value), 0) FROM im.metrics() WHERE name LIKE 'im_push_pending{%%'"
+    check(wait_for(lambda: q1(pending) == len(targets), 30), "a push job queued on every user node",
+          f"{q1(pending)}")
     first = q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 2)")
     check(len(first) == 2, "claim_push_jobs: max_jobs is a total over the nodes", f"{len(first)}")
-    # a job a node's worker queued while applying the transfer waits out the
-    # push_delay that worker session started with (ALTER ROLE … SET reaches
-    # new sessions only), so collect the rest with a deadline
-    jobs = [j for j, _ in first]
-
-    def all_claimed():
-        jobs.extend(j for j, _ in q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 100)"))
-        return len(jobs) >= len(targets)
-    wait_for(all_claimed, 30, 0.2)
+    rest = q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 100)")
+    jobs = [j for j, _ in first + rest]
     check(len(jobs) == len(targets) and len(set(jobs)) == len(jobs),
           "claim_push_jobs hands out every node's jobs, none twice", f"{jobs}")
     check({bucket_node[j % 64] for j in jobs} == set(names), "push jobs come from every user node")
@@ -406,10 +430,18 @@ def node_errors():
     check(raw and raw[0] == "40001" and raw[1].startswith("public.im_router_test_raise(2): [")
           and "] REMOTE ERROR: raised 40001 on purpose" in raw[1] and raw[2] == "Remote detail: Detail of 40001.",
           "PL/Proxy 2.10's prefix is '<function>(<nargs>): [<db>] REMOTE ERROR: ' (the one stripped)", f"{raw}")
-    for state in ("22023", "42501", "P0002", "IS409", "28000", "55000", "40001", "40P01", "57014"):
+    for state in ("22023", "42501", "P0002", "IS409", "28000", "55000", "40001", "40P01"):
         err = error_of("SELECT public.im_router_test_call(%s, %s)", (1, state))
         check(err == (state, f"raised {state} on purpose", f"Detail of {state}.", f"Hint of {state}."),
               f"{state} keeps its SQLSTATE, message, detail and hint", f"{err}")
+    # a node's own 57014: PL/Proxy 2.10 takes it for a local cancel and may
+    # wait for a cancel answer that never comes; the router session's
+    # statement_timeout ends that wait, and the caller gets 57014 either way
+    q("SET statement_timeout = '3s'")
+    err = error_of("SELECT public.im_router_test_call(%s, %s)", (1, "57014"))
+    q("RESET statement_timeout")
+    check(err is not None and err[0] == "57014" and "PL/Proxy" not in err[1] and "REMOTE" not in err[1],
+          "a node's 57014 reaches the caller as 57014", f"{err}")
 
 
 # ------------------------------------------------------- roles and commits
