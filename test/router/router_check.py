@@ -215,7 +215,11 @@ def sending_3():
 def fanout_4_5():
     global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
     total = q1("SELECT im.run_fanout()")
-    check(total is not None and total >= 1, "run_fanout drains every node", f"{total}")
+    # the nodes' workers may have done it all already: the count can be 0;
+    # what counts is that nothing is pending anywhere once it returns
+    left = q("SELECT * FROM im_router.all_pending() WHERE outbox_pending + transfers_unacked + inbound_unapplied > 0")
+    check(total is not None and total >= 0 and left == [], "run_fanout returns once every node is drained",
+          f"{total} {left}")
     batches = {}
     for u in (a, b, c):
         rows = q("SELECT * FROM im.sync_changes(%s, 'dev1', %s, %s)", (u, gen[u], acked[u]))
