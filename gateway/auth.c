@@ -318,6 +318,12 @@ im_on_auth_job(session *s, im_job *j)
 	s->user_id = strtoll(PQgetvalue(j->res, 0, HELLO_USER_ID), NULL, 10);
 	snprintf(s->device_id, sizeof(s->device_id), "%s", PQgetvalue(j->res, 0, HELLO_DEVICE_ID));
 	s->epoch = strtoll(PQgetvalue(j->res, 0, HELLO_EPOCH), NULL, 10);
+	if (j->admitted)
+	{
+		/* its limits passed once; its batch was rolled back for another hello */
+		im_db_end_txn(j, 1);
+		return 1;
+	}
 
 	/* §11.3: per-account concurrency and per-device/account reconnect rate */
 	for (o = im_user_chain(s->user_id); o; o = o->user_next)
