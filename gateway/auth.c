@@ -234,7 +234,7 @@ welcome(session *s, im_job *j)
 	im_unauth_release(s->unauth_ip);
 	s->unauth_ip = NULL;
 	im_session_link_user(s);
-	im_presence_online(s);		/* issue 12 */
+	/* issue 12: its presence was set online by the hello statement */
 	w = json_object();
 	json_object_set_new(w, "type", json_string("welcome"));
 	if (j->id)

@@ -371,7 +371,7 @@ echo "RESULT storm devices=$STORM all_caught_up_s=$secs" \
      "refusals=$(sum_field refusals) refusals_without_retry_after=$(sum_field refusals_without_retry_after) http_503=$(sum_field http_503)" \
      "(goal: <= 10 s, every refusal with retry_after_ms; its hellos alone at the hello floor would take $(awk -v n="$STORM" -v f="$hello_floor" 'BEGIN{ if (f > 0) printf "%.1f", n/f; else print "?" }') s)"
 echo "CPU during storm: load generators $(share 0 "$lc" "$w0" "$w1")% of a core, gateway $(share "$g0" "$g1" "$w0" "$w1")%, machine $(share "$m0" "$m1" "$w0" "$w1")% (of $(nproc)00%)"
-curl -s --max-time 10 "http://127.0.0.1:$gw_port/metrics" | grep -E '^im_gateway_(refusals_total|hellos_waited_total|pool_waits_total|db_seconds_count|db_seconds_sum)'
+curl -s --max-time 10 "http://127.0.0.1:$gw_port/metrics" | grep -E '^im_gateway_(refusals_total|hellos_waited_total|hello_batches_total|hellos_batched_total|hello_batch_reruns_total|pool_waits_total|db_seconds_count|db_seconds_sum)'
 kill -TERM "$sgw" 2>/dev/null; wait "$sgw" 2>/dev/null; sgw=""
 sleep 2
 done
