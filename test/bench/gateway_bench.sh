@@ -377,7 +377,7 @@ sleep 2
 done
 [ "$STORM_RUNS" -gt 1 ] && echo "RESULT storm all_caught_up_s per run:$storm_secs median $(echo "$storm_secs" | median)"
 hello_floor_run " after the storm"
-echo "bound: the hellos' commits — every authenticate NOTIFYs, and PostgreSQL serializes NOTIFYing commits (one WAL flush each, no group commit), so hellos/s is at most the hello floor (one flush per hello, moved by the disk's other load); then the 256 handshakes lws holds at once (accept.c) and --hello-timeout for waiting hellos (refused with retry_after_ms after it)"
+echo "bound: the database's CPU per hello (authenticate, device_session, set_presence; the hello floor above is one hello a transaction, so one serialized NOTIFY flush each) — the gateway runs up to 32 queued hellos in one transaction (im_gateway_hellos_batched_total / im_gateway_hello_batches_total above), one NOTIFYing commit a batch; then the 256 handshakes lws holds at once (accept.c) and --hello-timeout for waiting hellos (refused with retry_after_ms after it)"
 fi
 curl -s --max-time 10 "http://127.0.0.1:$port/metrics" | grep -E '^im_gateway_(refusals_total|upgrades_refused_total|pool_waits_total|db_seconds_count|db_seconds_sum|hints_sent_total|hints_coalesced_total)'
 exit 0
