@@ -248,6 +248,8 @@ welcome(session *s, im_job *j)
 	json_object_set_new(w, "state", json_string(PQgetvalue(r, 0, off + DS_STATE)));
 	im_send_reply(s, j->id, json_dumps(w, JSON_COMPACT), IM_OP_HELLO);
 	json_decref(w);
+	if (j->superseded_in_batch)
+		im_request_recheck(s, 0);	/* its SUPERSEDED came before it could hear it */
 	im_log("info", "event=welcome sid=%" PRIu64 " user=%s device=%s epoch=%" PRId64,
 		   s->sid, im_hash_user(s->user_id, hu), im_hash_device(s->user_id, s->device_id, hd),
 		   s->epoch);

@@ -327,7 +327,7 @@ take_job(void)
 }
 
 int
-im_db_take_hellos(im_job **out, int max, int admitted)
+im_db_take_hellos(im_job **out, int max, const char *sql, int admitted)
 {
 	im_job	   *j,
 			   *prev = NULL,
@@ -337,7 +337,7 @@ im_db_take_hellos(im_job **out, int max, int admitted)
 	for (j = q_head; j && n < max; j = next)
 	{
 		next = j->next;
-		if (j->kind != IM_JOB_AUTH || !j->txn || j->admitted != admitted)
+		if (j->kind != IM_JOB_AUTH || !j->txn || j->sql != sql || j->admitted != admitted)
 		{
 			prev = j;
 			continue;
@@ -379,7 +379,8 @@ dispatch_queued(void)
 			if (j->kind == IM_JOB_AUTH && j->txn && im_conn_is_prepared(c, j->sql))
 			{
 				batch[0] = j;
-				n = 1 + im_db_take_hellos(batch + 1, IM_HELLO_BATCH_MAX - 1, j->admitted);
+				n = 1 + im_db_take_hellos(batch + 1, IM_HELLO_BATCH_MAX - 1, j->sql,
+										   j->admitted);
 				if (n > 1)
 				{
 					im_batch_start(c, batch, n);

@@ -64,6 +64,13 @@ typedef struct im_job
 	 * and is committed without its limits being checked (and counted) twice.
 	 */
 	int			admitted;
+	/*
+	 * A later hello of the same device is in the same batch (committed with
+	 * it): both SUPERSEDED notifications come at that commit, possibly
+	 * before this session is welcomed and can hear them, so the welcome
+	 * asks for a re-check itself (auth.c).
+	 */
+	int			superseded_in_batch;
 	/* results */
 	im_job_status status;
 	char		sqlstate[6];

@@ -83,6 +83,32 @@ im_batch_start(dbconn *c, im_job **jobs, int n)
 	send_segment(c, "BEGIN", 0);
 }
 
+/*
+ * Hellos of one device twice in the batch: the earlier ones are superseded
+ * at the batch's commit (columns 0 and 1 of the hello result: user and
+ * device).  n is at most 32, so pairs are cheap.
+ */
+static void
+mark_superseded(hello_batch *b)
+{
+	int			i,
+				k;
+
+	for (i = 0; i < b->n; i++)
+	{
+		if (b->st[i] != HB_RUNNING || PQntuples(b->res[i]) != 1)
+			continue;
+		for (k = i + 1; k < b->n; k++)
+			if (b->st[k] == HB_RUNNING && PQntuples(b->res[k]) == 1 &&
+				strcmp(PQgetvalue(b->res[i], 0, 0), PQgetvalue(b->res[k], 0, 0)) == 0 &&
+				strcmp(PQgetvalue(b->res[i], 0, 1), PQgetvalue(b->res[k], 0, 1)) == 0)
+			{
+				b->job[i]->superseded_in_batch = 1;
+				break;
+			}
+	}
+}
+
 /* Every hello has its statement's answer: hand the succeeded ones over. */
 static void
 hold_batch(dbconn *c)
@@ -115,6 +141,7 @@ hold_batch(dbconn *c)
 		return;
 	}
 	c->st = C_HELD;
+	mark_superseded(b);
 	for (i = 0; i < b->n; i++)
 	{
 		im_job	   *j = b->job[i];
@@ -193,6 +220,7 @@ batch_ended(dbconn *c)
 			j->res = NULL;
 			j->status = IM_JOB_OK;
 			j->txn_held = j->txn_ended = j->txn_commit = 0;
+			j->superseded_in_batch = 0;
 			j->admitted = 1;
 			im_db_requeue_front(j);
 		}

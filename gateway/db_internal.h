@@ -156,8 +156,9 @@ extern void im_batch_result(dbconn *c, PGresult *r);
 extern void im_batch_decided(dbconn *c, im_job *j);
 /* c went down: every hello of its batch answered or freed. */
 extern void im_batch_lost(dbconn *c);
-/* Queued hellos a batch may take (db.c): up to max of the same admitted flag. */
-extern int	im_db_take_hellos(im_job **out, int max, int admitted);
+/* Queued hellos a batch may take (db.c): up to max with the same statement
+ * (prepared on the batch's connection) and the same admitted flag. */
+extern int	im_db_take_hellos(im_job **out, int max, const char *sql, int admitted);
 
 /* db_listen.c */
 extern int	im_listen_send(dbconn *c);
