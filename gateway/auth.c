@@ -234,7 +234,7 @@ welcome(session *s, im_job *j)
 	im_unauth_release(s->unauth_ip);
 	s->unauth_ip = NULL;
 	im_session_link_user(s);
-	im_presence_online(s);		/* issue 12 */
+	/* issue 12: its presence was set online by the hello statement */
 	w = json_object();
 	json_object_set_new(w, "type", json_string("welcome"));
 	if (j->id)
@@ -248,6 +248,8 @@ welcome(session *s, im_job *j)
 	json_object_set_new(w, "state", json_string(PQgetvalue(r, 0, off + DS_STATE)));
 	im_send_reply(s, j->id, json_dumps(w, JSON_COMPACT), IM_OP_HELLO);
 	json_decref(w);
+	if (j->superseded_in_batch)
+		im_request_recheck(s, 0);	/* its SUPERSEDED came before it could hear it */
 	im_log("info", "event=welcome sid=%" PRIu64 " user=%s device=%s epoch=%" PRId64,
 		   s->sid, im_hash_user(s->user_id, hu), im_hash_device(s->user_id, s->device_id, hd),
 		   s->epoch);
@@ -318,6 +320,12 @@ im_on_auth_job(session *s, im_job *j)
 	s->user_id = strtoll(PQgetvalue(j->res, 0, HELLO_USER_ID), NULL, 10);
 	snprintf(s->device_id, sizeof(s->device_id), "%s", PQgetvalue(j->res, 0, HELLO_DEVICE_ID));
 	s->epoch = strtoll(PQgetvalue(j->res, 0, HELLO_EPOCH), NULL, 10);
+	if (j->admitted)
+	{
+		/* its limits passed once; its batch was rolled back for another hello */
+		im_db_end_txn(j, 1);
+		return 1;
+	}
 
 	/* §11.3: per-account concurrency and per-device/account reconnect rate */
 	for (o = im_user_chain(s->user_id); o; o = o->user_next)

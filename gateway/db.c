@@ -302,7 +302,7 @@ take_job(void)
 			   *prev = NULL;
 
 	for (i = 0; i < im_db_npool; i++)
-		if (im_db_conns[i].st == C_HELD ||
+		if (im_db_conns[i].st == C_HELD || im_db_conns[i].batch.n > 0 ||
 			(im_db_conns[i].job && im_db_conns[i].job->kind == IM_JOB_AUTH))
 			auth_running++;
 	/*
@@ -327,7 +327,39 @@ take_job(void)
 	return j;
 }
 
-/* Hands queued jobs to idle pool connections. */
+int
+im_db_take_hellos(im_job **out, int max, const char *sql, int admitted)
+{
+	im_job	   *j,
+			   *prev = NULL,
+			   *next;
+	int			n = 0;
+
+	for (j = q_head; j && n < max; j = next)
+	{
+		next = j->next;
+		if (j->kind != IM_JOB_AUTH || !j->txn || j->sql != sql || j->admitted != admitted)
+		{
+			prev = j;
+			continue;
+		}
+		if (prev)
+			prev->next = next;
+		else
+			q_head = next;
+		if (q_tail == j)
+			q_tail = prev;
+		q_len--;
+		out[n++] = j;
+	}
+	return n;
+}
+
+/*
+ * Hands queued jobs to idle pool connections.  A hello that finds more
+ * hellos queued behind it takes them along into one transaction
+ * (db_hello_batch.c) once its statement is prepared on the connection.
+ */
 static void
 dispatch_queued(void)
 {
@@ -335,13 +367,28 @@ dispatch_queued(void)
 
 	for (i = 0; i < im_db_npool && q_head; i++)
 	{
-		if (im_db_conns[i].st == C_IDLE)
+		dbconn	   *c = &im_db_conns[i];
+
+		if (c->st == C_IDLE)
 		{
 			im_job	   *j = take_job();
+			im_job	   *batch[IM_HELLO_BATCH_MAX];
+			int			n;
 
 			if (!j)
 				break;			/* only hellos queued, and they have their share */
-			im_conn_dispatch(&im_db_conns[i], j);
+			if (j->kind == IM_JOB_AUTH && j->txn && im_conn_is_prepared(c, j->sql))
+			{
+				batch[0] = j;
+				n = 1 + im_db_take_hellos(batch + 1, IM_HELLO_BATCH_MAX - 1, j->sql,
+										   j->admitted);
+				if (n > 1)
+				{
+					im_batch_start(c, batch, n);
+					continue;
+				}
+			}
+			im_conn_dispatch(c, j);
 		}
 	}
 }

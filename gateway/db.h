@@ -58,6 +58,19 @@ typedef struct im_job
 	int			txn_commit;		/* its decision: 1 COMMIT, 0 ROLLBACK */
 	int			txn_conn;
 	uint64_t	txn_hold;
+	/*
+	 * A hello the lws thread already decided to COMMIT whose batch was
+	 * rolled back because another hello in it was refused: it runs again
+	 * and is committed without its limits being checked (and counted) twice.
+	 */
+	int			admitted;
+	/*
+	 * A later hello of the same device is in the same batch (committed with
+	 * it): both SUPERSEDED notifications come at that commit, possibly
+	 * before this session is welcomed and can hear them, so the welcome
+	 * asks for a re-check itself (auth.c).
+	 */
+	int			superseded_in_batch;
 	/* results */
 	im_job_status status;
 	char		sqlstate[6];
@@ -82,6 +95,9 @@ typedef struct im_db_stats
 	volatile long hist[12];		/* DB round trip histogram buckets */
 	volatile double hist_sum;
 	volatile long hist_count;
+	volatile long hello_batches;	/* transactions authenticating several hellos */
+	volatile long hellos_batched;	/* hellos in them */
+	volatile long hello_batch_reruns;	/* batches rolled back for a refusal */
 } im_db_stats;
 
 extern const double im_db_hist_bounds[11];

@@ -58,6 +58,8 @@ im_conn_down(dbconn *c, const char *why)
 	if (c->txn_saved)
 		PQclear(c->txn_saved);
 	c->txn_saved = NULL;
+	if (c->txn == TXN_BATCH)
+		im_batch_lost(c);
 	c->txn = TXN_NONE;			/* the server rolls back an open transaction */
 	c->lq = LQ_NONE;
 	if (c->job)
@@ -195,8 +197,14 @@ prepared_index(const dbconn *c, const char *sql)
 	return -1;
 }
 
-static int
-send_job(dbconn *c, im_job *j)
+int
+im_conn_is_prepared(const dbconn *c, const char *sql)
+{
+	return prepared_index(c, sql) >= 0;
+}
+
+int
+im_conn_send_job(dbconn *c, im_job *j)
 {
 	const char *vals[8];
 	char		name[16];
@@ -241,7 +249,7 @@ im_conn_dispatch(dbconn *c, im_job *j)
 		c->pipe_nulls = 0;
 		sent = PQenterPipelineMode(c->pg) &&
 			PQsendQueryParams(c->pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
-			send_job(c, j) && PQpipelineSync(c->pg);
+			im_conn_send_job(c, j) && PQpipelineSync(c->pg);
 	}
 	else if (j->txn)
 	{
@@ -249,7 +257,7 @@ im_conn_dispatch(dbconn *c, im_job *j)
 		sent = PQsendQuery(c->pg, "BEGIN");
 	}
 	else
-		sent = send_job(c, j);
+		sent = im_conn_send_job(c, j);
 	if (!sent)
 	{
 		/* the query never left: try it on another connection */
@@ -263,8 +271,8 @@ im_conn_dispatch(dbconn *c, im_job *j)
 	c->want_write = PQflush(c->pg) == 1;
 }
 
-static void
-hist_observe(double s)
+void
+im_conn_observe(double s)
 {
 	int			i;
 
@@ -282,7 +290,7 @@ take_running_job(dbconn *c)
 	im_job	   *j = c->job;
 	double		dt = im_now() - c->t_sent;
 
-	hist_observe(dt);
+	im_conn_observe(dt);
 	j->db_seconds = dt;
 	c->job = NULL;
 	c->preparing = 0;
@@ -297,6 +305,12 @@ job_result_done(dbconn *c)
 
 	c->res = NULL;
 	c->st = C_IDLE;
+	im_conn_answer(c, j, res);
+}
+
+int
+im_conn_answer(dbconn *c, im_job *j, PGresult *res)
+{
 	if (c->unreplicated)
 	{
 		c->unreplicated = 0;
@@ -304,7 +318,7 @@ job_result_done(dbconn *c)
 			PQclear(res);
 		snprintf(j->sqlstate, sizeof(j->sqlstate), "57014");
 		im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
-		return;
+		return 0;
 	}
 	if (res && PQresultStatus(res) == PGRES_FATAL_ERROR)
 	{
@@ -320,7 +334,7 @@ job_result_done(dbconn *c)
 			PQclear(res);
 			im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
 			im_conn_down(c, "server is read-only");
-			return;
+			return -1;
 		}
 
 		if (ss && (strcmp(ss, "40001") == 0 || strcmp(ss, "40P01") == 0) &&
@@ -328,13 +342,13 @@ job_result_done(dbconn *c)
 		{
 			PQclear(res);
 			im_db_requeue_front(j);
-			return;
+			return 0;
 		}
 		if (ss && (strcmp(ss, "40001") == 0 || strcmp(ss, "40P01") == 0))
 		{
 			PQclear(res);
 			im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
-			return;
+			return 0;
 		}
 		/* admin shutdown, crash recovery, connection failure, statement
 		 * timeout or cancel (57014): unavailable, the client retries */
@@ -345,15 +359,16 @@ job_result_done(dbconn *c)
 			snprintf(j->sqlstate, sizeof(j->sqlstate), "%s", ss);
 			PQclear(res);
 			im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
-			return;
+			return 0;
 		}
 	}
 	if (!res)
 	{
 		im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
-		return;
+		return 0;
 	}
 	im_db_finish_job(j, IM_JOB_OK, res);
+	return 0;
 }
 
 /*
@@ -379,7 +394,7 @@ txn_step(dbconn *c)
 			}
 			PQclear(res);
 			c->txn = TXN_STMT;
-			return im_conn_sent(c, send_job(c, j));
+			return im_conn_sent(c, im_conn_send_job(c, j));
 		case TXN_STMT:
 			if (res && PQresultStatus(res) == PGRES_TUPLES_OK)
 			{
@@ -423,6 +438,7 @@ txn_step(dbconn *c)
 			return 0;
 		case TXN_NONE:
 		case TXN_PIPE:			/* pipe_result turns it into TXN_STMT first */
+		case TXN_BATCH:			/* db_hello_batch.c's */
 			break;
 	}
 	c->res = res;
@@ -443,6 +459,11 @@ im_conn_end_txn(im_job *j)
 			im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
 		else
 			im_job_free(j);
+		return;
+	}
+	if (c->txn == TXN_BATCH)
+	{
+		im_batch_decided(c, j);
 		return;
 	}
 	c->job = j;
@@ -517,7 +538,7 @@ results_complete(dbconn *c)
 		c->res = NULL;
 		c->prepared[c->nprepared++] = c->job->sql;
 		c->preparing = 0;
-		return im_conn_sent(c, send_job(c, c->job)) ? 1 : -1;
+		return im_conn_sent(c, im_conn_send_job(c, c->job)) ? 1 : -1;
 	}
 	if (c->txn != TXN_NONE)
 		return txn_step(c);
@@ -572,6 +593,13 @@ im_conn_io(dbconn *c, short revents)
 			PGresult   *r = PQgetResult(c->pg);
 			int			next;
 
+			if (c->txn == TXN_BATCH)
+			{
+				im_batch_result(c, r);
+				if (!c->pg)
+					return;		/* went down */
+				continue;
+			}
 			if (c->txn == TXN_PIPE)
 			{
 				if (!pipe_result(c, r))

@@ -44,8 +44,42 @@ typedef enum
 typedef enum
 {
 	TXN_NONE, TXN_BEGIN, TXN_STMT, TXN_ABORT, TXN_END,
-	TXN_PIPE					/* BEGIN and the statement sent as one pipeline */
+	TXN_PIPE,					/* BEGIN and the statement sent as one pipeline */
+	TXN_BATCH					/* several hellos in one transaction (db_hello_batch.c) */
 } txn_stage;
+
+/*
+ * Hellos authenticated in one transaction: at most this many, so their
+ * subtransactions (a savepoint each) stay within PostgreSQL's cache of 64
+ * subtransaction ids per backend (beyond it every snapshot gets dearer).
+ */
+#define IM_HELLO_BATCH_MAX 32
+
+/* Where one hello of a batch is (whose the job is: db or lws thread). */
+typedef enum
+{
+	HB_RUNNING,					/* its statement not answered yet (db thread's) */
+	HB_GONE,					/* answered failed, requeued: no longer in the batch */
+	HB_HELD,					/* posted to the lws thread, its decision pending */
+	HB_COMMIT,					/* decided: COMMIT (db thread's again) */
+	HB_ROLLBACK					/* decided: refused (db thread's again) */
+} hb_state;
+
+typedef struct hello_batch
+{
+	int			n;				/* hellos in the batch (0: no batch) */
+	im_job	   *job[IM_HELLO_BATCH_MAX];
+	hb_state	st[IM_HELLO_BATCH_MAX];
+	PGresult   *res[IM_HELLO_BATCH_MAX];	/* statement result while running */
+	int			seg_first;		/* first hello of the pipeline segment in flight */
+	int			seg_cmd;		/* commands of that segment whose results are in */
+	int			seg_lead;		/* the segment starts with BEGIN / ROLLBACK TO (1) */
+	int			failed;			/* hello whose statement failed in this segment, -1 */
+	PGresult   *fail_res;		/* its error result */
+	int			undecided;		/* HB_HELD hellos */
+	int			ending;			/* COMMIT or ROLLBACK of the batch sent */
+	int			rerun;			/* a hello was refused: ROLLBACK, the others again */
+} hello_batch;
 
 typedef struct dbconn
 {
@@ -85,6 +119,7 @@ typedef struct dbconn
 	int			first_host;		/* the host list starts here (rotated after a timeout) */
 	int			unreplicated;	/* the running job's commit was not confirmed by the sync standby */
 	PGresult   *txn_saved;		/* failed statement's result while ROLLBACK runs */
+	hello_batch batch;			/* TXN_BATCH: the hellos of the open transaction */
 } dbconn;
 
 /* db.c: the connections and settings, owned by the database thread */
@@ -138,6 +173,28 @@ extern void im_conninfo_free(im_conninfo *ci);
  */
 extern int	im_conninfo_params(const im_conninfo *ci, int first_host, const char *application_name,
 							   const char **kw, const char **val, char *buf, size_t buflen);
+
+/* db_conn.c: the answer of a finished job from its result (consumed), with
+ * the retry and unavailable rules; c is the connection it ran on.  Returns
+ * -1 when that took c down (25006), else 0. */
+extern int	im_conn_answer(dbconn *c, im_job *j, PGresult *res);
+/* db_conn.c: counts one round trip of dt seconds in the histogram */
+extern void im_conn_observe(double dt);
+/* db_conn.c: sends a prepared statement of the job (prepared_index >= 0) */
+extern int	im_conn_is_prepared(const dbconn *c, const char *sql);
+extern int	im_conn_send_job(dbconn *c, im_job *j);
+
+/* db_hello_batch.c: several hellos in one transaction, a savepoint each */
+extern void im_batch_start(dbconn *c, im_job **jobs, int n);
+/* One PQgetResult of a TXN_BATCH connection (r may be NULL). */
+extern void im_batch_result(dbconn *c, PGresult *r);
+/* A hello of the batch held on c was decided (im_db_end_txn). */
+extern void im_batch_decided(dbconn *c, im_job *j);
+/* c went down: every hello of its batch answered or freed. */
+extern void im_batch_lost(dbconn *c);
+/* Queued hellos a batch may take (db.c): up to max with the same statement
+ * (prepared on the batch's connection) and the same admitted flag. */
+extern int	im_db_take_hellos(im_job **out, int max, const char *sql, int admitted);
 
 /* db_listen.c: a LISTEN connection's queries, notifications and "up" */
 extern int	im_listen_send(dbconn *c);

@@ -398,9 +398,15 @@ decode_hello(json_t *root, im_request *req)
 	 * One round trip per hello: device_session runs after authenticate
 	 * (LATERAL) and, being volatile, sees the epoch it just set.  Admission
 	 * limits are checked on the result before the session is welcomed.
+	 * The device's presence (issue 12) is set online in the same
+	 * transaction: it commits with the new epoch or, for a refused hello,
+	 * not at all, and a reconnect storm pays one transaction per hello (or
+	 * per batch of hellos, db_hello_batch.c) instead of two.
 	 */
 	req->sql = "SELECT a.user_id, a.device_id, a.connection_epoch, d.state, d.sync_generation, "
-		"d.server_acked_sync_seq, d.high_watermark, d.current "
+		"d.server_acked_sync_seq, d.high_watermark, d.current, "
+		"im.set_presence(a.user_id, a.device_id, a.connection_epoch, true, "
+		"'" IM_PRESENCE_TTL_TEXT "'::interval) "
 		"FROM im.authenticate($1::text) a "
 		"CROSS JOIN LATERAL im.device_session(a.user_id, a.device_id, a.connection_epoch) d";
 	return IM_DECODE_OK;

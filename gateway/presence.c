@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TTL_TEXT "90 seconds"
 
 static double next_refresh;
 
@@ -26,14 +25,8 @@ set_presence(session *s, int online)
 	j->params[1] = strdup(s->device_id);
 	j->params[2] = im_int64_text(s->epoch);
 	j->params[3] = strdup(online ? "true" : "false");
-	j->params[4] = strdup(TTL_TEXT);
+	j->params[4] = strdup(IM_PRESENCE_TTL_TEXT);
 	im_db_submit(j);
-}
-
-void
-im_presence_online(session *s)
-{
-	set_presence(s, 1);
 }
 
 void
@@ -56,7 +49,7 @@ submit_refresh(im_text_buf *users, im_text_buf *devices, im_text_buf *epochs)
 	j->params[0] = users->b;
 	j->params[1] = devices->b;
 	j->params[2] = epochs->b;
-	j->params[3] = strdup(TTL_TEXT);
+	j->params[3] = strdup(IM_PRESENCE_TTL_TEXT);
 	im_db_submit(j);
 	memset(users, 0, sizeof(*users));
 	memset(devices, 0, sizeof(*devices));

@@ -238,19 +238,36 @@ if [ "$NIDLE" -gt 0 ]; then
 HCONN=$(( POOL > 1 ? POOL - 1 : 1 ))
 awk '{print NR "\t" $4}' "$IM_TMP/all.txt" >"$IM_TMP/tokens.tsv"
 im_psql -q -c "CREATE TABLE public.bench_tokens(i int PRIMARY KEY, t text)" -c "\\copy public.bench_tokens FROM '$IM_TMP/tokens.tsv'" || exit 1
+# the gateway's hello statement (gateway/frame.c): authenticate, device_session, set_presence
+HELLO_STMT="SELECT a.user_id, d.state, im.set_presence(a.user_id, a.device_id, a.connection_epoch, true, '90 seconds'::interval)
+  FROM im.authenticate((SELECT t FROM public.bench_tokens WHERE i = :i)) a,
+       LATERAL im.device_session(a.user_id, a.device_id, a.connection_epoch) d;"
 cat >"$IM_TMP/hello.sql" <<SQL
 \\set i random(1, $NIDLE)
 BEGIN;
-SELECT a.user_id, d.state FROM im.authenticate((SELECT t FROM public.bench_tokens WHERE i = :i)) a,
-       LATERAL im.device_session(a.user_id, a.device_id, a.connection_epoch) d;
+$HELLO_STMT
 COMMIT;
 SQL
-# hello_floor_run WHEN: sets hello_floor (the disk's flush time, shared with
-# the other load on this machine, moves it: the storm measures it again after)
+# the gateway's batch (gateway/db_hello_batch.c): 32 hellos a transaction, a
+# savepoint each; distinct devices in turn (a device in two batches at once
+# would wait for the other's commit, which the gateway's storm never does)
+im_psql -q -c "CREATE SEQUENCE public.bench_hello_seq" || exit 1
+{ echo 'BEGIN;'
+  for _ in $(seq 32); do
+    echo "SELECT nextval('public.bench_hello_seq') % $NIDLE + 1 AS i \\gset"
+    echo 'SAVEPOINT im_hello;'; echo "$HELLO_STMT"
+  done
+  echo 'COMMIT;'; } >"$IM_TMP/hello_batch.sql"
+# hello_floor_run WHEN: sets hello_floor and hello_batch_floor (the disk's
+# flush time, shared with the other load on this machine, moves them: the
+# storm measures them again after)
 hello_floor_run() {
   pgb=$(timeout -k 5 $(( SECS + 60 )) "$PGBIN/pgbench" -n -M prepared -c "$HCONN" -j 1 -T "$SECS" -f "$IM_TMP/hello.sql" "$DB" 2>&1) || { echo "$pgb"; exit 1; }
   hello_floor=$(echo "$pgb" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
-  echo "RESULT hello floor$1: pgbench making the hello transaction (BEGIN; im.authenticate + im.device_session; COMMIT) over $HCONN connection(s): $hello_floor hellos/s"
+  echo "RESULT hello floor$1: pgbench making the hello transaction (BEGIN; im.authenticate + im.device_session + im.set_presence; COMMIT) over $HCONN connection(s): $hello_floor hellos/s"
+  pgb=$(timeout -k 5 $(( SECS + 60 )) "$PGBIN/pgbench" -n -M prepared -c "$HCONN" -j 1 -T "$SECS" -f "$IM_TMP/hello_batch.sql" "$DB" 2>&1) || { echo "$pgb"; exit 1; }
+  hello_batch_floor=$(echo "$pgb" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1 | awk '{printf "%.0f", $1 * 32}')
+  echo "RESULT hello batch floor$1: pgbench making the gateway's batch (BEGIN; 32 x (SAVEPOINT; the hello statement); COMMIT) over $HCONN connection(s): $hello_batch_floor hellos/s"
 }
 hello_floor_run ""
 fi
@@ -369,15 +386,15 @@ secs=$(sed -n 's/^RESULT storm .*all_caught_up_s=\([0-9.]*\).*/\1/p' "$IM_TMP"/s
 storm_secs="$storm_secs $secs"
 echo "RESULT storm devices=$STORM all_caught_up_s=$secs" \
      "refusals=$(sum_field refusals) refusals_without_retry_after=$(sum_field refusals_without_retry_after) http_503=$(sum_field http_503)" \
-     "(goal: <= 10 s, every refusal with retry_after_ms; its hellos alone at the hello floor would take $(awk -v n="$STORM" -v f="$hello_floor" 'BEGIN{ if (f > 0) printf "%.1f", n/f; else print "?" }') s)"
+     "(goal: <= 10 s, every refusal with retry_after_ms; its hellos alone would take $(awk -v n="$STORM" -v f="$hello_floor" 'BEGIN{ if (f > 0) printf "%.1f", n/f; else print "?" }') s at the hello floor, $(awk -v n="$STORM" -v f="$hello_batch_floor" 'BEGIN{ if (f > 0) printf "%.1f", n/f; else print "?" }') s at the batch floor)"
 echo "CPU during storm: load generators $(share 0 "$lc" "$w0" "$w1")% of a core, gateway $(share "$g0" "$g1" "$w0" "$w1")%, machine $(share "$m0" "$m1" "$w0" "$w1")% (of $(nproc)00%)"
-curl -s --max-time 10 "http://127.0.0.1:$gw_port/metrics" | grep -E '^im_gateway_(refusals_total|hellos_waited_total|pool_waits_total|db_seconds_count|db_seconds_sum)'
+curl -s --max-time 10 "http://127.0.0.1:$gw_port/metrics" | grep -E '^im_gateway_(refusals_total|hellos_waited_total|hello_batches_total|hellos_batched_total|hello_batch_reruns_total|pool_waits_total|db_seconds_count|db_seconds_sum)'
 kill -TERM "$sgw" 2>/dev/null; wait "$sgw" 2>/dev/null; sgw=""
 sleep 2
 done
 [ "$STORM_RUNS" -gt 1 ] && echo "RESULT storm all_caught_up_s per run:$storm_secs median $(echo "$storm_secs" | median)"
 hello_floor_run " after the storm"
-echo "bound: the hellos' commits — every authenticate NOTIFYs, and PostgreSQL serializes NOTIFYing commits (one WAL flush each, no group commit), so hellos/s is at most the hello floor (one flush per hello, moved by the disk's other load); then the 256 handshakes lws holds at once (accept.c) and --hello-timeout for waiting hellos (refused with retry_after_ms after it)"
+echo "bound: the database's CPU per hello (authenticate, device_session, set_presence; the hello floor above is one hello a transaction, so one serialized NOTIFY flush each) — the gateway runs up to 32 queued hellos in one transaction (im_gateway_hellos_batched_total / im_gateway_hello_batches_total above), one NOTIFYing commit a batch; then the 256 handshakes lws holds at once (accept.c) and --hello-timeout for waiting hellos (refused with retry_after_ms after it)"
 fi
 curl -s --max-time 10 "http://127.0.0.1:$port/metrics" | grep -E '^im_gateway_(refusals_total|upgrades_refused_total|pool_waits_total|db_seconds_count|db_seconds_sum|hints_sent_total|hints_coalesced_total)'
 exit 0

@@ -478,12 +478,14 @@ class HelloQueueGateway:
     two places to wait behind it (--max-waiting-hello 2); no statement
     timeout, so a hello behind a locked device row stays in flight."""
 
-    def __init__(self, hello_timeout):
+    def __init__(self, hello_timeout, *limits):
+        """limits: other options, e.g. a larger --max-pending-hello."""
         port = free_port()
         self.url = "ws://127.0.0.1:%d/" % port
         self.proc = start_gateway("--listen", "127.0.0.1:%d" % port, "--pool", "2",
                                   "--max-pending-hello", "1", "--max-waiting-hello", "2",
-                                  "--hello-timeout", str(hello_timeout), "--statement-timeout", "0")
+                                  "--hello-timeout", str(hello_timeout), "--statement-timeout", "0",
+                                  *limits)
         for _ in range(100):
             try:
                 if urllib.request.urlopen(http_url(self.url) + "/healthz", timeout=2).status == 200:
@@ -655,6 +657,132 @@ async def test_waiting_hello_times_out_with_retry_after():
         gw.stop()
 
 
+# ------------------------------------- several hellos in one transaction
+
+def batch_gateway():
+    """A gateway whose hellos queue behind one stalled hello on its one
+    hello connection (--pool 2) and then run as one batch; one connection
+    per account (--max-conn-per-user 1) so a hello can be refused in it."""
+    return HelloQueueGateway(60, "--max-pending-hello", "64", "--max-conn-per-user", "1")
+
+
+async def queued_batch(gw, first_user, first_tok, hellos):
+    """Stalls a first hello, queues hellos ((token, id) pairs) behind it,
+    releases it: the queued ones run as one transaction.  Returns the
+    first's client and the queued clients."""
+    first, lock = await stalled_first_hello(gw, first_user, first_tok)
+    try:
+        queued = [await gw.hello(t, rid) for t, rid in hellos]
+        await gw.until("im_gateway_hellos_in_flight", 1 + len(hellos))
+        batches = gw.metric("im_gateway_hello_batches_total")
+    finally:
+        lock.release()
+    assert (await first.reply(1))["type"] == "welcome"
+    return first, queued, batches
+
+
+def auth_failures():
+    return sql("SELECT value FROM im.metrics() WHERE name = 'im_auth_failures_total'")[0][0]
+
+
+async def test_hello_batch_fails_only_the_bad_hellos():
+    """Five hellos authenticated in one transaction, two of them bad (a
+    revoked device's token, a forged token): only those two get
+    NOT_AUTHENTICATED/4001, both counted as failed authentications, and the
+    revoked device's epoch stays; the three good ones are welcomed and
+    their sessions work."""
+    users, toks = queue_users(5)
+    revoked_tok = toks[2]
+    sql("SELECT im.revoke_device(%s, 'q')", users[2])
+    e_revoked = epoch(users[2], "q")
+    fails = auth_failures()
+    gw = batch_gateway()
+    try:
+        hellos = [(toks[1], 2), (revoked_tok, 3), (toks[3], 4), ("AAAA.forged", 5), (toks[4], 6)]
+        welcomed = {2: users[1], 4: users[3], 6: users[4]}   # id -> user
+        first, queued, batches = await queued_batch(gw, users[0], toks[0], hellos)
+        for c, (tok, rid) in zip(queued, hellos):
+            r = await c.reply(rid)
+            if rid in welcomed:
+                assert r["type"] == "welcome" and r["user_id"] == welcomed[rid], r
+            else:
+                assert r["type"] == "error" and r["code"] == "NOT_AUTHENTICATED", r
+                assert (await c.wait_closed())[0] == 4001
+        assert gw.metric("im_gateway_hello_batches_total") == batches + 1
+        assert gw.metric("im_gateway_hellos_batched_total") == 5
+        assert auth_failures() == fails + 2
+        assert epoch(users[2], "q") == e_revoked
+        for c in [first] + [queued[0], queued[2], queued[4]]:
+            assert (await c.req({"type": "ping"}))["type"] == "pong"
+            await c.close()
+    finally:
+        gw.stop()
+
+
+async def test_hello_batch_supersedes_across_the_batch():
+    """A live session of a device, then two hellos of the same device in
+    one batch: the live one and the batch's first get 4008, the batch's
+    second stays current with the highest epoch."""
+    users, toks = queue_users(2)
+    u = users[1]
+    gw = batch_gateway()
+    try:
+        live = await Client.login(u, "q", url=gw.url)
+        ep0 = live.welcome["connection_epoch"]
+        hellos = [(token(u, "q"), 2), (token(u, "q"), 3)]
+        first, (a, b), batches = await queued_batch(gw, users[0], toks[0], hellos)
+        wa, wb = await a.reply(2), await b.reply(3)
+        assert wa["type"] == "welcome" and wb["type"] == "welcome", (wa, wb)
+        assert gw.metric("im_gateway_hello_batches_total") == batches + 1
+        assert ep0 < wa["connection_epoch"] < wb["connection_epoch"], (ep0, wa, wb)
+        assert (await live.wait_closed())[0] == 4008
+        assert (await a.wait_closed())[0] == 4008
+        assert current(u, "q", wb["connection_epoch"]) is True
+        assert (await b.req({"type": "ping"}))["type"] == "pong"
+        for c in (first, b):
+            await c.close()
+    finally:
+        gw.stop()
+
+
+async def test_hello_batch_refused_hello_leaves_no_trace():
+    """A hello refused in its batch (--max-conn-per-user 1, its account
+    already has another device in) gets RATE_LIMITED/4029 and must not
+    supersede: the batch is rolled back and the others run again, so the
+    refused device's epoch stays, and the other hellos are welcomed once,
+    each with an epoch one above what it had (the rolled-back bump left
+    nothing)."""
+    users, toks = queue_users(4)
+    busy = users[1]
+    register(busy, "other")
+    gw = batch_gateway()
+    try:
+        in_already = await Client.login(busy, "other", url=gw.url)
+        e_refused = epoch(busy, "q")
+        e_ok = [epoch(users[2], "q"), epoch(users[3], "q")]
+        reruns = gw.metric("im_gateway_hello_batch_reruns_total")
+        hellos = [(toks[2], 3), (toks[1], 2), (toks[3], 4)]
+        first, (ok1, refused, ok2), batches = await queued_batch(gw, users[0], toks[0], hellos)
+        r = await refused.reply(2)
+        assert r["type"] == "error" and r["code"] == "RATE_LIMITED", r
+        assert (await refused.wait_closed())[0] == 4029
+        for c, rid, u, e in ((ok1, 3, users[2], e_ok[0]), (ok2, 4, users[3], e_ok[1])):
+            w = await c.reply(rid)
+            assert w["type"] == "welcome" and w["user_id"] == u, w
+            assert w["connection_epoch"] == e + 1 == epoch(u, "q"), (w, e)
+        assert gw.metric("im_gateway_hello_batches_total") >= batches + 2   # the batch, then its rerun
+        assert gw.metric("im_gateway_hello_batch_reruns_total") == reruns + 1
+        assert epoch(busy, "q") == e_refused
+        assert sql("SELECT count(*) FROM im.presence WHERE user_id = %s AND device_id = 'q'", busy)[0][0] == 0
+        for u in users[2:]:   # set online by the hello's own transaction, committed with it
+            assert sql("SELECT count(*) FROM im.presence WHERE user_id = %s AND device_id = 'q'", u)[0][0] == 1
+        for c in (first, ok1, ok2, in_already):
+            assert (await c.req({"type": "ping"}))["type"] == "pong"
+            await c.close()
+    finally:
+        gw.stop()
+
+
 async def test_stalled_handshakes_do_not_hold_back_new_connections():
     """At most 256 accepted connections are inside lws' handshake at once;
     the others wait as descriptors.  300 sockets that never send their
@@ -692,7 +820,9 @@ TESTS = [test_hello_over_8k_not_authenticated, test_frame_while_hello_pending,
          test_max_connections_fits_descriptors,
          test_hello_over_limit_waits_and_is_answered, test_full_hello_queue_refuses_with_retry_after,
          test_closed_waiting_hello_frees_its_place, test_waiting_hello_times_out_with_retry_after,
-         test_stalled_handshakes_do_not_hold_back_new_connections]
+         test_stalled_handshakes_do_not_hold_back_new_connections,
+         test_hello_batch_fails_only_the_bad_hellos, test_hello_batch_supersedes_across_the_batch,
+         test_hello_batch_refused_hello_leaves_no_trace]
 
 
 def main():
