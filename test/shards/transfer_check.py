@@ -415,8 +415,16 @@ def drill_slot_limit():
     node[a].q("ALTER SYSTEM SET max_slot_wal_keep_size = '32MB'")
     node[a].q("SELECT pg_reload_conf()")
     on_sub(b, a, "DISABLE")
+    before = node[a].q1("SELECT count(*) FROM im.transfer_out WHERE dest_node = %s", (b,))
     send_round("slot", 2, nodes=[a])
-    node[a].q("SELECT im.run_fanout()")
+    # One run_fanout is not enough: a worker may hold a batch (SKIP LOCKED) or
+    # a batch may have backed off (lock timeout), so the items' transfers
+    # would be written only after the check below (the race that once failed
+    # it).  Wait until a's outbox is drained and the transfers to b exist.
+    check(wait_for(lambda: node[a].q1("SELECT im.run_fanout() >= 0 AND outbox_pending = 0 FROM im.shard_pending()"),
+                   60), f"slot_limit: {a}'s outbox drained")
+    held = node[a].q1("SELECT count(*) FROM im.transfer_out WHERE dest_node = %s", (b,))
+    check(held > before, f"slot_limit: {a} holds transfers for {b} before its slot is lost", f"{before} -> {held}")
     node[a].q("CREATE TABLE IF NOT EXISTS public.wal_filler (x text)")
 
     def lost():
@@ -428,8 +436,10 @@ def drill_slot_limit():
     names = [r[0] for r in node[a].q("SELECT check_name FROM im.reconcile()")]
     check("replication_slot_lost" in names, f"slot_limit: {a}'s reconcile reports the lost slot", str(names))
     check(metric(a, f'im_shard_slot_lost{{slot="{slot}"}}') == 1, "slot_limit: im.metrics shows the lost slot")
-    check(node[a].q1("SELECT transfers_unacked FROM im.shard_pending()") > 0,
+    check(node[a].q1("SELECT count(*) FROM im.transfer_out WHERE dest_node = %s", (b,)) >= held,
           "slot_limit: the transfers it held are still there, unacknowledged")
+    check(node[a].q1("SELECT transfers_unacked FROM im.shard_pending()") >= held,
+          "slot_limit: shard_pending counts them")
     node[a].q("DROP TABLE public.wal_filler")
     node[a].q("ALTER SYSTEM RESET max_slot_wal_keep_size")
     node[a].q("SELECT pg_reload_conf()")
