@@ -333,6 +333,7 @@ im_transfer_apply(int max_transfers)
 
 	if (!im_shard_configured())
 		return 0;
+	im_transfer_ack_settle_stored();
 	im_prepare(&lock, "SELECT pg_catalog.pg_try_advisory_xact_lock($1, 0)", 1, INT4OID);
 	args[0] = Int32GetDatum(IM_TRANSFER_APPLY_LOCK_CLASS);
 	im_exec(lock, args, NULL, 0);

@@ -259,6 +259,72 @@ def server(i, *args):
 
 
 # ---------------------------------------------------------------- drills
+def drill_fanout_plan():
+    """The transfer write's plan stays cheap: with no statistics on the
+    one-row im.shard_config its estimate once passed jit_optimize_above_cost
+    and every fanout batch with remote recipients spent ~1.5 s compiling
+    (the router's slow model steps).  auto_explain shows the plans of the
+    statements run_fanout runs, as NOTICEs to this session."""
+    a = NAMES[0]
+    c = connect(a)
+    cur = c.cursor()
+    for sql in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                "SET auto_explain.log_nested_statements = on", "SET auto_explain.log_level = notice",
+                "SET client_min_messages = notice", "SET jit = on"):
+        cur.execute(sql)
+    conv = next(cv for cv in CONVS[a] if any(node_of(u) != a for u in members_of(a, cv)))
+    ms = members_of(a, conv)
+    cur.execute("SELECT * FROM im.send_message(%s, %s, %s, %s)",
+                (ms[0], conv, f"plan-{conv}-{time.time_ns()}", json.dumps({"text": "plan"})))
+    # a worker may take the item first: send again until this session wrote a transfer
+    def wrote():
+        c.notices.clear()
+        cur.execute("SELECT * FROM im.send_message(%s, %s, %s, %s)",
+                    (ms[0], conv, f"plan-{conv}-{time.time_ns()}", json.dumps({"text": "plan"})))
+        cur.execute("SELECT im.run_fanout()")
+        return [n for n in c.notices if "Insert on transfer_out" in n]
+    plans = wait_for(wrote, 60, step=0)
+    check(plans, "fanout_plan: run_fanout wrote a transfer in this session (auto_explain saw it)")
+    check(plans and not any("JIT:" in p for p in plans), "fanout_plan: the transfer write is not JIT-compiled",
+          (plans or [""])[0][:1500])
+    c.close()
+    check(drain(), "fanout_plan: drained", str(pending_all()))
+
+
+def drill_ack_before_visible():
+    """An ack may reach the source before the transfer it acknowledges is
+    visible there (logical decoding sends a transaction once its commit
+    record is flushed, before the committer leaves the proc array).  It was
+    dropped, and the transfer stayed unacked forever (the model test's
+    "node1: 1 transfer unacked").  Made real here: the transfer row's
+    transaction is held open while its ack arrives.  The row's destination
+    is a name no publication carries, so nothing leaves the node."""
+    a = NAMES[0]
+    t = connect(a)
+    t.autocommit = False
+    cur = t.cursor()
+    cur.execute("""INSERT INTO im.transfer_out (source_node, dest_node, outbox_id, conversation_id, msg_seq,
+                                               source_event_id, payload)
+                   VALUES (%s, 'nodeack', 0, 0, 0, 0, '{}') RETURNING transfer_id""", (a,))
+    tid = cur.fetchone()[0]
+    # the ack, as the apply worker inserts it (the trigger runs for any insert)
+    node[a].q("INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) VALUES (%s, %s, 'nodeack')",
+              (a, tid))
+    # the same ack once more (a replay): never a unique-key conflict
+    node[a].q("INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) VALUES (%s, %s, 'nodeack')",
+              (a, tid))
+    t.commit()
+    t.close()
+    node[a].q("SELECT im.run_fanout()")
+    left = node[a].q1("SELECT count(*) FROM im.transfer_out WHERE transfer_id = %s", (tid,))
+    check(left == 0, "ack_before_visible: an ack that arrived before its transfer was visible still settles it",
+          f"{left} row left")
+    check(wait_for(lambda: node[a].q1("SELECT im.run_fanout() >= 0 AND count(*) = 0 FROM im.transfer_ack "
+                                      "WHERE source_node = %s AND applied_by = 'nodeack'", (a,)), 30),
+          "ack_before_visible: the held ack is gone once matched")
+    check(drain(), "ack_before_visible: drained", str(pending_all()))
+
+
 def drill_baseline():
     errors = send_round("base", 3)
     check(not errors, "baseline: concurrent sends on all nodes succeed", str(errors[:2]))
@@ -483,7 +549,7 @@ def drill_poison():
     reconcile_empty("poison")
 
 
-DRILLS = [("baseline", drill_baseline), ("disabled", drill_disabled), ("replay", drill_replay),
+DRILLS = [("ack_before_visible", drill_ack_before_visible), ("fanout_plan", drill_fanout_plan), ("baseline", drill_baseline), ("disabled", drill_disabled), ("replay", drill_replay),
           ("stop", drill_stop), ("slot_limit", drill_slot_limit), ("poison", drill_poison)]
 
 if __name__ == "__main__":
