@@ -51,11 +51,22 @@ ROUTER = bool(SHARDS_DIR)
 SHARDS_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'shards.sh')
 
 
+# settings changed on the nodes (they persist there, unlike SET): reset at exit
+NODE_SETTINGS = set()
+
+
+def reset_node_settings():
+    for name in sorted(NODE_SETTINGS):
+        subprocess.run(['bash', SHARDS_SH, 'reset', name], check=True, stdout=subprocess.DEVNULL)
+    NODE_SETTINGS.clear()
+
+
 def set_setting(conn, name, value):
     """SET name = value for conn's session; on a router, on every node
     (test/shards.sh set), since session settings do not reach the nodes."""
     if ROUTER:
         subprocess.run(['bash', SHARDS_SH, 'set', name, value], check=True, stdout=subprocess.DEVNULL)
+        NODE_SETTINGS.add(name)
         return
     with conn.cursor() as cur:
         cur.execute("SET %s = %%s" % name, (value,))
@@ -1076,4 +1087,8 @@ def main():
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    try:
+        rc = main()
+    finally:
+        reset_node_settings()
+    sys.exit(rc)
