@@ -84,7 +84,7 @@ export IM_ROUTER_DSN="$ROUTER" IM_E2E_DB="$DB"
 # `test/shards.sh set` instead when IM_SHARDS_DIR is set.
 if want model; then
   echo "--- model test against the router"
-  IM_MODEL_DSN="$ROUTER" "$py" test/model/model_test.py ${IM_SHARDS_MODEL_ARGS:---seed 1 --seed 2 --seed 3 --steps 80} || rc=1
+  IM_MODEL_DSN="$ROUTER" "$py" test/model/model_test.py ${IM_SHARDS_MODEL_ARGS:---seed 1 --seed 2 --seed 3 --seed 4 --seed 5 --seed 6 --steps 200} || rc=1
 fi
 
 port=$(im_free_port)
