@@ -771,7 +771,9 @@ END $$;
 
 -- message_facts: the conversation node checks the caller (42501 unless it
 -- sent the message, P0002) with its own message_facts; the facts of each
--- recipient come from the recipient's node.
+-- recipient come from the recipient's node.  The audience includes the
+-- sender; message_facts' rows are the recipients only (contract §16, as on
+-- one node), so the sender is left out here.
 CREATE FUNCTION im_router.message_facts(sender_id bigint, message_id bigint)
 RETURNS TABLE(user_id bigint, accepted boolean, in_sync_scope boolean, any_device_synced boolean,
               user_read boolean)
@@ -782,7 +784,8 @@ DECLARE
     users bigint[];
 BEGIN
     PERFORM count(*) FROM im_router.sender_message_facts(sender_id, message_id);
-    users := ARRAY(SELECT a.user_id FROM im_router.message_audience(message_id) a);
+    users := ARRAY(SELECT a.user_id FROM im_router.message_audience(message_id) a
+                    WHERE a.user_id <> message_facts.sender_id);
     RETURN QUERY
         SELECT f.* FROM im_router.group_by_node(users) g,
                LATERAL im_router.on_node_message_facts(g.part, message_id, g.node_ids) f

@@ -14,5 +14,6 @@
  * another applier holds the lock.  Must be called inside SPI_connect.
  */
 extern int64 im_transfer_apply(int max_transfers);
+extern void im_transfer_ack_settle_stored(void);
 
 #endif

@@ -13,6 +13,7 @@
 #include "common.h"
 #include "im_sql.h"
 #include "shard_map.h"
+#include "transfer.h"
 
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -52,7 +53,62 @@ im_transfer_ack_arrive(PG_FUNCTION_ARGS)
 			   2, INT8OID, TEXTOID);
 	args[0] = SPI_getbinval(td->tg_trigtuple, desc, SPI_fnumber(desc, "transfer_id"), &isnull);
 	args[1] = CStringGetTextDatum(applied_by);
-	im_exec(plan, args, NULL, 0);
+	if (im_exec(plan, args, NULL, 0) == 0)
+	{
+		/*
+		 * Not visible (yet): logical decoding sends a transaction once its
+		 * commit record is flushed, before the committing backend leaves the
+		 * proc array, so the ack's round trip can beat the transfer's own
+		 * visibility here.  Dropping the ack then lost it for good (the
+		 * transfer stayed unacked forever).  Keep it instead, once per key
+		 * (never a unique-key conflict in the apply worker);
+		 * im_transfer_ack_settle_stored matches it later.
+		 */
+		static SPIPlanPtr held;
+
+		im_prepare(&held,
+				   "SELECT 1 FROM im.transfer_ack WHERE source_node" EQ "$3 AND transfer_id" EQ "$1"
+				   " AND applied_by" EQ "$2",
+				   3, INT8OID, TEXTOID, TEXTOID);
+		{
+			Datum		hargs[3] = {args[0], args[1], CStringGetTextDatum(source)};
+
+			if (im_exec(held, hargs, NULL, 1) == 0)
+			{
+				SPI_finish();
+				return PointerGetDatum(td->tg_trigtuple);
+			}
+		}
+	}
 	SPI_finish();
 	return PointerGetDatum(NULL);
+}
+
+/*
+ * Acks this node received before their transfer was visible (above): delete
+ * the transfers they acknowledge and the acks.  An ack still unmatched once
+ * every transaction that was running at its arrival has ended acknowledges
+ * a transfer deleted already (a duplicate after a replay): it goes too.
+ * Called by every apply pass (workers, im.run_fanout).
+ */
+void
+im_transfer_ack_settle_stored(void)
+{
+	static SPIPlanPtr plan;
+
+	im_prepare(&plan,
+			   "WITH a AS (SELECT a.source_node, a.transfer_id, a.applied_by, a.applied_at"
+			   "           FROM im.transfer_ack a WHERE a.source_node" EQ "im.shard_self()),"
+			   " t AS (DELETE FROM im.transfer_out t USING a"
+			   "       WHERE t.transfer_id" EQ "a.transfer_id AND t.dest_node" EQ "a.applied_by"
+			   "       RETURNING t.transfer_id, t.dest_node) "
+			   "DELETE FROM im.transfer_ack x USING a"
+			   " WHERE x.source_node" EQ "a.source_node AND x.transfer_id" EQ "a.transfer_id"
+			   "   AND x.applied_by" EQ "a.applied_by"
+			   "   AND ((a.transfer_id, a.applied_by) IN (SELECT t.transfer_id, t.dest_node FROM t)"
+			   "        OR a.applied_at" LT "(SELECT pg_catalog.min(s.xact_start) FROM pg_catalog.pg_stat_activity s"
+			   "                            WHERE s.xact_start IS NOT NULL"
+			   "                              AND s.pid" NE "pg_catalog.pg_backend_pid()))",
+			   0);
+	im_exec(plan, NULL, NULL, 0);
 }

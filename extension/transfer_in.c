@@ -338,6 +338,7 @@ im_transfer_apply(int max_transfers)
 	im_exec(lock, args, NULL, 0);
 	if (!im_get_bool(0, 1, NULL))
 		return 0;				/* another applier is at it; it applies in order */
+	im_transfer_ack_settle_stored();	/* under the same lock: one settler */
 	im_prepare(&pending,
 			   "SELECT source_node, transfer_id, payload, conversation_id, msg_seq, source_event_id "
 			   "FROM im.transfer_in WHERE state" EQ "'pending' "

@@ -46,8 +46,14 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			!im_shard_owns_bucket(im_shard_bucket(im_get_int64(0, 1, NULL))))
 			return;
 	}
+	/*
+	 * cfg says LIMIT 1 (one row at most): never analyzed, a bare scan of
+	 * im.shard_config is estimated at ~800 rows, which multiplied this plan's
+	 * cost past jit_optimize_above_cost — ~1.5 s of JIT compilation in every
+	 * fanout batch with remote recipients (issue 15, the router's slow steps).
+	 */
 	im_prepare(&plan,
-			   "WITH cfg AS (SELECT self_name, bucket_nodes FROM im.shard_config),"
+			   "WITH cfg AS (SELECT self_name, bucket_nodes FROM im.shard_config LIMIT 1),"
 			   " r AS (" IM_FANOUT_RECIPIENTS_SQL "),"
 			   " d AS ("
 			   "  SELECT r.outbox_id, cfg.bucket_nodes[(r.user_id" OP_MOD "64)" PLUS "1] AS node,"

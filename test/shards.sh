@@ -8,6 +8,7 @@
 #   test/shards.sh set NAME VAL  one setting on every node (ALTER ROLE ALL IN
 #                                DATABASE … SET, then reload): session settings
 #                                do not cross PL/Proxy
+#   test/shards.sh reset NAME    undoes `set NAME` on every node
 # State lives in $IM_SHARDS_DIR (default: a temp dir `up` prints; pass the same
 # IM_SHARDS_DIR to `down`/`set`): `nodes` (one line per node: name, conninfo),
 # `router` (the router's conninfo), `clusters` (one data dir per cluster).
@@ -154,6 +155,17 @@ cmd_set() {
   done <"$dir/nodes"
 }
 
+# reset NAME: undo `set` on every node (ALTER ROLE ALL IN DATABASE … RESET):
+# a harness that changed a setting gives the next one the defaults back
+cmd_reset() {
+  local name=${1:?usage: $0 reset NAME}
+  [[ "$name" =~ ^[a-z_][a-z0-9_.]*$ ]] || { echo "shards: bad setting name $name" >&2; exit 2; }
+  local dir; dir=$(shards_dir)
+  while read -r node conn; do
+    shards_psql "$conn" "ALTER ROLE ALL IN DATABASE $DB RESET $name" "SELECT pg_reload_conf()" >/dev/null
+  done <"$dir/nodes"
+}
+
 # The repair path of a lost slot (max_slot_wal_keep_size reached) or of any
 # broken SRC -> DST channel: drop DST's subscription and SRC's slot, subscribe
 # again with copy_data = true.  Nothing is lost: SRC keeps every transfer row
@@ -179,5 +191,6 @@ case "${1:-}" in
   resubscribe) shift; cmd_resubscribe "$@" ;;
   down) cmd_down ;;
   set) shift; cmd_set "$@" ;;
-  *) echo "usage: $0 up [N] | down | set NAME VALUE | resubscribe SRC DST" >&2; exit 2 ;;
+  reset) shift; cmd_reset "$@" ;;
+  *) echo "usage: $0 up [N] | down | set NAME VALUE | reset NAME | resubscribe SRC DST" >&2; exit 2 ;;
 esac

@@ -51,11 +51,22 @@ ROUTER = bool(SHARDS_DIR)
 SHARDS_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'shards.sh')
 
 
+# settings changed on the nodes (they persist there, unlike SET): reset at exit
+NODE_SETTINGS = set()
+
+
+def reset_node_settings():
+    for name in sorted(NODE_SETTINGS):
+        subprocess.run(['bash', SHARDS_SH, 'reset', name], check=True, stdout=subprocess.DEVNULL)
+    NODE_SETTINGS.clear()
+
+
 def set_setting(conn, name, value):
     """SET name = value for conn's session; on a router, on every node
     (test/shards.sh set), since session settings do not reach the nodes."""
     if ROUTER:
         subprocess.run(['bash', SHARDS_SH, 'set', name, value], check=True, stdout=subprocess.DEVNULL)
+        NODE_SETTINGS.add(name)
         return
     with conn.cursor() as cur:
         cur.execute("SET %s = %%s" % name, (value,))
@@ -558,7 +569,14 @@ class Model:
     def op_mode(self):
         """set_conversation_mode in the middle of traffic, both directions
         (sometimes the mode already in force: a no-op)."""
-        c = self.rng.choice([c for c in sorted(self.members) if self.kind[c] == 'group'])
+        # Through a router the mode is read through a member's copy (mode()):
+        # a group nobody is in any more has no recipient, so no node but its
+        # own learns of a switch, and an ex-member's copy keeps the mode of
+        # its leave.  Such groups are switched on one node only.
+        groups = [c for c in sorted(self.members) if self.kind[c] == 'group' and (self.members[c] or not ROUTER)]
+        if not groups:
+            return self.op_join()
+        c = self.rng.choice(groups)
         before = self.mode(c)
         want = before if self.rng.random() < 0.15 else {'fanout': 'shared_log', 'shared_log': 'fanout'}[before]
         r = self.q1("SELECT im.set_conversation_mode(%s, %s) AS m", (c, want))
@@ -1076,4 +1094,8 @@ def main():
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    try:
+        rc = main()
+    finally:
+        reset_node_settings()
+    sys.exit(rc)
