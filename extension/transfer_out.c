@@ -25,6 +25,7 @@
 #include "shard_map.h"
 
 #include "catalog/pg_type.h"
+#include "utils/guc.h"
 
 void
 im_transfer_out_write(const int64 *outbox_ids, int n)
@@ -49,8 +50,8 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 	/*
 	 * cfg says LIMIT 1 (one row at most): never analyzed, a bare scan of
 	 * im.shard_config is estimated at ~800 rows, which multiplied this plan's
-	 * cost past jit_optimize_above_cost — ~1.5 s of JIT compilation in every
-	 * fanout batch with remote recipients (issue 15, the router's slow steps).
+	 * cost past jit_optimize_above_cost (issue 15, the router's slow steps);
+	 * JIT is also off for the statement (below).
 	 */
 	im_prepare(&plan,
 			   "WITH cfg AS (SELECT self_name, bucket_nodes FROM im.shard_config LIMIT 1),"
@@ -89,5 +90,19 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			   "ORDER BY o.msg_seq, d.node",
 			   1, INT8ARRAYOID);
 	args[0] = im_int8_array(outbox_ids, n);
-	im_exec(plan, args, NULL, 0);
+	{
+		/*
+		 * No JIT for this statement: its estimate grows with tables that are
+		 * rarely analyzed on a fresh node (CTEs over jsonb aggregates), and
+		 * once past jit_above_cost every fanout batch with remote recipients
+		 * paid 0.3–1.5 s of compilation for a few rows.  Restored at the end
+		 * of the statement, or by the (sub)transaction's abort on error.
+		 */
+		int			nest = NewGUCNestLevel();
+
+		(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		im_exec(plan, args, NULL, 0);
+		AtEOXact_GUC(true, nest);
+	}
 }

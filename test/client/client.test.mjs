@@ -305,18 +305,22 @@ test('RATE_LIMITED: the client waits retry_after_ms and every operation lands on
   const conv = group([A, B]);
   const slow = new Gateway();
   await slow.start(['--rate', '4', '--burst', '2']);
-  const a = track(client(slow, token(A, 'a'), new MemoryStorage()));
-  await a.start();
-  const sends = [];
-  for (let i = 0; i < 8; i++) sends.push(a.send(conv, { text: `paced ${i}` }, { clientMsgId: `paced-${A}-${i}` }));
-  await Promise.all(sends);
-  for (let i = 0; i < 8; i++) assert.equal(count(conv, `paced-${A}-${i}`, `paced ${i}`, A), 1);
-  const limited = Number((await (await fetch(slow.httpUrl + 'metrics')).text())
-    .split('\n').find((l) => l.startsWith('im_gateway_errors_total{code="RATE_LIMITED"}'))?.split(' ')[1] || 0);
-  assert.ok(limited > 0, 'the gateway never rate-limited: the test did not exercise retry_after_ms');
-  await converge(a, A, conv);
-  await a.stop();
-  await slow.stop();
+  // a failure must not leave this gateway running (it kept the runner alive)
+  try {
+    const a = track(client(slow, token(A, 'a'), new MemoryStorage()));
+    await a.start();
+    const sends = [];
+    for (let i = 0; i < 8; i++) sends.push(a.send(conv, { text: `paced ${i}` }, { clientMsgId: `paced-${A}-${i}` }));
+    await Promise.all(sends);
+    for (let i = 0; i < 8; i++) assert.equal(count(conv, `paced-${A}-${i}`, `paced ${i}`, A), 1);
+    const limited = Number((await (await fetch(slow.httpUrl + 'metrics')).text())
+      .split('\n').find((l) => l.startsWith('im_gateway_errors_total{code="RATE_LIMITED"}'))?.split(' ')[1] || 0);
+    assert.ok(limited > 0, 'the gateway never rate-limited: the test did not exercise retry_after_ms');
+    await converge(a, A, conv);
+    await a.stop();
+  } finally {
+    await slow.stop();
+  }
 });
 
 test('refused hellos (admission full, close 4029): clients wait retry_after_ms, come back and all get in', async () => {

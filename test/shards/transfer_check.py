@@ -286,12 +286,12 @@ def drill_fanout_plan():
         return [n for n in c.notices if "Insert on transfer_out" in n]
     plans = wait_for(wrote, 60, step=0)
     check(plans, "fanout_plan: run_fanout wrote a transfer in this session (auto_explain saw it)")
-    # the estimate, not this cluster's data, decides JIT: it stays below the
-    # default jit_above_cost (100000) whatever the tables hold
+    # the estimate grows with the data (4.9e8 before cfg's LIMIT 1, 1.5e5
+    # after the other harnesses even with it): JIT must be off whatever it is
     costs = [float(m.group(1)) for p in plans for m in [re.search(r"Insert on transfer_out .*?cost=[0-9.]+\.\.([0-9.]+)", p)] if m]
     print(f"     transfer write plan costs {costs}", flush=True)
-    check(costs and max(costs) < 100000 and not any("JIT:" in p for p in plans),
-          "fanout_plan: the transfer write's estimate stays below jit_above_cost (no JIT)",
+    check(costs and not any("JIT:" in p for p in plans),
+          "fanout_plan: the transfer write is never JIT-compiled (jit = on in this session)",
           f"costs {costs}; " + (plans or [""])[0][:1200])
     c.close()
     check(drain(), "fanout_plan: drained", str(pending_all()))
