@@ -42,12 +42,21 @@ typedef enum ImMemberAppend
 } ImMemberAppend;
 
 /*
+ * The fast path's lock: UPDATE of the head to head + 1 (locks the row);
+ * conv->head_msg_seq is the head before it.  False, nothing locked, for an
+ * unknown conversation; IS421 when this node does not own it.
+ */
+extern bool im_take_next_position(int64 conversation_id, ImConversation *conv);
+/* Moves the head back to conv->head_msg_seq (nothing was written at it). */
+extern void im_give_back_position(const ImConversation *conv);
+
+/*
  * The fast path of a member's message (ev->kind 'message', no target),
- * the caller holding the conversation row lock: checks the sender's open
- * period and the idempotency key and writes event, head and outbox item in
- * one statement.  Anything but DONE writes nothing; the caller then takes
- * the general path for the right answer or error.  Wakes the workers at
- * commit on DONE.
+ * after im_take_next_position: checks the sender's open period and the
+ * idempotency key and writes event and outbox item at the taken position in
+ * one statement.  Anything but DONE writes nothing and gives the position
+ * back; the caller then takes the general path for the right answer or
+ * error.  Wakes the workers at commit on DONE.
  */
 extern ImMemberAppend im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
 											   int64 *message_id, int64 *msg_seq);
