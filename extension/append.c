@@ -238,22 +238,13 @@ im_give_back_position(const ImConversation *conv)
 			 conv->conversation_id);
 }
 
-/* Result columns of the member append statement. */
-enum
-{
-	Anum_member_is_member = 1,
-	Anum_member_message_id,
-	Anum_member_outbox_items
-};
-
-ImMemberAppend
+bool
 im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
 						 int64 *message_id, int64 *msg_seq)
 {
 	static SPIPlanPtr plan;
 	Datum		args[10];
 	char		nulls[10];
-	bool		isnull;
 
 	Assert(strcmp(ev->kind, "message") == 0 && ev->target_message_id == 0 &&
 		   ev->sender_id != 0 && ev->client_msg_id != NULL);
@@ -263,51 +254,45 @@ im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
 	 * statement, so this one has a new snapshot in READ COMMITTED: it sees
 	 * every leave committed before the lock was granted.  If the sender is
 	 * no member or the idempotency key is taken, the event CTE inserts
-	 * nothing and the outbox CTE sees no row: nothing is written here and
-	 * the position is given back.  The key is probed here (an index lookup,
-	 * no statement of its own) so a retry draws no message_id; ON CONFLICT
+	 * nothing, the outbox insert (the statement itself) sees no row and the
+	 * statement returns none: nothing is written here and the position is
+	 * given back.  A returned row is the outbox item of the written event
+	 * (im.outbox has no trigger that could drop it), so a written position
+	 * always has its item.  The key is probed here (an index lookup, no
+	 * statement of its own) so a retry draws no message_id; ON CONFLICT
 	 * still catches a concurrent duplicate.  The head is not written here
-	 * (the lock statement did), which keeps im.conversation's indexes,
-	 * CHECK and a write node out of this statement.
+	 * (the lock statement did), and no CTE is read back twice: that keeps a
+	 * write node, im.conversation's indexes and CHECK, a join and an
+	 * aggregate out of the statement run under the lock.
 	 */
 	im_prepare(&plan,
-			   "WITH m AS ("
-			   "  SELECT EXISTS (SELECT 1 FROM im.membership_period p"
-			   "    WHERE p.conversation_id" EQ "$1 AND p.user_id" EQ "$4 AND p.leave_seq IS NULL) AS ok,"
-			   "    EXISTS (SELECT 1 FROM im.event e"
-			   "    WHERE e.sender_id" EQ "$4 AND e.client_msg_id" EQ "$5) AS dup),"
-			   " ins AS ("
+			   "WITH ins AS ("
 			   "  INSERT INTO im.event (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_id,"
 			   "                        request_digest, content_type, body, mode)"
 			   "  SELECT " PLACED_EVENT_ID_SQL("$10") ", $1, $2, $3, $4, $5, $6, $7, $8, $9"
-			   "  FROM m WHERE m.ok AND NOT m.dup"
+			   "  WHERE EXISTS (SELECT 1 FROM im.membership_period p"
+			   "    WHERE p.conversation_id" EQ "$1 AND p.user_id" EQ "$4 AND p.leave_seq IS NULL)"
+			   "    AND NOT EXISTS (SELECT 1 FROM im.event e"
+			   "    WHERE e.sender_id" EQ "$4 AND e.client_msg_id" EQ "$5)"
 			   "  ON CONFLICT (sender_id, client_msg_id) DO NOTHING"
-			   "  RETURNING message_id, msg_seq),"
-			   APPEND_OUTBOX_SQL
-			   "SELECT m.ok, ins.message_id, (SELECT pg_catalog.count(*) FROM ob)"
-			   "  FROM m LEFT JOIN ins ON true",
+			   "  RETURNING message_id, msg_seq)"
+			   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)"
+			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins"
+			   "  RETURNING source_event_id",
 			   10, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
 			   JSONBOID, TEXTOID, INT8OID);
 	memset(nulls, ' ', sizeof(nulls));
 	set_event_args(conv, ev, args, nulls);
 	args[8] = CStringGetTextDatum(conv->mode);
 	args[9] = Int64GetDatum(im_shard_id_factor());
-	if (im_exec(plan, args, nulls, 0) != 1)
-		elog(ERROR, "im_sync: member append statement returned no row");
-
-	*message_id = im_get_int64(0, Anum_member_message_id, &isnull);
-	if (isnull)
+	if (im_exec(plan, args, nulls, 0) == 0)
 	{
-		bool		is_member = im_get_bool(0, Anum_member_is_member, NULL);
-
 		im_give_back_position(conv);
-		return is_member ? IM_MEMBER_APPEND_DUPLICATE : IM_MEMBER_APPEND_NOT_MEMBER;
+		return false;
 	}
-	if (im_get_int64(0, Anum_member_outbox_items, NULL) != 1)
-		elog(ERROR, "im_sync: append to conversation " INT64_FORMAT " did not write its outbox item",
-			 conv->conversation_id);
+	*message_id = im_get_int64(0, 1, NULL);
 	conv->head_msg_seq++;
 	im_wake_fanout_at_commit();
 	*msg_seq = conv->head_msg_seq;
-	return IM_MEMBER_APPEND_DONE;
+	return true;
 }

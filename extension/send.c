@@ -403,7 +403,7 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 	 */
 	if (req->target_message_id == 0 && req->reply_to_message_id == 0 &&
 		im_take_next_position(req->conversation_id, &conv) &&
-		im_append_member_message(&conv, &ev, &message_id, &msg_seq) == IM_MEMBER_APPEND_DONE)
+		im_append_member_message(&conv, &ev, &message_id, &msg_seq))
 		created = true;
 	else if (!lookup_existing(req, &message_id, &msg_seq))
 	{
