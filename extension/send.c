@@ -397,8 +397,8 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 	 * A message that is not a reply takes the fast path: lock the
 	 * conversation by taking its next position, then check the period and
 	 * the key and write in one statement.  A retry, a non-member (position
-	 * given back) or an unknown conversation wrote nothing and goes through the general
-	 * path below, which gives the answer or error the contract names (the
+	 * given back) or an unknown conversation wrote nothing and goes through
+	 * the general path below, which gives the answer or error the contract names (the
 	 * original for a retry, IS409, 42501, P0002), in the same order.
 	 */
 	if (req->target_message_id == 0 && req->reply_to_message_id == 0 &&
