@@ -6,8 +6,10 @@
  *   - msg_seq is gap-free and unique per conversation: every position is
  *     assigned as head + 1 while the caller holds the conversation row lock,
  *     and the event, the new head and its outbox item are written in one
- *     statement;
- *   - a position suppressed by its idempotency key writes nothing (no gap);
+ *     statement (a member's message: the head by the statement that takes
+ *     the lock, event and outbox item by the next);
+ *   - a position suppressed by its idempotency key writes nothing (no gap;
+ *     a taken position is given back);
  *   - every position gets its outbox item, and the fanout workers are woken
  *     at commit (never by NOTIFY, which would serialize every send);
  *   - a member's message (im_append_member_message) is checked against the
@@ -46,13 +48,15 @@ enum
  * position and queue its outbox item, both only if `ins` wrote a row (the
  * append statements of both paths end with it).
  */
+#define APPEND_OUTBOX_SQL \
+	" ob AS (" \
+	"  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)" \
+	"  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"
 #define APPEND_HEAD_OUTBOX_SQL \
 	" head AS (" \
 	"  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins" \
 	"  WHERE c.conversation_id" EQ "$1 RETURNING 1)," \
-	" ob AS (" \
-	"  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)" \
-	"  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"
+	APPEND_OUTBOX_SQL
 
 /*
  * Parameters $1..$8, the same in both append statements: conversation,
@@ -179,68 +183,116 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	return true;
 }
 
-/* Result columns of the member append statement. */
-enum
+/*
+ * The fast path's lock (issue 10): the conversation row is locked by the
+ * write of its next position itself, so the lock window starts with the
+ * write instead of a row-lock record followed by a second update of the
+ * row.  An UPDATE that waited for the previous writer re-reads the newest
+ * row (READ COMMITTED), so the position is the newest head + 1: msg_seq stays
+ * gap-free under the single writer.  conv->head_msg_seq is the head before
+ * the taken position (the position is conv->head_msg_seq + 1), as after
+ * im_try_lock_conversation.  False, nothing locked, for an unknown
+ * conversation; IS421 on a node that does not own it.
+ */
+bool
+im_take_next_position(int64 conversation_id, ImConversation *conv)
 {
-	Anum_member_is_member = 1,
-	Anum_member_message_id,
-	Anum_member_heads_moved,
-	Anum_member_outbox_items
-};
+	static SPIPlanPtr plan;
+	Datum		args[1];
 
-ImMemberAppend
+	/* issue 15: a copy of a remote conversation is never written to */
+	im_shard_require_conversation(conversation_id);
+	im_prepare(&plan,
+			   "UPDATE im.conversation SET head_msg_seq = head_msg_seq + 1 "
+			   "WHERE conversation_id" EQ "$1 RETURNING kind, mode, head_msg_seq",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(conversation_id);
+	if (im_exec(plan, args, NULL, 0) != 1)
+		return false;
+	conv->conversation_id = conversation_id;
+	strlcpy(conv->kind, im_get_text(0, 1), sizeof(conv->kind));
+	strlcpy(conv->mode, im_get_text(0, 2), sizeof(conv->mode));
+	conv->head_msg_seq = im_get_int64(0, 3, NULL) - 1;
+	return true;
+}
+
+/*
+ * Undo of im_take_next_position when nothing was written at the position
+ * (a retry, a non-member): the head returns to conv->head_msg_seq, so no
+ * gap is left; the row stays locked by this transaction.
+ */
+void
+im_give_back_position(const ImConversation *conv)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+
+	im_prepare(&plan,
+			   "UPDATE im.conversation SET head_msg_seq = $2 "
+			   "WHERE conversation_id" EQ "$1 AND head_msg_seq" EQ "$2 + 1",
+			   2, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(conv->conversation_id);
+	args[1] = Int64GetDatum(conv->head_msg_seq);
+	if (im_exec(plan, args, NULL, 0) != 1)
+		elog(ERROR, "im_sync: head of conversation " INT64_FORMAT " moved under its row lock",
+			 conv->conversation_id);
+}
+
+bool
 im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
 						 int64 *message_id, int64 *msg_seq)
 {
 	static SPIPlanPtr plan;
 	Datum		args[10];
 	char		nulls[10];
-	bool		isnull;
 
 	Assert(strcmp(ev->kind, "message") == 0 && ev->target_message_id == 0 &&
 		   ev->sender_id != 0 && ev->client_msg_id != NULL);
 
 	/*
-	 * The caller's lock read was its own statement, so this one has a new
-	 * snapshot in READ COMMITTED: it sees every leave committed before the
-	 * lock was granted.  If the sender is no member or the idempotency key
-	 * is taken, the event CTE inserts nothing and the head and outbox CTEs
-	 * see no row: nothing is written, no gap.  The key is probed here (an
-	 * index lookup, no statement of its own) so a retry draws no
-	 * message_id; ON CONFLICT still catches a concurrent duplicate.
+	 * The caller took the position with im_take_next_position, its own
+	 * statement, so this one has a new snapshot in READ COMMITTED: it sees
+	 * every leave committed before the lock was granted.  If the sender is
+	 * no member or the idempotency key is taken, the event CTE inserts
+	 * nothing, the outbox insert (the statement itself) sees no row and the
+	 * statement returns none: nothing is written here and the position is
+	 * given back.  A returned row is the outbox item of the written event
+	 * (im.outbox has no trigger that could drop it), so a written position
+	 * always has its item.  The key is probed here (an index lookup, no
+	 * statement of its own) so a retry draws no message_id; ON CONFLICT
+	 * still catches a concurrent duplicate.  The head is not written here
+	 * (the lock statement did), and no CTE is read back twice: that keeps a
+	 * write node, im.conversation's indexes and CHECK, a join and an
+	 * aggregate out of the statement run under the lock.
 	 */
 	im_prepare(&plan,
-			   "WITH m AS ("
-			   "  SELECT EXISTS (SELECT 1 FROM im.membership_period p"
-			   "    WHERE p.conversation_id" EQ "$1 AND p.user_id" EQ "$4 AND p.leave_seq IS NULL) AS ok,"
-			   "    EXISTS (SELECT 1 FROM im.event e"
-			   "    WHERE e.sender_id" EQ "$4 AND e.client_msg_id" EQ "$5) AS dup),"
-			   " ins AS ("
+			   "WITH ins AS ("
 			   "  INSERT INTO im.event (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_id,"
 			   "                        request_digest, content_type, body, mode)"
 			   "  SELECT " PLACED_EVENT_ID_SQL("$10") ", $1, $2, $3, $4, $5, $6, $7, $8, $9"
-			   "  FROM m WHERE m.ok AND NOT m.dup"
+			   "  WHERE EXISTS (SELECT 1 FROM im.membership_period p"
+			   "    WHERE p.conversation_id" EQ "$1 AND p.user_id" EQ "$4 AND p.leave_seq IS NULL)"
+			   "    AND NOT EXISTS (SELECT 1 FROM im.event e"
+			   "    WHERE e.sender_id" EQ "$4 AND e.client_msg_id" EQ "$5)"
 			   "  ON CONFLICT (sender_id, client_msg_id) DO NOTHING"
-			   "  RETURNING message_id, msg_seq),"
-			   APPEND_HEAD_OUTBOX_SQL
-			   "SELECT m.ok, ins.message_id, (SELECT pg_catalog.count(*) FROM head),"
-			   "       (SELECT pg_catalog.count(*) FROM ob)"
-			   "  FROM m LEFT JOIN ins ON true",
+			   "  RETURNING message_id, msg_seq)"
+			   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)"
+			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins"
+			   "  RETURNING source_event_id",
 			   10, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
 			   JSONBOID, TEXTOID, INT8OID);
 	memset(nulls, ' ', sizeof(nulls));
 	set_event_args(conv, ev, args, nulls);
 	args[8] = CStringGetTextDatum(conv->mode);
 	args[9] = Int64GetDatum(im_shard_id_factor());
-	if (im_exec(plan, args, nulls, 0) != 1)
-		elog(ERROR, "im_sync: member append statement returned no row");
-
-	if (!im_get_bool(0, Anum_member_is_member, NULL))
-		return IM_MEMBER_APPEND_NOT_MEMBER;
-	*message_id = im_get_int64(0, Anum_member_message_id, &isnull);
-	if (isnull)
-		return IM_MEMBER_APPEND_DUPLICATE;
-	append_written(conv, Anum_member_heads_moved, Anum_member_outbox_items);
+	if (im_exec(plan, args, nulls, 0) == 0)
+	{
+		im_give_back_position(conv);
+		return false;
+	}
+	*message_id = im_get_int64(0, 1, NULL);
+	conv->head_msg_seq++;
+	im_wake_fanout_at_commit();
 	*msg_seq = conv->head_msg_seq;
-	return IM_MEMBER_APPEND_DONE;
+	return true;
 }

@@ -33,24 +33,25 @@ typedef struct ImNewEvent
  */
 extern bool im_append_event(ImConversation *conv, const ImNewEvent *ev,
 							int64 *message_id, int64 *msg_seq);
-/* Outcome of im_append_member_message. */
-typedef enum ImMemberAppend
-{
-	IM_MEMBER_APPEND_DONE,			/* written at the returned msg_seq */
-	IM_MEMBER_APPEND_NOT_MEMBER,	/* sender has no open period: nothing written */
-	IM_MEMBER_APPEND_DUPLICATE		/* (sender_id, client_msg_id) exists: nothing written */
-} ImMemberAppend;
+/*
+ * The fast path's lock: UPDATE of the head to head + 1 (locks the row);
+ * conv->head_msg_seq is the head before it.  False, nothing locked, for an
+ * unknown conversation; IS421 when this node does not own it.
+ */
+extern bool im_take_next_position(int64 conversation_id, ImConversation *conv);
+/* Moves the head back to conv->head_msg_seq (nothing was written at it). */
+extern void im_give_back_position(const ImConversation *conv);
 
 /*
  * The fast path of a member's message (ev->kind 'message', no target),
- * the caller holding the conversation row lock: checks the sender's open
- * period and the idempotency key and writes event, head and outbox item in
- * one statement.  Anything but DONE writes nothing; the caller then takes
- * the general path for the right answer or error.  Wakes the workers at
- * commit on DONE.
+ * after im_take_next_position: checks the sender's open period and the
+ * idempotency key and writes event and outbox item at the taken position in
+ * one statement.  False: nothing written (no member, or the key exists),
+ * the position given back; the caller then takes the general path for the
+ * right answer or error.  Wakes the workers at commit when true.
  */
-extern ImMemberAppend im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
-											   int64 *message_id, int64 *msg_seq);
+extern bool im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
+									 int64 *message_id, int64 *msg_seq);
 /* jsonb Datum from C text (for system event bodies). */
 extern Datum im_jsonb_from_cstring(const char *json);
 

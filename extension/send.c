@@ -395,15 +395,15 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 
 	/*
 	 * A message that is not a reply takes the fast path: lock the
-	 * conversation, then check the period and the key and write in one
-	 * statement.  A retry, a non-member
-	 * or an unknown conversation wrote nothing and goes through the general
-	 * path below, which gives the answer or error the contract names (the
+	 * conversation by taking its next position, then check the period and
+	 * the key and write in one statement.  A retry, a non-member (position
+	 * given back) or an unknown conversation wrote nothing and goes through
+	 * the general path below, which gives the answer or error the contract names (the
 	 * original for a retry, IS409, 42501, P0002), in the same order.
 	 */
 	if (req->target_message_id == 0 && req->reply_to_message_id == 0 &&
-		im_try_lock_conversation(req->conversation_id, &conv) &&
-		im_append_member_message(&conv, &ev, &message_id, &msg_seq) == IM_MEMBER_APPEND_DONE)
+		im_take_next_position(req->conversation_id, &conv) &&
+		im_append_member_message(&conv, &ev, &message_id, &msg_seq))
 		created = true;
 	else if (!lookup_existing(req, &message_id, &msg_seq))
 	{
