@@ -6,6 +6,7 @@
 #include "im_sync.h"
 #include "common.h"
 #include "im_sql.h"
+#include "log_privacy.h"
 #include "shard_map.h"
 
 #include <stdarg.h>
@@ -240,29 +241,6 @@ im_arg_int32(FunctionCallInfo fcinfo, int argno, const char *name, int32 min, in
 
 /* ---- errors of calls that carry a body or a token ---------------------- */
 
-/* > 0 while an IM_SENSITIVE_FUNCTION runs in this backend */
-static int	sensitive_depth = 0;
-static emit_log_hook_type prev_emit_log_hook = NULL;
-static bool emit_log_hook_installed = false;
-
-/*
- * Anything reported while a sensitive call runs and reported there and then
- * — a FATAL (pg_terminate_backend, shutdown), a WARNING or a LOG line —
- * leaves out the statement and the context.  An ERROR is reported only
- * after it unwound out of the call; im_call_hiding_statement marks it.
- */
-static void
-hide_statement_hook(ErrorData *edata)
-{
-	if (sensitive_depth > 0)
-	{
-		edata->hide_stmt = true;
-		edata->hide_ctx = true;
-	}
-	if (prev_emit_log_hook)
-		prev_emit_log_hook(edata);
-}
-
 /*
  * Run fn (the body of an API function) so that any error it raises, its own
  * or one raised by SPI inside it, keeps the statement and the error context
@@ -278,13 +256,7 @@ im_call_hiding_statement(PGFunction fn, FunctionCallInfo fcinfo)
 	MemoryContext cxt = CurrentMemoryContext;
 	Datum		result = (Datum) 0;
 
-	if (!emit_log_hook_installed)
-	{
-		prev_emit_log_hook = emit_log_hook;
-		emit_log_hook = hide_statement_hook;
-		emit_log_hook_installed = true;
-	}
-	sensitive_depth++;
+	im_sensitive_call_enter();
 	PG_TRY();
 	{
 		result = fn(fcinfo);
@@ -293,7 +265,7 @@ im_call_hiding_statement(PGFunction fn, FunctionCallInfo fcinfo)
 	{
 		ErrorData  *edata;
 
-		sensitive_depth--;
+		im_sensitive_call_leave();
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -305,7 +277,7 @@ im_call_hiding_statement(PGFunction fn, FunctionCallInfo fcinfo)
 		ReThrowError(edata);
 	}
 	PG_END_TRY();
-	sensitive_depth--;
+	im_sensitive_call_leave();
 	return result;
 }
 

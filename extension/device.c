@@ -21,6 +21,7 @@
 #include "device.h"
 #include "device_state.h"
 #include "im_sql.h"
+#include "log_privacy.h"
 #include "push.h"
 #include "shmem.h"
 #include "token.h"
@@ -293,35 +294,6 @@ im_issue_device_token(PG_FUNCTION_ARGS)
 	/* after SPI_finish, so the token is allocated in the caller's context */
 	token = im_token_sign(&c);
 	PG_RETURN_TEXT_P(cstring_to_text(token));
-}
-
-/* errmsg of a failed authentication; the log hook below recognizes it. */
-#define IM_AUTH_FAILED_MSG "device token authentication failed"
-
-static emit_log_hook_type prev_emit_log_hook = NULL;
-
-/*
- * Failed authentications come before any authentication, so anyone who can
- * reach the gateway can make them: the caller gets every one as an error,
- * but the server log gets only auth_fail's summaries (at most one line per
- * IM_AUTH_LOG_INTERVAL_S), never one line per failure.
- */
-static void
-auth_emit_log_hook(ErrorData *edata)
-{
-	if (edata->elevel == ERROR &&
-		edata->sqlerrcode == ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION &&
-		edata->message_id != NULL && strcmp(edata->message_id, IM_AUTH_FAILED_MSG) == 0)
-		edata->output_to_server = false;
-	if (prev_emit_log_hook)
-		prev_emit_log_hook(edata);
-}
-
-void
-im_auth_log_hook_install(void)
-{
-	prev_emit_log_hook = emit_log_hook;
-	emit_log_hook = auth_emit_log_hook;
 }
 
 /*

@@ -12,7 +12,4 @@
 extern void im_audit_device(const char *action, int64 user_id, const char *device_id,
 							const char *detail_json);
 
-/* emit_log_hook: keeps per-failure auth errors out of the server log. */
-extern void im_auth_log_hook_install(void);
-
 #endif							/* IM_DEVICE_H */

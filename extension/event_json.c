@@ -23,42 +23,36 @@
  */
 #include "im_sync.h"
 #include "event_json.h"
+#include "im_sql.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/numeric.h"
 
-/* Key names, in the order of ImEventJson.values (§11 plus sync_seq). */
+/*
+ * Keys in the order of ImEventJson.values: the im.event columns of
+ * IM_EVENT_COLUMN_KEYS (the same list fetch_messages' SQL uses), then
+ * sync_seq, then reply_to_message_id (last: only messages have it).
+ */
+#define KEY_INDEX(column) K_##column
+#define KEY_NAME(column) [K_##column] = #column
+#define COMMA ,
+
 enum
 {
-	K_KIND,
-	K_CONVERSATION_ID,
-	K_MSG_SEQ,
-	K_MESSAGE_ID,
-	K_SENDER_ID,
-	K_CONTENT_TYPE,
-	K_BODY,
-	K_TARGET_MESSAGE_ID,
-	K_RECALLED,
-	K_CREATED_AT,
-	K_SYNC_SEQ,
-	K_REPLY_TO_MESSAGE_ID		/* last: only messages have it */
+	IM_EVENT_COLUMN_KEYS(KEY_INDEX, COMMA),
+	K_sync_seq,
+	K_reply_to_message_id,
+	K_count
 };
 
+StaticAssertDecl(K_count == IM_EVENT_KEYS, "IM_EVENT_KEYS counts the keys of a sync event");
+
 static const char *const event_keys[IM_EVENT_KEYS] = {
-	[K_KIND] = "kind",
-	[K_CONVERSATION_ID] = "conversation_id",
-	[K_MSG_SEQ] = "msg_seq",
-	[K_MESSAGE_ID] = "message_id",
-	[K_SENDER_ID] = "sender_id",
-	[K_CONTENT_TYPE] = "content_type",
-	[K_BODY] = "body",
-	[K_TARGET_MESSAGE_ID] = "target_message_id",
-	[K_RECALLED] = "recalled",
-	[K_CREATED_AT] = "created_at",
-	[K_SYNC_SEQ] = "sync_seq",
-	[K_REPLY_TO_MESSAGE_ID] = "reply_to_message_id",
+	IM_EVENT_COLUMN_KEYS(KEY_NAME, COMMA),
+	[K_sync_seq] = "sync_seq",
+	[K_reply_to_message_id] = "reply_to_message_id",
 };
 
 void
@@ -124,36 +118,36 @@ im_event_json_make(ImEventPage *page, const ImEventRow *ev, int64 sync_seq,
 	/* "{" + "}" and ", " between the pairs */
 	int64		bytes = 2 + 2 * (nkeys - 1);
 
-	bytes += set_string(page, &v[K_KIND], ev->kind);
-	bytes += set_int(&v[K_CONVERSATION_ID], ev->conversation_id);
-	bytes += set_int(&v[K_MSG_SEQ], ev->msg_seq);
-	bytes += set_int(&v[K_MESSAGE_ID], ev->message_id);
-	bytes += ev->has_sender ? set_int(&v[K_SENDER_ID], ev->sender_id) : set_null(&v[K_SENDER_ID]);
-	bytes += ev->content_type ? set_string(page, &v[K_CONTENT_TYPE], ev->content_type) :
-		set_null(&v[K_CONTENT_TYPE]);
+	bytes += set_string(page, &v[K_kind], ev->kind);
+	bytes += set_int(&v[K_conversation_id], ev->conversation_id);
+	bytes += set_int(&v[K_msg_seq], ev->msg_seq);
+	bytes += set_int(&v[K_message_id], ev->message_id);
+	bytes += ev->has_sender ? set_int(&v[K_sender_id], ev->sender_id) : set_null(&v[K_sender_id]);
+	bytes += ev->content_type ? set_string(page, &v[K_content_type], ev->content_type) :
+		set_null(&v[K_content_type]);
 	if (ev->body)
 	{
 		/* pushJsonbValue unpacks a binary value into the page */
-		v[K_BODY].type = jbvBinary;
-		v[K_BODY].val.binary.data = &ev->body->root;
-		v[K_BODY].val.binary.len = VARSIZE(ev->body) - VARHDRSZ;
+		v[K_body].type = jbvBinary;
+		v[K_body].val.binary.data = &ev->body->root;
+		v[K_body].val.binary.len = VARSIZE(ev->body) - VARHDRSZ;
 		bytes += im_jsonb_text_bytes(page, ev->body);
 	}
 	else
-		bytes += set_null(&v[K_BODY]);
-	bytes += ev->has_target ? set_int(&v[K_TARGET_MESSAGE_ID], ev->target_message_id) :
-		set_null(&v[K_TARGET_MESSAGE_ID]);
-	v[K_RECALLED].type = jbvBool;
-	v[K_RECALLED].val.boolean = ev->recalled;
+		bytes += set_null(&v[K_body]);
+	bytes += ev->has_target ? set_int(&v[K_target_message_id], ev->target_message_id) :
+		set_null(&v[K_target_message_id]);
+	v[K_recalled].type = jbvBool;
+	v[K_recalled].val.boolean = ev->recalled;
 	bytes += ev->recalled ? 4 : 5;	/* true / false */
 	/* as jsonb_build_object converts a timestamptz */
-	bytes += set_string(page, &v[K_CREATED_AT],
+	bytes += set_string(page, &v[K_created_at],
 						JsonEncodeDateTime(NULL, TimestampTzGetDatum(ev->created_at),
 										   TIMESTAMPTZOID, NULL));
-	bytes += set_int(&v[K_SYNC_SEQ], sync_seq);
-	if (nkeys > K_REPLY_TO_MESSAGE_ID)
-		bytes += ev->has_reply ? set_int(&v[K_REPLY_TO_MESSAGE_ID], ev->reply_to_message_id) :
-			set_null(&v[K_REPLY_TO_MESSAGE_ID]);
+	bytes += set_int(&v[K_sync_seq], sync_seq);
+	if (nkeys > K_reply_to_message_id)
+		bytes += ev->has_reply ? set_int(&v[K_reply_to_message_id], ev->reply_to_message_id) :
+			set_null(&v[K_reply_to_message_id]);
 
 	/* every key is plain ASCII: its text is the name in quotes, then ": " */
 	for (int k = 0; k < nkeys; k++)

@@ -57,17 +57,24 @@
 #define IM_PAGE_BYTES_SQL(x) \
 	"(pg_catalog.octet_length((" x ")::pg_catalog.text)" PLUS "2)"
 
+/*
+ * The keys of a conversation position's contract §11 object that are
+ * im.event columns of the same name, in order.  One list makes both
+ * fetch_messages' SQL fragment below and the sync pages' C builder
+ * (event_json.c, which adds sync_seq and the relation key), so the two
+ * objects cannot drift apart.  X(column) is applied to each, SEP between.
+ */
+#define IM_EVENT_COLUMN_KEYS(X, SEP) \
+	X(kind) SEP X(conversation_id) SEP X(msg_seq) SEP X(message_id) SEP \
+	X(sender_id) SEP X(content_type) SEP X(body) SEP X(target_message_id) SEP \
+	X(recalled) SEP X(created_at)
+
 /* SQL fragment: one conversation position as contract §11 JSON, from an
- * im.event row aliased `e` (fetch_messages).  Sync pages build the same
- * object in C (event_json.c, plus sync_seq): a key added here goes there
- * too. */
+ * im.event row aliased `e` (fetch_messages). */
+#define IM_EVENT_JSON_KEY_SQL(column) "'" #column "', e." #column
 #define IM_EVENT_JSON_SQL \
 	"(pg_catalog.jsonb_build_object(" \
-	"'kind', e.kind, 'conversation_id', e.conversation_id, 'msg_seq', e.msg_seq, " \
-	"'message_id', e.message_id, 'sender_id', e.sender_id, " \
-	"'content_type', e.content_type, 'body', e.body, " \
-	"'target_message_id', e.target_message_id, 'recalled', e.recalled, " \
-	"'created_at', e.created_at)" \
+	IM_EVENT_COLUMN_KEYS(IM_EVENT_JSON_KEY_SQL, ", ") ")" \
 	/* issue 11: reply and pin keys (relation.h) */ \
 	OP_CONCAT IM_EVENT_RELATION_KEYS_SQL ")"
 

@@ -4,7 +4,7 @@
  * Each part's behaviour lives in its own file (see im_sync.h).
  */
 #include "im_sync.h"
-#include "device.h"
+#include "log_privacy.h"
 #include "shmem.h"
 #include "worker.h"
 
@@ -182,7 +182,7 @@ void
 _PG_init(void)
 {
 	define_settings();
-	im_auth_log_hook_install();
+	im_log_privacy_install();
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;

@@ -58,29 +58,20 @@ im_refuse(session *s, json_t *id, long retry_ms, const char *why)
  */
 typedef struct hello_wait
 {
-	struct hello_wait *prev,
-			   *next;
+	lws_dll2_t	list;			/* in waiting, oldest first */
 	session    *s;
 	im_job	   *job;
 	double		t;				/* when it began to wait */
 } hello_wait;
 
-static hello_wait *wait_head,
-		   *wait_tail;
+static lws_dll2_owner_t waiting;
 
 #define BUSY_WHY "gateway busy authenticating, retry later"
 
 static void
 wait_unlink(hello_wait *w)
 {
-	if (w->prev)
-		w->prev->next = w->next;
-	else
-		wait_head = w->next;
-	if (w->next)
-		w->next->prev = w->prev;
-	else
-		wait_tail = w->prev;
+	lws_dll2_remove(&w->list);
 	w->s->hello_wait = NULL;
 }
 
@@ -88,9 +79,9 @@ wait_unlink(hello_wait *w)
 static void
 start_waiting(void)
 {
-	while (wait_head && im_hello_start_one())
+	while (waiting.count > 0 && im_hello_start_one())
 	{
-		hello_wait *w = wait_head;
+		hello_wait *w = lws_container_of(lws_dll2_get_head(&waiting), hello_wait, list);
 		im_job	   *j = w->job;
 
 		wait_unlink(w);
@@ -117,12 +108,7 @@ im_hello_submit(session *s, im_job *j)
 			w->s = s;
 			w->job = j;
 			w->t = im_now();
-			w->prev = wait_tail;
-			if (wait_tail)
-				wait_tail->next = w;
-			else
-				wait_head = w;
-			wait_tail = w;
+			lws_dll2_add_tail(&w->list, &waiting);
 			s->hello_wait = w;
 			s->hello_pending = 1;
 			im_stats.hellos_waited++;

@@ -50,14 +50,18 @@ static volatile int g_stop;
 static void (*g_wake) (void *);
 static void *g_wake_arg;
 
+/*
+ * Job queues, FIFOs of libwebsockets' lws_dll2 (a job's `list` member): two
+ * cross-thread ones under g_lock, and the db thread's own queue of jobs
+ * waiting for a connection.
+ */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static im_job *g_in_head, *g_in_tail;	/* lws -> db */
-static im_job *g_done_head, *g_done_tail;	/* db -> lws */
-
-/* db-thread private FIFO of jobs waiting for a connection */
-static im_job *q_head, *q_tail;
-static int	q_len;
+static lws_dll2_owner_t g_in;	/* lws -> db */
+static lws_dll2_owner_t g_done;	/* db -> lws */
+static lws_dll2_owner_t q;		/* db thread only */
 static int	q_other;			/* queued jobs that are not hellos */
+
+#define JOB_OF(d) lws_container_of(d, im_job, list)
 
 double
 im_now(void)
@@ -101,25 +105,33 @@ im_job_free(im_job *job)
 }
 
 /*
- * Appends job to one of the two cross-thread lists.  Returns 1 when the
- * list was empty: only then does the other side need a wake-up, since it
- * takes the whole list when woken.
+ * Appends job to one of the two cross-thread queues.  Returns 1 when the
+ * queue was empty: only then does the other side need a wake-up, since it
+ * takes the whole queue when woken.
  */
 static int
-append_locked(im_job **head, im_job **tail, im_job *job)
+append_locked(lws_dll2_owner_t *queue, im_job *job)
 {
 	int			was_empty;
 
-	job->next = NULL;
 	pthread_mutex_lock(&g_lock);
-	was_empty = *head == NULL;
-	if (*tail)
-		(*tail)->next = job;
-	else
-		*head = job;
-	*tail = job;
+	was_empty = queue->count == 0;
+	lws_dll2_add_tail(&job->list, queue);
 	pthread_mutex_unlock(&g_lock);
 	return was_empty;
+}
+
+/* Moves every job of `from` to the end of `to`, in order. */
+static void
+move_all(lws_dll2_owner_t *from, lws_dll2_owner_t *to)
+{
+	struct lws_dll2 *d;
+
+	while ((d = lws_dll2_get_head(from)))
+	{
+		lws_dll2_remove(d);
+		lws_dll2_add_tail(d, to);
+	}
 }
 
 void
@@ -129,28 +141,24 @@ im_db_submit(im_job *job)
 
 	job->t_submit = im_now();
 	/* a non-empty queue already has a wake-up on its way */
-	if (append_locked(&g_in_head, &g_in_tail, job) &&
+	if (append_locked(&g_in, job) &&
 		write(g_wake_pipe[1], &c, 1) < 0 && errno != EAGAIN)
 		im_log("error", "event=wake_pipe_failed errno=%d", errno);
 }
 
-im_job *
-im_db_take_done(void)
+void
+im_db_take_done(lws_dll2_owner_t *out)
 {
-	im_job	   *l;
-
 	pthread_mutex_lock(&g_lock);
-	l = g_done_head;
-	g_done_head = g_done_tail = NULL;
+	move_all(&g_done, out);
 	pthread_mutex_unlock(&g_lock);
-	return l;
 }
 
 void
 im_db_post_done(im_job *job)
 {
-	/* one lws_cancel_service per batch: the loop takes the whole list */
-	if (append_locked(&g_done_head, &g_done_tail, job))
+	/* one lws_cancel_service per batch: the loop takes the whole queue */
+	if (append_locked(&g_done, job))
 		g_wake(g_wake_arg);
 }
 
@@ -184,42 +192,39 @@ im_db_finish_job(im_job *job, im_job_status st, PGresult *res)
 	im_db_post_done(job);
 }
 
+/* Takes j out of the db thread's queue. */
+static void
+dequeue(im_job *j)
+{
+	lws_dll2_remove(&j->list);
+	q_other -= j->kind != IM_JOB_AUTH;
+}
+
 static void
 fail_queue(void)
 {
-	while (q_head)
-	{
-		im_job	   *j = q_head;
+	struct lws_dll2 *d;
 
-		q_head = j->next;
+	while ((d = lws_dll2_get_head(&q)))
+	{
+		im_job	   *j = JOB_OF(d);
+
+		dequeue(j);
 		im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
 	}
-	q_tail = NULL;
-	q_len = 0;
-	q_other = 0;
 }
 
 void
 im_db_requeue_front(im_job *j)
 {
-	j->next = q_head;
-	q_head = j;
-	if (!q_tail)
-		q_tail = j;
-	q_len++;
+	lws_dll2_add_head(&j->list, &q);
 	q_other += j->kind != IM_JOB_AUTH;
 }
 
 static void
 enqueue(im_job *j)
 {
-	j->next = NULL;
-	if (q_tail)
-		q_tail->next = j;
-	else
-		q_head = j;
-	q_tail = j;
-	q_len++;
+	lws_dll2_add_tail(&j->list, &q);
 	q_other += j->kind != IM_JOB_AUTH;
 }
 
@@ -254,7 +259,8 @@ im_db_end_txn(im_job *job, int commit)
 static void
 take_incoming(void)
 {
-	im_job	   *l;
+	lws_dll2_owner_t incoming = {0};
+	struct lws_dll2 *d;
 	char		buf[256];
 	int			i,
 				idle = 0;
@@ -262,28 +268,27 @@ take_incoming(void)
 	while (read(g_wake_pipe[0], buf, sizeof(buf)) > 0)
 		;
 	pthread_mutex_lock(&g_lock);
-	l = g_in_head;
-	g_in_head = g_in_tail = NULL;
+	move_all(&g_in, &incoming);
 	pthread_mutex_unlock(&g_lock);
 	for (i = 0; i < im_db_npool; i++)
 		if (im_db_conns[i].st == C_IDLE)
 			idle++;
-	while (l)
+	while ((d = lws_dll2_get_head(&incoming)))
 	{
-		im_job	   *n = l->next;
+		im_job	   *l = JOB_OF(d);
 
+		lws_dll2_remove(d);
 		if (l->txn_ended)
 			im_conn_end_txn(l);			/* goes to the connection it holds, not the queue */
-		else if (im_db_stats_g.pool_ready == 0 || q_len >= MAX_QUEUE)
+		else if (im_db_stats_g.pool_ready == 0 || (int) q.count >= MAX_QUEUE)
 			im_db_finish_job(l, IM_JOB_UNAVAILABLE, NULL);
 		else
 		{
 			/* a job that finds no idle connection waits for one */
-			if (q_len >= idle)
+			if ((int) q.count >= idle)
 				im_db_stats_g.pool_waits++;
 			enqueue(l);
 		}
-		l = n;
 	}
 }
 
@@ -298,8 +303,7 @@ take_job(void)
 {
 	int			i,
 				auth_running = 0;
-	im_job	   *j,
-			   *prev = NULL;
+	struct lws_dll2 *d;
 
 	for (i = 0; i < im_db_npool; i++)
 		if (im_db_conns[i].st == C_HELD || im_db_conns[i].batch.n > 0 ||
@@ -311,45 +315,34 @@ take_job(void)
 	 */
 	if (q_other == 0 && im_db_npool > 1 && auth_running >= im_db_npool - 1)
 		return NULL;
-	for (j = q_head; j; prev = j, j = j->next)
+	for (d = lws_dll2_get_head(&q); d; d = d->next)
+	{
+		im_job	   *j = JOB_OF(d);
+
 		if (j->kind != IM_JOB_AUTH || im_db_npool == 1 || auth_running < im_db_npool - 1)
-			break;
-	if (!j)
-		return NULL;
-	if (prev)
-		prev->next = j->next;
-	else
-		q_head = j->next;
-	if (q_tail == j)
-		q_tail = prev;
-	q_len--;
-	q_other -= j->kind != IM_JOB_AUTH;
-	return j;
+		{
+			dequeue(j);
+			return j;
+		}
+	}
+	return NULL;
 }
 
 int
 im_db_take_hellos(im_job **out, int max, const char *sql, int admitted)
 {
-	im_job	   *j,
-			   *prev = NULL,
+	struct lws_dll2 *d,
 			   *next;
 	int			n = 0;
 
-	for (j = q_head; j && n < max; j = next)
+	for (d = lws_dll2_get_head(&q); d && n < max; d = next)
 	{
-		next = j->next;
+		im_job	   *j = JOB_OF(d);
+
+		next = d->next;
 		if (j->kind != IM_JOB_AUTH || !j->txn || j->sql != sql || j->admitted != admitted)
-		{
-			prev = j;
 			continue;
-		}
-		if (prev)
-			prev->next = next;
-		else
-			q_head = next;
-		if (q_tail == j)
-			q_tail = prev;
-		q_len--;
+		dequeue(j);
 		out[n++] = j;
 	}
 	return n;
@@ -365,7 +358,7 @@ dispatch_queued(void)
 {
 	int			i;
 
-	for (i = 0; i < im_db_npool && q_head; i++)
+	for (i = 0; i < im_db_npool && q.count > 0; i++)
 	{
 		dbconn	   *c = &im_db_conns[i];
 

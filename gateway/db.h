@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <libpq-fe.h>
 #include <jansson.h>
+#include <libwebsockets.h>
 
 /* What the lws thread wants done with a result. */
 typedef enum im_job_kind
@@ -34,7 +35,7 @@ typedef enum im_job_status
 
 typedef struct im_job
 {
-	struct im_job *next;
+	lws_dll2_t	list;			/* in exactly one queue of db.c at a time, or none */
 	im_job_kind kind;
 	uint64_t	sid;			/* session to deliver to (0: none) */
 	int			op;				/* im_op for API jobs */
@@ -110,7 +111,7 @@ extern int	im_db_start(const char *conninfo, int pool, void (*wake) (void *), vo
 extern void im_db_stop(void);
 extern void im_db_submit(im_job *job);
 /* Takes every finished job (a list, oldest first) for the lws thread. */
-extern im_job *im_db_take_done(void);
+extern void im_db_take_done(lws_dll2_owner_t *out);
 /*
  * Ends the transaction a txn job holds open (job->txn_held).  COMMIT: the job
  * comes back once more, status OK when the commit succeeded (res still the

@@ -62,12 +62,17 @@ on_session_job(session *s, im_job *j)
 static void
 on_db_results(void)
 {
-	im_job	   *j = im_db_take_done();
+	lws_dll2_owner_t done = {0};
+	struct lws_dll2 *d;
 
-	while (j)
+	im_db_take_done(&done);
+	while ((d = lws_dll2_get_head(&done)))
 	{
-		im_job	   *next = j->next;
+		im_job	   *j = lws_container_of(d, im_job, list);
 		int			handed_back = 0;
+
+		/* out of the list first: a job handed back is submitted again */
+		lws_dll2_remove(d);
 
 		switch (j->kind)
 		{
@@ -89,7 +94,6 @@ on_db_results(void)
 		}
 		if (!handed_back)
 			im_job_free(j);
-		j = next;
 	}
 }
 

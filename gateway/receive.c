@@ -118,18 +118,15 @@ process_frame(session *s, const char *buf, size_t len)
 void
 im_pump(session *s)
 {
-	while (!s->busy && !s->hello_pending && !s->close_code && s->in_head)
+	while (!s->busy && !s->hello_pending && !s->close_code && s->in_frames.head)
 	{
-		inframe    *f = s->in_head;
+		inframe    *f = lws_container_of(s->in_frames.head, inframe, list);
 
-		s->in_head = f->next;
-		if (!s->in_head)
-			s->in_tail = NULL;
-		s->in_count--;
+		lws_dll2_remove(&f->list);
 		process_frame(s, f->buf, f->len);
 		free(f);
 	}
-	if (s->flow_off && s->in_count < MAX_INQUEUE / 2)
+	if (s->flow_off && (int) s->in_frames.count < MAX_INQUEUE / 2)
 	{
 		s->flow_off = 0;
 		lws_rx_flow_control(s->wsi, 1);
@@ -183,7 +180,7 @@ frame_arrived(session *s, const char *buf, size_t len)
 
 	if (s->close_code || im_draining)
 		return;
-	if (!s->authed && (s->hello_pending || s->in_head))
+	if (!s->authed && (s->hello_pending || s->in_frames.head))
 	{
 		/*
 		 * Before welcome the hello is the only frame (contract §10): nothing
@@ -195,7 +192,7 @@ frame_arrived(session *s, const char *buf, size_t len)
 	}
 	if (frame_rate_limited(s))
 		return;
-	if (!s->busy && !s->hello_pending && !s->in_head)
+	if (!s->busy && !s->hello_pending && !s->in_frames.head)
 	{
 		/* nothing ahead of it: handled at once, never queued (order kept) */
 		process_frame(s, buf, len);
@@ -204,17 +201,12 @@ frame_arrived(session *s, const char *buf, size_t len)
 	f = malloc(sizeof(inframe) + len + 1);
 	if (!f)
 		abort();
-	f->next = NULL;
+	memset(&f->list, 0, sizeof(f->list));
 	f->len = len;
 	memcpy(f->buf, buf, len);
 	f->buf[len] = '\0';
-	if (s->in_tail)
-		s->in_tail->next = f;
-	else
-		s->in_head = f;
-	s->in_tail = f;
-	s->in_count++;
-	if (s->in_count >= MAX_INQUEUE && !s->flow_off)
+	lws_dll2_add_tail(&f->list, &s->in_frames);
+	if ((int) s->in_frames.count >= MAX_INQUEUE && !s->flow_off)
 	{
 		s->flow_off = 1;
 		lws_rx_flow_control(s->wsi, 0);
@@ -240,7 +232,7 @@ im_on_receive(struct lws *wsi, session *s, const void *in, size_t len)
 		/* a whole frame in one callback (the usual case): no copy into rx */
 		s->in_msg = 0;
 		frame_arrived(s, in, len);
-		if (!s->in_head)
+		if (!s->in_frames.head)
 			free_rx(s);
 		return 0;
 	}
@@ -278,7 +270,7 @@ im_on_receive(struct lws *wsi, session *s, const void *in, size_t len)
 	else
 		frame_arrived(s, s->rx, s->rxlen);
 	/* idle sessions keep no receive buffer */
-	if (s->rxcap > 4096 || !s->in_head)
+	if (s->rxcap > 4096 || !s->in_frames.head)
 		free_rx(s);
 	return 0;
 }

@@ -129,18 +129,18 @@ im_session_unregister(session *s)
 		im_all_sessions = s->all_next;
 	if (s->all_next)
 		s->all_next->all_prev = s->all_prev;
-	while (s->out_head)
+	while (s->out_frames.head)
 	{
-		outmsg	   *o = s->out_head;
+		outmsg	   *o = lws_container_of(s->out_frames.head, outmsg, list);
 
-		s->out_head = o->next;
+		lws_dll2_remove(&o->list);
 		free(o);
 	}
-	while (s->in_head)
+	while (s->in_frames.head)
 	{
-		inframe    *f = s->in_head;
+		inframe    *f = lws_container_of(s->in_frames.head, inframe, list);
 
-		s->in_head = f->next;
+		lws_dll2_remove(&f->list);
 		free(f);
 	}
 	im_hello_abandon(s);
@@ -177,15 +177,11 @@ enqueue_text(session *s, char *text, int out_type)
 	o = malloc(sizeof(outmsg) + LWS_PRE + len);
 	if (!o)
 		abort();
-	o->next = NULL;
+	memset(&o->list, 0, sizeof(o->list));
 	o->len = len;
 	memcpy(o->buf + LWS_PRE, text, len);
 	free(text);
-	if (s->out_tail)
-		s->out_tail->next = o;
-	else
-		s->out_head = o;
-	s->out_tail = o;
+	lws_dll2_add_tail(&o->list, &s->out_frames);
 	s->out_bytes += len;
 	im_stats.frames_out[out_type]++;
 	lws_callback_on_writable(s->wsi);
@@ -265,16 +261,14 @@ im_session_write(session *s)
 		if (lws_write(s->wsi, buf + LWS_PRE, 1, LWS_WRITE_PING) < 1)
 			return -1;
 	}
-	else if (s->out_head)
+	else if (s->out_frames.head)
 	{
-		outmsg	   *o = s->out_head;
+		outmsg	   *o = lws_container_of(s->out_frames.head, outmsg, list);
 
 		n = lws_write(s->wsi, o->buf + LWS_PRE, o->len, LWS_WRITE_TEXT);
 		if (n < (int) o->len)
 			return -1;
-		s->out_head = o->next;
-		if (!s->out_head)
-			s->out_tail = NULL;
+		lws_dll2_remove(&o->list);
 		s->out_bytes -= o->len;
 		free(o);
 	}
@@ -304,7 +298,7 @@ im_session_write(session *s)
 		lws_close_reason(s->wsi, (enum lws_close_status) s->close_code, NULL, 0);
 		return -1;
 	}
-	if (s->out_head || (!s->close_code && (s->hint_hw >= 0 || s->nchints > 0)) || s->close_code)
+	if (s->out_frames.head || (!s->close_code && (s->hint_hw >= 0 || s->nchints > 0)) || s->close_code)
 		lws_callback_on_writable(s->wsi);
 	return 0;
 }

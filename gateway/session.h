@@ -14,13 +14,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+#include <libwebsockets.h>
 
 struct lws;
 
 /* A frame queued for writing: LWS_PRE bytes of room, then the text. */
 typedef struct outmsg
 {
-	struct outmsg *next;
+	lws_dll2_t	list;			/* in the session's out_frames */
 	size_t		len;
 	unsigned char buf[];
 } outmsg;
@@ -28,7 +29,7 @@ typedef struct outmsg
 /* A frame received and waiting for the session's request in flight. */
 typedef struct inframe
 {
-	struct inframe *next;
+	lws_dll2_t	list;			/* in the session's in_frames */
 	size_t		len;
 	char		buf[];
 } inframe;
@@ -60,12 +61,9 @@ typedef struct session
 	char	   *rx;
 	size_t		rxlen,
 				rxcap;
-	inframe    *in_head,
-			   *in_tail;
-	int			in_count;
+	lws_dll2_owner_t in_frames;	/* inframe, oldest first */
 	/* outbound */
-	outmsg	   *out_head,
-			   *out_tail;
+	lws_dll2_owner_t out_frames;	/* outmsg, oldest first */
 	size_t		out_bytes;
 	int64_t		hint_hw;		/* -1: none pending */
 	/* device_session re-checks: at most one in flight and one pending */
