@@ -488,6 +488,22 @@ LANGUAGE plproxy AS $$
     SELECT r.check_name, r.severity, r.conversation_id, r.user_id, r.detail FROM im.reconcile() r;
 $$;
 
+-- the cross-node §18.3 check (im_router.reconcile)
+CREATE FUNCTION im_router.on_node_expected_receipts(part int, max_positions int)
+RETURNS TABLE(dest_node text, expected jsonb)
+LANGUAGE plproxy AS $$
+    CLUSTER 'im_sync'; RUN ON part;
+    SELECT e.dest_node, e.expected FROM im.shard_expected_receipts(max_positions) e;
+$$;
+
+CREATE FUNCTION im_router.on_node_check_receipts(part int, source_node text, expected jsonb)
+RETURNS TABLE(check_name text, severity text, conversation_id bigint, user_id bigint, detail jsonb)
+LANGUAGE plproxy AS $$
+    CLUSTER 'im_sync'; RUN ON part;
+    SELECT r.check_name, r.severity, r.conversation_id, r.user_id, r.detail
+      FROM im.shard_check_receipts(source_node, expected) r;
+$$;
+
 CREATE FUNCTION im_router.on_node_heads(part int, conversation_ids bigint[])
 RETURNS TABLE(conversation_id bigint, head_msg_seq bigint)
 LANGUAGE plproxy AS $$
@@ -886,9 +902,20 @@ END $$;
 
 /*
  * reconcile: every node's own checks (node_name says whose), plus the
- * router's: a node it cannot reach (node_unreachable) and a node whose
+ * router's: a node it cannot reach (node_unreachable), a node whose
  * im.shard_self() is not the name the map gives it (node_identity, a wrong
- * conninfo in the map).  Unreachable nodes do not hide the others' rows.
+ * conninfo in the map), and the cross-node §18.3 check (design §18.3, issue
+ * 15 item 5): each user's received events match what the conversation
+ * node's periods say.  For that each conversation node lists, for its
+ * newest im_router.reconcile_positions processed positions (default 10000;
+ * the bound that keeps this affordable on a big installation), what each
+ * member placed on another node may receive (im.shard_expected_receipts),
+ * and each destination compares its part with its users' logs
+ * (im.shard_check_receipts): fanout_missing / fanout_extra rows, the
+ * single node's names, node_name = the user's node, detail.conversation_node
+ * = where the periods are.  A row the user node's own audit already gave
+ * (it checks the copies it received) is not repeated.  Unreachable nodes do
+ * not hide the others' rows; positions in flight are the transfer checks'.
  */
 CREATE FUNCTION im_router.reconcile()
 RETURNS TABLE(check_name text, severity text, conversation_id bigint, user_id bigint, detail jsonb,
@@ -897,9 +924,14 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, im_router, pg_temp
 AS $$
 DECLARE
+    positions constant int :=
+        coalesce(nullif(current_setting('im_router.reconcile_positions', true), ''), '10000')::int;
     n record;
+    x record;
+    r record;
     self text;
-    err_state text; err_msg text; err_detail text; err_hint text;
+    reached text[] := '{}';
+    seen text[] := '{}';
 BEGIN
     FOR n IN SELECT * FROM im_router.node_parts() LOOP
         BEGIN
@@ -908,18 +940,56 @@ BEGIN
                 RETURN QUERY SELECT 'node_identity'::text, 'error'::text, NULL::bigint, NULL::bigint,
                     jsonb_build_object('map_name', n.node_name, 'shard_self', self), n.node_name;
             END IF;
-            RETURN QUERY SELECT r.*, n.node_name FROM im_router.on_node_reconcile(n.part) r;
+            FOR r IN SELECT * FROM im_router.on_node_reconcile(n.part) LOOP
+                seen := seen || im_router.delivery_key(r.check_name, r.user_id, r.detail);
+                check_name := r.check_name; severity := r.severity; conversation_id := r.conversation_id;
+                user_id := r.user_id; detail := r.detail; node_name := n.node_name;
+                RETURN NEXT;
+            END LOOP;
+            IF self = n.node_name THEN
+                reached := reached || n.node_name;  -- the cross-node check trusts only these
+            END IF;
         EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
-                                    err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
-            IF NOT im_router.node_unreachable(err_state, err_msg) THEN
-                PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
+            IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                RAISE;
             END IF;
             RETURN QUERY SELECT 'node_unreachable'::text, 'error'::text, NULL::bigint, NULL::bigint,
                 jsonb_build_object('node', n.node_name), n.node_name;
         END;
     END LOOP;
+
+    -- the cross-node check, between nodes reached above (a node lost in
+    -- between is skipped: it was reported reachable a moment ago, and the
+    -- next run checks it)
+    FOR n IN SELECT * FROM im_router.node_parts() p WHERE p.node_name = ANY (reached) LOOP
+        BEGIN
+            FOR x IN SELECT e.dest_node, e.expected, d.part
+                       FROM im_router.on_node_expected_receipts(n.part, positions) e
+                       JOIN im_router.node_parts() d ON d.node_name = e.dest_node
+                      WHERE e.dest_node = ANY (reached) LOOP
+                RETURN QUERY
+                    SELECT c.*, x.dest_node
+                      FROM im_router.on_node_check_receipts(x.part, n.node_name, x.expected) c
+                     WHERE im_router.delivery_key(c.check_name, c.user_id, c.detail) <> ALL (seen);
+            END LOOP;
+        EXCEPTION WHEN OTHERS THEN
+            IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                RAISE;
+            END IF;
+        END;
+    END LOOP;
 END $$;
+
+-- The identity of a delivery row (fanout_missing / fanout_extra of one
+-- user, event and period), to tell a cross-node row from the same row a
+-- node's own audit gave; NULL-free text, '' for other checks.
+CREATE FUNCTION im_router.delivery_key(check_name text, user_id bigint, detail jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN check_name IN ('fanout_missing', 'fanout_extra')
+                THEN concat_ws('/', check_name, user_id, detail->>'source_event_id', detail->>'delivery_scope')
+                ELSE '' END
+$$;
 
 -- A Prometheus series name with one more label: name{a="1"} → name{node="x",a="1"}.
 CREATE FUNCTION im_router.with_node_label(series text, node text) RETURNS text

@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from checklib import check, failures, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
+import psycopg2.extras  # noqa: E402
 
 ROUTER, SHARDS_DIR = sys.argv[1], sys.argv[2]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -391,6 +392,69 @@ def operations_8():
                      "SELECT * FROM im.authenticate(%s)", (toks[u],))
         check(q("SELECT user_id FROM im.authenticate(%s)", (new_toks[u],)) == [(u,)],
               f"a token of the new key works on {bucket_node[u % 64]}")
+
+
+# ------------------------------------- the cross-node §18.3 check (item 5)
+@section
+def cross_node_reconcile():
+    """The router's reconcile compares what the conversation node's periods
+    say each member may receive with what the member's node has: an event
+    deleted behind the API's back on the user node (and the item the node's
+    own audit would have checked it by) is fanout_missing, an event given to
+    a non-member fanout_extra, each named by the user's node; restored,
+    reconcile is empty again.  The rows are put back exactly as they were."""
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    q1("SELECT im.run_fanout()")
+    conv_node = bucket_node[g % 64]
+    member = next(u for u in (a, b, c) if bucket_node[u % 64] != conv_node)
+    user_node = bucket_node[member % 64]
+    un = connect(dict(nodes)[user_node])
+    saved = q("""WITH i AS (DELETE FROM im.inbox WHERE user_id = %s AND source_event_id = %s RETURNING *),
+                      o AS (DELETE FROM im.outbox WHERE source_event_id = %s RETURNING *)
+                 SELECT (SELECT jsonb_agg(to_jsonb(i)) FROM i), (SELECT jsonb_agg(to_jsonb(o)) FROM o)""",
+              (member, m1[0], m1[0]), conn=un)[0]
+    check(saved[0] and len(saved[0]) == 1 and saved[1] and len(saved[1]) == 1,
+          f"staged: {member}'s event {m1[0]} and its item deleted on {user_node}", f"{saved}")
+    rec = q("SELECT check_name, user_id, (detail->>'source_event_id')::bigint, detail->>'conversation_node', "
+            "node_name FROM im.reconcile()")
+    check(("fanout_missing", member, m1[0], conv_node, user_node) in rec,
+          "reconcile: an event missing on the user node is fanout_missing from the conversation node's periods",
+          f"{rec}")
+    # bounded: im_router.reconcile_positions (the newest N processed positions
+    # of each conversation node) = 0 checks none
+    q("SET im_router.reconcile_positions = 0")
+    rec0 = q("SELECT check_name, user_id FROM im.reconcile()")
+    q("RESET im_router.reconcile_positions")
+    check(("fanout_missing", member) not in rec0, "reconcile_positions bounds the cross-node check", f"{rec0}")
+    q("""INSERT INTO im.outbox SELECT * FROM jsonb_populate_recordset(NULL::im.outbox, %s);
+         INSERT INTO im.inbox SELECT * FROM jsonb_populate_recordset(NULL::im.inbox, %s)""",
+      (psycopg2.extras.Json(saved[1]), psycopg2.extras.Json(saved[0])), conn=un)
+    rec = q("SELECT * FROM im.reconcile()")
+    check(rec == [], "reconcile empty once the event is back", f"{rec}")
+
+    # an event for a non-member (a user of another node that never joined g)
+    outsider = users_on(user_node, 3)[2]
+    item = q("""WITH o AS (DELETE FROM im.outbox WHERE source_event_id = %s RETURNING *)
+                SELECT jsonb_agg(to_jsonb(o)) FROM o""", (m1[0],), conn=un)[0][0]
+    had_head = q1("SELECT count(*) FROM im.user_head WHERE user_id = %s", (outsider,), conn=un)
+    q("""INSERT INTO im.user_head (user_id, high_watermark) VALUES (%s, 0) ON CONFLICT DO NOTHING;
+         UPDATE im.user_head SET high_watermark = high_watermark + 1 WHERE user_id = %s;
+         INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope, conversation_id, msg_seq, kind)
+         SELECT %s, h.high_watermark, %s, 1, %s, %s, 'message' FROM im.user_head h WHERE h.user_id = %s""",
+      (outsider, outsider, outsider, m1[0], g, m1[1], outsider), conn=un)
+    rec = q("SELECT check_name, severity, user_id, (detail->>'source_event_id')::bigint, node_name "
+            "FROM im.reconcile()")
+    check(("fanout_extra", "critical", outsider, m1[0], user_node) in rec,
+          "reconcile: an event no period calls for is fanout_extra (critical)", f"{rec}")
+    q("""DELETE FROM im.inbox WHERE user_id = %s AND source_event_id = %s;
+         UPDATE im.user_head SET high_watermark = high_watermark - 1 WHERE user_id = %s;
+         INSERT INTO im.outbox SELECT * FROM jsonb_populate_recordset(NULL::im.outbox, %s)""",
+      (outsider, m1[0], outsider, psycopg2.extras.Json(item)), conn=un)
+    if not had_head:
+        q("DELETE FROM im.user_head WHERE user_id = %s", (outsider,), conn=un)
+    rec = q("SELECT * FROM im.reconcile()")
+    check(rec == [], "reconcile empty after the cross-node checks", f"{rec}")
+    un.close()
 
 
 # ------------------------------------------------------------ node errors
