@@ -681,7 +681,8 @@ DECLARE
     got bigint;
     missing int := max_jobs;
     reached int := 0;
-    err_state text; err_msg text; err_detail text; err_hint text;
+    unreachable_state text;
+    unreachable_msg text;
 BEGIN
     parts := ARRAY(SELECT p.part FROM im_router.node_parts() p);
     IF max_jobs IS NULL OR max_jobs < 1 OR relay_id IS NULL THEN
@@ -699,15 +700,16 @@ BEGIN
             missing := missing - got::int;
             reached := reached + 1;
         EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
-                                    err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
-            IF NOT im_router.node_unreachable(err_state, err_msg) THEN
-                PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
+            IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                RAISE;      -- im.<f>'s one rethrow strips it (see the generated wrappers)
             END IF;
+            unreachable_state := SQLSTATE;
+            unreachable_msg := SQLERRM;
         END;
     END LOOP;
     IF reached = 0 AND missing > 0 THEN
-        PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
+        -- every node unreachable: the last one's error, as PL/Proxy gave it
+        RAISE EXCEPTION USING ERRCODE = unreachable_state, MESSAGE = unreachable_msg;
     END IF;
 END $$;
 
@@ -827,7 +829,6 @@ DECLARE
     heads jsonb := '{}';
     stale bigint[] := '{}';
     g record;
-    err_state text; err_msg text; err_detail text; err_hint text;
 BEGIN
     SELECT coalesce(jsonb_agg(to_jsonb(l)), '[]') INTO page
       FROM im_router.user_conversation_list(user_id, page_limit, after_conversation_id) l;
@@ -837,10 +838,8 @@ BEGIN
             heads := heads || coalesce((SELECT jsonb_object_agg(h.conversation_id::text, h.head_msg_seq)
                                           FROM im_router.on_node_heads(g.part, g.node_ids) h), '{}');
         EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
-                                    err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
-            IF NOT im_router.node_unreachable(err_state, err_msg) THEN
-                PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
+            IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                RAISE;      -- im.<f>'s one rethrow strips it (see the generated wrappers)
             END IF;
             stale := stale || g.node_ids;
         END;
@@ -1012,7 +1011,6 @@ AS $$
 DECLARE
     n record;
     up double precision;
-    err_state text; err_msg text; err_detail text; err_hint text;
 BEGIN
     FOR n IN SELECT * FROM im_router.node_parts() LOOP
         up := 1;
@@ -1020,10 +1018,8 @@ BEGIN
             RETURN QUERY SELECT im_router.with_node_label(m.name, n.node_name), m.value, m.help
                            FROM im_router.on_node_metrics(n.part) m;
         EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
-                                    err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
-            IF NOT im_router.node_unreachable(err_state, err_msg) THEN
-                PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
+            IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                RAISE;      -- im.<f>'s one rethrow strips it (see the generated wrappers)
             END IF;
             up := 0;
         END;
@@ -1047,7 +1043,11 @@ AS $$ SELECT s.node_name, s.conninfo FROM im_router.shard_nodes() s $$;
  * One wrapper per contract function: im.<f> has im_router.<f>'s signature
  * (names, defaults, result columns), calls it, and turns a node's error into
  * the same error without PL/Proxy's prefixes (im_router.rethrow).  Generated
- * from the catalog so that the two signatures cannot drift apart.
+ * from the catalog so that the two signatures cannot drift apart.  This is
+ * the one place a node's error is rewritten: the hand-written multi-node
+ * implementations (reconcile, metrics, conversation_list, claim_push_jobs)
+ * catch only to skip an unreachable node and otherwise RAISE the error as
+ * PL/Proxy gave it, which then arrives here.
  * OTHERS does not catch query_canceled (57014): named too, so that a node's
  * statement_timeout arrives stripped like any other error.
  * client_min_messages = warning hides PL/Proxy's NOTICE "dropping stale

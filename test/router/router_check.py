@@ -494,6 +494,15 @@ def node_errors():
            GET STACKED DIAGNOSTICS s = RETURNED_SQLSTATE, m = MESSAGE_TEXT, d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
            PERFORM im_router.rethrow(s, m, d, h);
          END $$""")
+    # one piece rewrites errors: the generated im.* wrappers call
+    # im_router.rethrow, no multi-node implementation in im_router does
+    check(q("SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'im_router'::regnamespace "
+            "AND p.prosrc ~ 'im_router\\.rethrow\\(|GET STACKED'") == [],
+          "no im_router function rewrites errors itself (the generated wrappers do)")
+    check(q1("SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'im'::regnamespace "
+             "AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql') "
+             "AND p.prosrc !~ 'PERFORM im_router.rethrow'") == 0,
+          "every plpgsql im.* wrapper rethrows through im_router.rethrow")
     raw = error_of("SELECT public.im_router_test_raise(0, '40001')")
     check(raw and raw[0] == "40001" and raw[1].startswith("public.im_router_test_raise(2): [")
           and "] REMOTE ERROR: raised 40001 on purpose" in raw[1] and raw[2] == "Remote detail: Detail of 40001.",
