@@ -251,6 +251,81 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, im_router, pg_temp
 AS $$ SELECT b.node_name, min(b.bucket) FROM im_router.bucket b GROUP BY b.node_name ORDER BY 1 $$;
 
+/*
+ * Reaching a node within connect_timeout (issue 15, README "Known gaps" 9).
+ * PL/Proxy 2.10 connects asynchronously and never sets its own connect
+ * timeout (its check_timeouts reads a config field nothing fills), and
+ * libpq ignores connect_timeout in asynchronous connects; tcp_user_timeout
+ * bounds only data the peer does not acknowledge.  So a host whose kernel
+ * accepts the TCP connection but whose server never answers the startup
+ * packet (a frozen postmaster, a wrong port with a silent listener) would
+ * hold a call forever.  Every PL/Proxy function here therefore routes
+ * through im_router.route(part) (RUN ON im_router.route…(…), evaluated on
+ * the router before PL/Proxy connects): the first call of a session to a
+ * node (per map version) first opens one synchronous libpq connection to it
+ * with dblink, where connect_timeout holds; a node that does not answer
+ * within it is 08006 at once, and later calls of that session reach it
+ * through PL/Proxy's own connection without the probe.  A node that
+ * answers at all (even with an authentication error or "starting up") is
+ * reachable: PL/Proxy then fails fast with the node's own error.
+ */
+CREATE FUNCTION im_router.probe(node text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, im_router, pg_temp
+AS $$
+DECLARE
+    ci text;
+    dblink_schema text;
+    why text;
+BEGIN
+    SELECT im_router.partition_conninfo(n.conninfo, s.connect_timeout) INTO ci
+      FROM im_router.node n, im_router.cluster_state s WHERE n.node_name = probe.node;
+    SELECT e.extnamespace::regnamespace::text INTO dblink_schema FROM pg_extension e WHERE e.extname = 'dblink';
+    BEGIN
+        EXECUTE format('SELECT %s.dblink_connect(%L)', dblink_schema, ci);
+        EXECUTE format('SELECT %s.dblink_disconnect()', dblink_schema);
+    EXCEPTION WHEN sqlclient_unable_to_establish_sqlconnection THEN
+        GET STACKED DIAGNOSTICS why = PG_EXCEPTION_DETAIL;     -- libpq's text
+        IF why ~ 'FATAL' THEN
+            RETURN;     -- the server answered: PL/Proxy then gets the node's own error
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = '08006',
+            MESSAGE = coalesce(nullif(split_part(why, E'\n', 1), ''), 'could not connect');
+    END;
+END $$;
+
+-- The partition to run on, once its node answered in this session.
+CREATE FUNCTION im_router.route(part int) RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, im_router, pg_temp
+AS $$
+DECLARE
+    reached constant text := coalesce(current_setting('im_router.reached', true), '');
+    mark text;
+BEGIN
+    SELECT im_router.cluster_version() || ':' || b.node_name INTO mark
+      FROM im_router.bucket b WHERE b.bucket = part;
+    IF mark IS NULL OR position(' ' || mark || ' ' IN reached) > 0 THEN
+        RETURN part;        -- reached before (or no such partition: PL/Proxy says so)
+    END IF;
+    PERFORM im_router.probe(split_part(mark, ':', 2));
+    PERFORM set_config('im_router.reached', coalesce(nullif(reached, ''), ' ') || mark || ' ', false);
+    RETURN part;
+END $$;
+
+-- RUN ON forms of the routing keys (shard_design15.md), each through route().
+CREATE FUNCTION im_router.route_id(id bigint) RETURNS int
+LANGUAGE sql VOLATILE AS $$ SELECT im_router.route(im_router.bucket(id)) $$;
+CREATE FUNCTION im_router.route_pair(user_a bigint, user_b bigint) RETURNS int
+LANGUAGE sql VOLATILE AS $$ SELECT im_router.route(im_router.pair_bucket(user_a, user_b)) $$;
+CREATE FUNCTION im_router.route_create(kind text, members bigint[], creator bigint) RETURNS int
+LANGUAGE sql VOLATILE AS $$ SELECT im_router.route(im_router.create_bucket(kind, members, creator)) $$;
+CREATE FUNCTION im_router.route_token(token text) RETURNS int
+LANGUAGE sql VOLATILE AS $$ SELECT im_router.route(im_router.token_bucket(token)) $$;
+-- every node: one partition each (partitions of one node share a connection)
+CREATE FUNCTION im_router.route_all() RETURNS SETOF int
+LANGUAGE sql VOLATILE AS $$ SELECT im_router.route(p.part) FROM im_router.node_parts() p $$;
+
 -- The gateway and the relay open one LISTEN connection per node from this.
 CREATE FUNCTION im_router.shard_nodes()
 RETURNS TABLE(node_name text, conninfo text)
@@ -327,81 +402,81 @@ END $$;
 -- by conversation_id: the conversation node
 CREATE FUNCTION im_router.join_conversation(conversation_id bigint, user_id bigint)
 RETURNS TABLE(membership_period_id bigint, join_seq bigint, created boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.join_conversation; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.join_conversation; $$;
 
 CREATE FUNCTION im_router.leave_conversation(conversation_id bigint, user_id bigint)
 RETURNS TABLE(membership_period_id bigint, leave_seq bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.leave_conversation; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.leave_conversation; $$;
 
 CREATE FUNCTION im_router.set_conversation_mode(conversation_id bigint, mode text)
 RETURNS text
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.set_conversation_mode; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.set_conversation_mode; $$;
 
 CREATE FUNCTION im_router.send_message(sender_id bigint, conversation_id bigint, client_msg_id text,
                                        body jsonb, content_type text DEFAULT 'text',
                                        reply_to_message_id bigint DEFAULT NULL)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.send_message; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.send_message; $$;
 
 CREATE FUNCTION im_router.recall_message(sender_id bigint, conversation_id bigint, client_msg_id text,
                                          target_message_id bigint)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.recall_message; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.recall_message; $$;
 
 CREATE FUNCTION im_router.edit_message(sender_id bigint, conversation_id bigint, client_msg_id text,
                                        target_message_id bigint, body jsonb)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.edit_message; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.edit_message; $$;
 
 CREATE FUNCTION im_router.react(user_id bigint, conversation_id bigint, target_message_id bigint,
                                 reaction text, present boolean, client_msg_id text)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.react; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.react; $$;
 
 CREATE FUNCTION im_router.pin_message(user_id bigint, conversation_id bigint, target_message_id bigint,
                                       pinned boolean, client_msg_id text)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.pin_message; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.pin_message; $$;
 
 -- the conversation node holds the positions, the shared log and (for users
 -- placed elsewhere) the deletions for fetch_messages
 CREATE FUNCTION im_router.fetch_messages(user_id bigint, conversation_id bigint, after_seq bigint,
                                          page_limit int DEFAULT 100, up_to_seq bigint DEFAULT NULL)
 RETURNS TABLE(messages jsonb, next_after_seq bigint, has_more boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.fetch_messages; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.fetch_messages; $$;
 
 CREATE FUNCTION im_router.conversation_members(conversation_id bigint)
 RETURNS TABLE(user_id bigint, membership_period_id bigint, join_seq bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.conversation_members; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.conversation_members; $$;
 
 CREATE FUNCTION im_router.members_among(conversation_id bigint, candidate_user_ids bigint[])
 RETURNS SETOF bigint
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.members_among; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.members_among; $$;
 
 CREATE FUNCTION im_router.direct_conversation(user_a bigint, user_b bigint)
 RETURNS bigint
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.pair_bucket(user_a, user_b); TARGET im.direct_conversation; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_pair(user_a, user_b); TARGET im.direct_conversation; $$;
 
 CREATE FUNCTION im_router.create_conversation(kind text, members bigint[], creator bigint DEFAULT NULL)
 RETURNS bigint
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.create_bucket(kind, members, creator); TARGET im.create_conversation; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_create(kind, members, creator); TARGET im.create_conversation; $$;
 
 -- by user_id: the user node
 CREATE FUNCTION im_router.register_device(user_id bigint, device_id text)
 RETURNS TABLE(sync_generation int, state text)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.register_device; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.register_device; $$;
 
 CREATE FUNCTION im_router.revoke_device(user_id bigint, device_id text)
 RETURNS boolean
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.revoke_device; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.revoke_device; $$;
 
 CREATE FUNCTION im_router.issue_device_token(user_id bigint, device_id text, ttl interval DEFAULT '1 day')
 RETURNS text
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.issue_device_token; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.issue_device_token; $$;
 
 CREATE FUNCTION im_router.device_session(user_id bigint, device_id text, connection_epoch bigint)
 RETURNS TABLE(state text, sync_generation int, server_acked_sync_seq bigint, high_watermark bigint, current boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.device_session; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.device_session; $$;
 
 CREATE FUNCTION im_router.sync_changes(user_id bigint, device_id text, client_generation int,
                                        local_applied_sync_seq bigint, page_limit int DEFAULT 200,
@@ -409,65 +484,65 @@ CREATE FUNCTION im_router.sync_changes(user_id bigint, device_id text, client_ge
 RETURNS TABLE(status text, sync_generation int, batch_token text, resume_from bigint,
               batch_high_watermark bigint, server_acked_sync_seq bigint, events jsonb,
               next_cursor text, has_more boolean, recovery_session_id bigint, user_high_watermark bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.sync_changes; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.sync_changes; $$;
 
 CREATE FUNCTION im_router.ack_sync(user_id bigint, device_id text, batch_token text, ack_seq bigint)
 RETURNS TABLE(status text, acked_sync_seq bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.ack_sync; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.ack_sync; $$;
 
 CREATE FUNCTION im_router.begin_snapshot(user_id bigint, device_id text)
 RETURNS TABLE(status text, snapshot_id bigint, sync_generation int, base_sync_seq bigint,
               snapshot_token text, page_count int, manifest_digest text)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.begin_snapshot; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.begin_snapshot; $$;
 
 CREATE FUNCTION im_router.fetch_snapshot(user_id bigint, device_id text, snapshot_token text, page_no int)
 RETURNS TABLE(status text, page int, page_count int, items jsonb, page_digest text)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.fetch_snapshot; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.fetch_snapshot; $$;
 
 CREATE FUNCTION im_router.ack_snapshot(user_id bigint, device_id text, snapshot_token text, manifest_digest text)
 RETURNS TABLE(status text, acked_sync_seq bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.ack_snapshot; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.ack_snapshot; $$;
 
 CREATE FUNCTION im_router.report_read(user_id bigint, conversation_id bigint, read_to_seq bigint)
 RETURNS TABLE(read_msg_seq bigint, unread_count bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.report_read; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.report_read; $$;
 
 CREATE FUNCTION im_router.clear_dirty(user_id bigint, conversation_id bigint, observed_version bigint,
                                       saved_last_msg_seq bigint)
 RETURNS TABLE(cleared boolean, dirty_target_msg_seq bigint, dirty_version bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.clear_dirty; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.clear_dirty; $$;
 
 CREATE FUNCTION im_router.register_push_target(user_id bigint, device_id text, provider text, app_id text,
                                                push_token text, preview text DEFAULT 'none')
 RETURNS bigint
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.register_push_target; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.register_push_target; $$;
 
 CREATE FUNCTION im_router.remove_push_target(user_id bigint, device_id text)
 RETURNS boolean
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.remove_push_target; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.remove_push_target; $$;
 
 CREATE FUNCTION im_router.set_notify(user_id bigint, conversation_id bigint DEFAULT NULL,
                                      mute_until timestamptz DEFAULT NULL, preview text DEFAULT NULL,
                                      clear boolean DEFAULT false)
 RETURNS void
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.set_notify; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.set_notify; $$;
 
 CREATE FUNCTION im_router.set_presence(user_id bigint, device_id text, connection_epoch bigint,
                                        online boolean, ttl interval DEFAULT '90 seconds')
 RETURNS boolean
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.set_presence; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.set_presence; $$;
 
 -- by token: the user node named in its claims
 CREATE FUNCTION im_router.authenticate(token text)
 RETURNS TABLE(user_id bigint, device_id text, connection_epoch bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.token_bucket(token); TARGET im.authenticate; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_token(token); TARGET im.authenticate; $$;
 
 -- by push-job id: it carries its user's bucket
 CREATE FUNCTION im_router.complete_push_job(job_id bigint, relay_id text, result text,
                                             http_status int DEFAULT NULL, retry_after_ms int DEFAULT NULL,
                                             provider_ref text DEFAULT NULL)
 RETURNS text
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(job_id); TARGET im.complete_push_job; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(job_id); TARGET im.complete_push_job; $$;
 
 -- ------------------------------------------- helpers of multi-node calls
 -- on_node_*: one node, reached through `part` (a bucket it owns, from
@@ -475,16 +550,16 @@ LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(job_id); TARGE
 -- query per connection, i.e. per node, in parallel).
 
 CREATE FUNCTION im_router.on_node_self(part int) RETURNS text
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON part; SELECT im.shard_self(); $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route(part); SELECT im.shard_self(); $$;
 
 CREATE FUNCTION im_router.on_node_metrics(part int)
 RETURNS TABLE(name text, value double precision, help text)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON part; SELECT m.name, m.value, m.help FROM im.metrics() m; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route(part); SELECT m.name, m.value, m.help FROM im.metrics() m; $$;
 
 CREATE FUNCTION im_router.on_node_reconcile(part int)
 RETURNS TABLE(check_name text, severity text, conversation_id bigint, user_id bigint, detail jsonb)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT r.check_name, r.severity, r.conversation_id, r.user_id, r.detail FROM im.reconcile() r;
 $$;
 
@@ -492,14 +567,14 @@ $$;
 CREATE FUNCTION im_router.on_node_expected_receipts(part int, max_positions int)
 RETURNS TABLE(dest_node text, expected jsonb)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT e.dest_node, e.expected FROM im.shard_expected_receipts(max_positions) e;
 $$;
 
 CREATE FUNCTION im_router.on_node_check_receipts(part int, source_node text, expected jsonb)
 RETURNS TABLE(check_name text, severity text, conversation_id bigint, user_id bigint, detail jsonb)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT r.check_name, r.severity, r.conversation_id, r.user_id, r.detail
       FROM im.shard_check_receipts(source_node, expected) r;
 $$;
@@ -507,7 +582,7 @@ $$;
 CREATE FUNCTION im_router.on_node_heads(part int, conversation_ids bigint[])
 RETURNS TABLE(conversation_id bigint, head_msg_seq bigint)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT h.conversation_id, h.head_msg_seq FROM im.conversation_heads(conversation_ids) h;
 $$;
 
@@ -515,7 +590,7 @@ CREATE FUNCTION im_router.on_node_message_status(part int, message_id bigint, us
 RETURNS TABLE(user_id bigint, device_id text, accepted boolean, in_sync_scope boolean,
               device_synced boolean, user_read boolean)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT s.user_id, s.device_id, s.accepted, s.in_sync_scope, s.device_synced, s.user_read
       FROM im.shard_message_status(message_id, user_ids) s;
 $$;
@@ -524,7 +599,7 @@ CREATE FUNCTION im_router.on_node_message_facts(part int, message_id bigint, use
 RETURNS TABLE(user_id bigint, accepted boolean, in_sync_scope boolean, any_device_synced boolean,
               user_read boolean)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT f.user_id, f.accepted, f.in_sync_scope, f.any_device_synced, f.user_read
       FROM im.shard_message_facts(message_id, user_ids) f;
 $$;
@@ -533,54 +608,54 @@ CREATE FUNCTION im_router.on_node_claim_push_jobs(part int, relay_id text, max_j
 RETURNS TABLE(job_id bigint, push_target_id bigint, provider text, app_id text, sealed_token text,
               notification jsonb)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT j.job_id, j.push_target_id, j.provider, j.app_id, j.sealed_token, j.notification
       FROM im.claim_push_jobs(relay_id, max_jobs, lease) j;
 $$;
 
 CREATE FUNCTION im_router.on_node_rotate_token_key(part int) RETURNS int
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON part; SELECT im.rotate_token_key(); $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route(part); SELECT im.rotate_token_key(); $$;
 
 CREATE FUNCTION im_router.on_node_delete_for_me(part int, user_id bigint, conversation_id bigint,
                                                 message_id bigint) RETURNS boolean
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT im.delete_for_me(user_id, conversation_id, message_id);
 $$;
 
 CREATE FUNCTION im_router.message_audience(message_id bigint)
 RETURNS TABLE(user_id bigint, conversation_id bigint, msg_seq bigint, accepted boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(message_id); TARGET im.message_audience; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(message_id); TARGET im.message_audience; $$;
 
 -- the conversation node's own message_facts: its checks (P0002, 42501 for
 -- anyone but the sender) in the node's words
 CREATE FUNCTION im_router.sender_message_facts(sender_id bigint, message_id bigint)
 RETURNS TABLE(user_id bigint, accepted boolean, in_sync_scope boolean, any_device_synced boolean,
               user_read boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(message_id); TARGET im.message_facts; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(message_id); TARGET im.message_facts; $$;
 
 CREATE FUNCTION im_router.user_conversation_list(user_id bigint, page_limit int, after_conversation_id bigint)
 RETURNS TABLE(conversation_id bigint, kind text, mode text, last_msg_seq bigint, read_msg_seq bigint,
               unread_count bigint, dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.conversation_list; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.conversation_list; $$;
 
 CREATE FUNCTION im_router.all_run_fanout(max_items int) RETURNS SETOF bigint
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON ALL; TARGET im.run_fanout; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); TARGET im.run_fanout; $$;
 
 CREATE FUNCTION im_router.all_pending()
 RETURNS TABLE(node_name text, outbox_pending bigint, transfers_unacked bigint, inbound_unapplied bigint)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON ALL;
+    CLUSTER 'im_sync'; RUN ON im_router.route_all();
     SELECT im.shard_self() AS node_name, p.outbox_pending, p.transfers_unacked, p.inbound_unapplied
       FROM im.shard_pending() p;
 $$;
 
 CREATE FUNCTION im_router.all_retire_token_key(key_id int) RETURNS SETOF boolean
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON ALL; TARGET im.retire_token_key; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); TARGET im.retire_token_key; $$;
 
 -- regrole travels as text: its binary form is an OID, which differs per node
 CREATE FUNCTION im_router.all_set_extension_owner(new_owner text) RETURNS SETOF int
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON ALL; SELECT im.set_extension_owner(new_owner::regrole); $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); SELECT im.set_extension_owner(new_owner::regrole); $$;
 
 CREATE FUNCTION im_router.split_refresh_presence(user_ids bigint[], device_ids text[],
                                                  connection_epochs bigint[], ttl interval)
@@ -588,7 +663,7 @@ RETURNS SETOF int
 LANGUAGE plproxy AS $$
     CLUSTER 'im_sync';
     SPLIT user_ids, device_ids, connection_epochs;
-    RUN ON im_router.bucket(user_ids);
+    RUN ON im_router.route_id(user_ids);
     TARGET im.refresh_presence;
 $$;
 
@@ -596,7 +671,7 @@ CREATE FUNCTION im_router.whole_refresh_presence(part int, user_ids bigint[], de
                                                  connection_epochs bigint[], ttl interval)
 RETURNS int
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT im.refresh_presence(user_ids, device_ids, connection_epochs, ttl);
 $$;
 
@@ -605,11 +680,11 @@ $$;
 -- gc_inbox and repair_fanout: every node in parallel; max_users applies per node.
 CREATE FUNCTION im_router.gc_inbox(max_users int DEFAULT NULL)
 RETURNS TABLE(user_id bigint, retained_from bigint, deleted bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON ALL; TARGET im.gc_inbox; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); TARGET im.gc_inbox; $$;
 
 CREATE FUNCTION im_router.repair_fanout(retry_dead boolean DEFAULT false, dry_run boolean DEFAULT false)
 RETURNS TABLE(action text, outbox_id bigint, conversation_id bigint, user_id bigint, detail jsonb)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON ALL; TARGET im.repair_fanout; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); TARGET im.repair_fanout; $$;
 
 CREATE FUNCTION im_router.set_extension_owner(new_owner regrole) RETURNS int
 LANGUAGE sql

@@ -497,7 +497,7 @@ def node_errors():
     # one piece rewrites errors: the generated im.* wrappers call
     # im_router.rethrow, no multi-node implementation in im_router does
     check(q("SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'im_router'::regnamespace "
-            "AND p.prosrc ~ 'im_router\\.rethrow\\(|GET STACKED'") == [],
+            "AND p.prosrc ~ 'PERFORM im_router\\.rethrow'") == [],
           "no im_router function rewrites errors itself (the generated wrappers do)")
     check(q1("SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'im'::regnamespace "
              "AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql') "
@@ -578,6 +578,64 @@ def run_fanout_waits_for_the_transfers():
         got = [e.get("message_id") for e in (rows[0][0] or [])]
         check(mw[0] in got, "after run_fanout returns, the destination has applied the transfer")
         dest.close()
+
+
+# ------------------------------------------------------------ a silent host
+SILENT_LISTENER = """
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(64)            # the kernel completes handshakes; nobody accepts or reads
+print(s.getsockname()[1], flush=True)
+sys.stdin.read()        # until the test closes our stdin
+"""
+
+
+@section
+def a_silent_host():
+    """connect_timeout against a host that accepts TCP but never answers the
+    startup packet: a call routed there ends with 08006 (no deadline is
+    asserted beyond a generous one), and calls for the other nodes answer
+    meanwhile; reconcile names it node_unreachable."""
+    import threading
+    listener = subprocess.Popen([sys.executable, "-c", SILENT_LISTENER], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+    port = int(listener.stdout.readline())
+    silent_bucket = 5
+    victim = silent_bucket + 64 * 100
+    moved = list(arr_b)
+    moved[silent_bucket] = "silent"
+    try:
+        q("SELECT im_router.configure(%s, %s, %s)",
+          (arr_n + ["silent"], arr_c + [f"host=127.0.0.1 port={port} dbname=im"], moved))
+        outcome = {}
+
+        def call_silent():
+            conn = connect(ROUTER)
+            outcome["error"] = error_of("SELECT * FROM im.register_device(%s, 'dev1')", (victim,), conn)
+            conn.close()
+
+        t = threading.Thread(target=call_silent)
+        t.start()
+        other = connect(ROUTER)
+        answered = all(q("SELECT state FROM im.register_device(%s, 'silent-probe')", (U[n][0],), conn=other)
+                       for n in names)
+        check(answered and t.is_alive(),
+              "calls for the other nodes answer while a call to the silent host is pending")
+        t.join(60)
+        err = outcome.get("error")
+        check(not t.is_alive() and err is not None and err[0] == "08006"
+              and err[1].startswith("im_sync node unreachable"),
+              "a call routed to a silent host ends with 08006 (connect_timeout)", f"{err}")
+        rec = q("SELECT check_name, node_name FROM im.reconcile() WHERE node_name = 'silent'", conn=other)
+        check(rec == [("node_unreachable", "silent")], "reconcile: the silent host is node_unreachable", f"{rec}")
+        for n in names:
+            q("SELECT im.revoke_device(%s, 'silent-probe')", (U[n][0],), conn=other)
+        other.close()
+    finally:
+        q("SELECT im_router.configure(%s, %s, %s)", (arr_n, arr_c, arr_b))
+        listener.stdin.close()
+        listener.wait(10)
 
 
 # ----------------------------------------------------------- a stopped node
