@@ -294,22 +294,24 @@ BEGIN
     END;
 END $$;
 
--- The partition to run on, once its node answered in this session.
+-- The partition to run on, once its node answered in this session.  On
+-- every routed call: one lookup and a string search (no SET clause, names
+-- qualified, so the call stays cheap).
 CREATE FUNCTION im_router.route(part int) RETURNS int
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, im_router, pg_temp
 AS $$
 DECLARE
-    reached constant text := coalesce(current_setting('im_router.reached', true), '');
+    reached constant text := COALESCE(pg_catalog.current_setting('im_router.reached', true), '');
     mark text;
 BEGIN
-    SELECT im_router.cluster_version() || ':' || b.node_name INTO mark
-      FROM im_router.bucket b WHERE b.bucket = part;
-    IF mark IS NULL OR position(' ' || mark || ' ' IN reached) > 0 THEN
+    SELECT s.cluster_version OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) b.node_name INTO mark
+      FROM im_router.bucket b, im_router.cluster_state s WHERE b.bucket OPERATOR(pg_catalog.=) part;
+    IF mark IS NULL OR pg_catalog.strpos(reached, ' ' OPERATOR(pg_catalog.||) mark OPERATOR(pg_catalog.||) ' ') > 0 THEN
         RETURN part;        -- reached before (or no such partition: PL/Proxy says so)
     END IF;
-    PERFORM im_router.probe(split_part(mark, ':', 2));
-    PERFORM set_config('im_router.reached', coalesce(nullif(reached, ''), ' ') || mark || ' ', false);
+    PERFORM im_router.probe(pg_catalog.split_part(mark, ':', 2));
+    PERFORM pg_catalog.set_config('im_router.reached',
+        COALESCE(NULLIF(reached, ''), ' ') OPERATOR(pg_catalog.||) mark OPERATOR(pg_catalog.||) ' ', false);
     RETURN part;
 END $$;
 
@@ -1197,9 +1199,10 @@ END $gen$;
  * INVOKER so that PL/Proxy connects to the nodes as the caller, so the
  * callers also need what the wrappers use here: the schema im_router, its
  * routing functions (granted to PUBLIC: each only reaches a node as the
- * caller, whose grants there decide), the bucket map (no conninfos) and the
- * server.  The node conninfos, configure and the cluster state stay the
- * owner's.
+ * caller, whose grants there decide), the bucket map and the cluster state
+ * (no conninfos: route() reads both on every call) and the server.  The
+ * node conninfos and configure stay the owner's; im_router.probe reads the
+ * conninfos as its owner (SECURITY DEFINER) and shows none.
  */
 DO $grants$
 DECLARE
@@ -1213,4 +1216,6 @@ REVOKE ALL ON FUNCTION im_router.configure(text[], text[], text[], int, int) FRO
 REVOKE ALL ON FUNCTION im_router.shard_nodes() FROM PUBLIC;
 GRANT USAGE ON SCHEMA im_router TO PUBLIC;
 GRANT SELECT ON im_router.bucket TO PUBLIC;
+-- the map's version (no conninfo): im_router.route reads it on every call
+GRANT SELECT ON im_router.cluster_state TO PUBLIC;
 GRANT USAGE ON SEQUENCE im_router.group_placement TO PUBLIC;
