@@ -251,6 +251,83 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, im_router, pg_temp
 AS $$ SELECT b.node_name, min(b.bucket) FROM im_router.bucket b GROUP BY b.node_name ORDER BY 1 $$;
 
+/*
+ * Reaching a node within connect_timeout (issue 15, README "Known gaps" 9).
+ * PL/Proxy 2.10 connects asynchronously and never sets its own connect
+ * timeout (its check_timeouts reads a config field nothing fills), and
+ * libpq ignores connect_timeout in asynchronous connects; tcp_user_timeout
+ * bounds only data the peer does not acknowledge.  So a host whose kernel
+ * accepts the TCP connection but whose server never answers the startup
+ * packet (a frozen postmaster, a wrong port with a silent listener) would
+ * hold a call forever.  Every PL/Proxy function here therefore routes
+ * through im_router.route(part) (RUN ON im_router.route…(…), evaluated on
+ * the router before PL/Proxy connects): the first call of a session to a
+ * node (per map version) first opens one synchronous libpq connection to it
+ * with dblink, where connect_timeout holds; a node that does not answer
+ * within it is 08006 at once, and later calls of that session reach it
+ * through PL/Proxy's own connection without the probe.  A node that
+ * answers at all (even with an authentication error or "starting up") is
+ * reachable: PL/Proxy then fails fast with the node's own error.
+ */
+CREATE FUNCTION im_router.probe(node text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, im_router, pg_temp
+AS $$
+DECLARE
+    ci text;
+    dblink_schema text;
+    why text;
+BEGIN
+    SELECT im_router.partition_conninfo(n.conninfo, s.connect_timeout) INTO ci
+      FROM im_router.node n, im_router.cluster_state s WHERE n.node_name = probe.node;
+    SELECT e.extnamespace::regnamespace::text INTO dblink_schema FROM pg_extension e WHERE e.extname = 'dblink';
+    BEGIN
+        EXECUTE format('SELECT %s.dblink_connect(%L)', dblink_schema, ci);
+        EXECUTE format('SELECT %s.dblink_disconnect()', dblink_schema);
+    EXCEPTION WHEN sqlclient_unable_to_establish_sqlconnection THEN
+        GET STACKED DIAGNOSTICS why = PG_EXCEPTION_DETAIL;     -- libpq's text
+        IF why ~ 'FATAL' THEN
+            RETURN;     -- the server answered: PL/Proxy then gets the node's own error
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = '08006',
+            MESSAGE = coalesce(nullif(split_part(why, E'\n', 1), ''), 'could not connect');
+    END;
+END $$;
+
+-- The partition to run on, once its node answered in this session.  On
+-- every routed call: one lookup and a string search (no SET clause, names
+-- qualified, so the call stays cheap).
+CREATE FUNCTION im_router.route(part int) RETURNS int
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    reached constant text := COALESCE(pg_catalog.current_setting('im_router.reached', true), '');
+    mark text;
+BEGIN
+    SELECT s.cluster_version OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) b.node_name INTO mark
+      FROM im_router.bucket b, im_router.cluster_state s WHERE b.bucket OPERATOR(pg_catalog.=) part;
+    IF mark IS NULL OR pg_catalog.strpos(reached, ' ' OPERATOR(pg_catalog.||) mark OPERATOR(pg_catalog.||) ' ') > 0 THEN
+        RETURN part;        -- reached before (or no such partition: PL/Proxy says so)
+    END IF;
+    PERFORM im_router.probe(pg_catalog.split_part(mark, ':', 2));
+    PERFORM pg_catalog.set_config('im_router.reached',
+        COALESCE(NULLIF(reached, ''), ' ') OPERATOR(pg_catalog.||) mark OPERATOR(pg_catalog.||) ' ', false);
+    RETURN part;
+END $$;
+
+-- RUN ON forms of the routing keys (shard_design15.md), each through route().
+CREATE FUNCTION im_router.route_id(id bigint) RETURNS int
+LANGUAGE sql VOLATILE AS $$ SELECT im_router.route(im_router.bucket(id)) $$;
+CREATE FUNCTION im_router.route_pair(user_a bigint, user_b bigint) RETURNS int
+LANGUAGE sql VOLATILE AS $$ SELECT im_router.route(im_router.pair_bucket(user_a, user_b)) $$;
+CREATE FUNCTION im_router.route_create(kind text, members bigint[], creator bigint) RETURNS int
+LANGUAGE sql VOLATILE AS $$ SELECT im_router.route(im_router.create_bucket(kind, members, creator)) $$;
+CREATE FUNCTION im_router.route_token(token text) RETURNS int
+LANGUAGE sql VOLATILE AS $$ SELECT im_router.route(im_router.token_bucket(token)) $$;
+-- every node: one partition each (partitions of one node share a connection)
+CREATE FUNCTION im_router.route_all() RETURNS SETOF int
+LANGUAGE sql VOLATILE AS $$ SELECT im_router.route(p.part) FROM im_router.node_parts() p $$;
+
 -- The gateway and the relay open one LISTEN connection per node from this.
 CREATE FUNCTION im_router.shard_nodes()
 RETURNS TABLE(node_name text, conninfo text)
@@ -327,81 +404,81 @@ END $$;
 -- by conversation_id: the conversation node
 CREATE FUNCTION im_router.join_conversation(conversation_id bigint, user_id bigint)
 RETURNS TABLE(membership_period_id bigint, join_seq bigint, created boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.join_conversation; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.join_conversation; $$;
 
 CREATE FUNCTION im_router.leave_conversation(conversation_id bigint, user_id bigint)
 RETURNS TABLE(membership_period_id bigint, leave_seq bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.leave_conversation; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.leave_conversation; $$;
 
 CREATE FUNCTION im_router.set_conversation_mode(conversation_id bigint, mode text)
 RETURNS text
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.set_conversation_mode; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.set_conversation_mode; $$;
 
 CREATE FUNCTION im_router.send_message(sender_id bigint, conversation_id bigint, client_msg_id text,
                                        body jsonb, content_type text DEFAULT 'text',
                                        reply_to_message_id bigint DEFAULT NULL)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.send_message; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.send_message; $$;
 
 CREATE FUNCTION im_router.recall_message(sender_id bigint, conversation_id bigint, client_msg_id text,
                                          target_message_id bigint)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.recall_message; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.recall_message; $$;
 
 CREATE FUNCTION im_router.edit_message(sender_id bigint, conversation_id bigint, client_msg_id text,
                                        target_message_id bigint, body jsonb)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.edit_message; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.edit_message; $$;
 
 CREATE FUNCTION im_router.react(user_id bigint, conversation_id bigint, target_message_id bigint,
                                 reaction text, present boolean, client_msg_id text)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.react; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.react; $$;
 
 CREATE FUNCTION im_router.pin_message(user_id bigint, conversation_id bigint, target_message_id bigint,
                                       pinned boolean, client_msg_id text)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.pin_message; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.pin_message; $$;
 
 -- the conversation node holds the positions, the shared log and (for users
 -- placed elsewhere) the deletions for fetch_messages
 CREATE FUNCTION im_router.fetch_messages(user_id bigint, conversation_id bigint, after_seq bigint,
                                          page_limit int DEFAULT 100, up_to_seq bigint DEFAULT NULL)
 RETURNS TABLE(messages jsonb, next_after_seq bigint, has_more boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.fetch_messages; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.fetch_messages; $$;
 
 CREATE FUNCTION im_router.conversation_members(conversation_id bigint)
 RETURNS TABLE(user_id bigint, membership_period_id bigint, join_seq bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.conversation_members; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.conversation_members; $$;
 
 CREATE FUNCTION im_router.members_among(conversation_id bigint, candidate_user_ids bigint[])
 RETURNS SETOF bigint
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(conversation_id); TARGET im.members_among; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.members_among; $$;
 
 CREATE FUNCTION im_router.direct_conversation(user_a bigint, user_b bigint)
 RETURNS bigint
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.pair_bucket(user_a, user_b); TARGET im.direct_conversation; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_pair(user_a, user_b); TARGET im.direct_conversation; $$;
 
 CREATE FUNCTION im_router.create_conversation(kind text, members bigint[], creator bigint DEFAULT NULL)
 RETURNS bigint
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.create_bucket(kind, members, creator); TARGET im.create_conversation; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_create(kind, members, creator); TARGET im.create_conversation; $$;
 
 -- by user_id: the user node
 CREATE FUNCTION im_router.register_device(user_id bigint, device_id text)
 RETURNS TABLE(sync_generation int, state text)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.register_device; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.register_device; $$;
 
 CREATE FUNCTION im_router.revoke_device(user_id bigint, device_id text)
 RETURNS boolean
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.revoke_device; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.revoke_device; $$;
 
 CREATE FUNCTION im_router.issue_device_token(user_id bigint, device_id text, ttl interval DEFAULT '1 day')
 RETURNS text
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.issue_device_token; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.issue_device_token; $$;
 
 CREATE FUNCTION im_router.device_session(user_id bigint, device_id text, connection_epoch bigint)
 RETURNS TABLE(state text, sync_generation int, server_acked_sync_seq bigint, high_watermark bigint, current boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.device_session; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.device_session; $$;
 
 CREATE FUNCTION im_router.sync_changes(user_id bigint, device_id text, client_generation int,
                                        local_applied_sync_seq bigint, page_limit int DEFAULT 200,
@@ -409,65 +486,65 @@ CREATE FUNCTION im_router.sync_changes(user_id bigint, device_id text, client_ge
 RETURNS TABLE(status text, sync_generation int, batch_token text, resume_from bigint,
               batch_high_watermark bigint, server_acked_sync_seq bigint, events jsonb,
               next_cursor text, has_more boolean, recovery_session_id bigint, user_high_watermark bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.sync_changes; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.sync_changes; $$;
 
 CREATE FUNCTION im_router.ack_sync(user_id bigint, device_id text, batch_token text, ack_seq bigint)
 RETURNS TABLE(status text, acked_sync_seq bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.ack_sync; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.ack_sync; $$;
 
 CREATE FUNCTION im_router.begin_snapshot(user_id bigint, device_id text)
 RETURNS TABLE(status text, snapshot_id bigint, sync_generation int, base_sync_seq bigint,
               snapshot_token text, page_count int, manifest_digest text)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.begin_snapshot; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.begin_snapshot; $$;
 
 CREATE FUNCTION im_router.fetch_snapshot(user_id bigint, device_id text, snapshot_token text, page_no int)
 RETURNS TABLE(status text, page int, page_count int, items jsonb, page_digest text)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.fetch_snapshot; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.fetch_snapshot; $$;
 
 CREATE FUNCTION im_router.ack_snapshot(user_id bigint, device_id text, snapshot_token text, manifest_digest text)
 RETURNS TABLE(status text, acked_sync_seq bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.ack_snapshot; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.ack_snapshot; $$;
 
 CREATE FUNCTION im_router.report_read(user_id bigint, conversation_id bigint, read_to_seq bigint)
 RETURNS TABLE(read_msg_seq bigint, unread_count bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.report_read; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.report_read; $$;
 
 CREATE FUNCTION im_router.clear_dirty(user_id bigint, conversation_id bigint, observed_version bigint,
                                       saved_last_msg_seq bigint)
 RETURNS TABLE(cleared boolean, dirty_target_msg_seq bigint, dirty_version bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.clear_dirty; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.clear_dirty; $$;
 
 CREATE FUNCTION im_router.register_push_target(user_id bigint, device_id text, provider text, app_id text,
                                                push_token text, preview text DEFAULT 'none')
 RETURNS bigint
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.register_push_target; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.register_push_target; $$;
 
 CREATE FUNCTION im_router.remove_push_target(user_id bigint, device_id text)
 RETURNS boolean
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.remove_push_target; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.remove_push_target; $$;
 
 CREATE FUNCTION im_router.set_notify(user_id bigint, conversation_id bigint DEFAULT NULL,
                                      mute_until timestamptz DEFAULT NULL, preview text DEFAULT NULL,
                                      clear boolean DEFAULT false)
 RETURNS void
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.set_notify; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.set_notify; $$;
 
 CREATE FUNCTION im_router.set_presence(user_id bigint, device_id text, connection_epoch bigint,
                                        online boolean, ttl interval DEFAULT '90 seconds')
 RETURNS boolean
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.set_presence; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.set_presence; $$;
 
 -- by token: the user node named in its claims
 CREATE FUNCTION im_router.authenticate(token text)
 RETURNS TABLE(user_id bigint, device_id text, connection_epoch bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.token_bucket(token); TARGET im.authenticate; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_token(token); TARGET im.authenticate; $$;
 
 -- by push-job id: it carries its user's bucket
 CREATE FUNCTION im_router.complete_push_job(job_id bigint, relay_id text, result text,
                                             http_status int DEFAULT NULL, retry_after_ms int DEFAULT NULL,
                                             provider_ref text DEFAULT NULL)
 RETURNS text
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(job_id); TARGET im.complete_push_job; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(job_id); TARGET im.complete_push_job; $$;
 
 -- ------------------------------------------- helpers of multi-node calls
 -- on_node_*: one node, reached through `part` (a bucket it owns, from
@@ -475,23 +552,39 @@ LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(job_id); TARGE
 -- query per connection, i.e. per node, in parallel).
 
 CREATE FUNCTION im_router.on_node_self(part int) RETURNS text
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON part; SELECT im.shard_self(); $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route(part); SELECT im.shard_self(); $$;
 
 CREATE FUNCTION im_router.on_node_metrics(part int)
 RETURNS TABLE(name text, value double precision, help text)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON part; SELECT m.name, m.value, m.help FROM im.metrics() m; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route(part); SELECT m.name, m.value, m.help FROM im.metrics() m; $$;
 
 CREATE FUNCTION im_router.on_node_reconcile(part int)
 RETURNS TABLE(check_name text, severity text, conversation_id bigint, user_id bigint, detail jsonb)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT r.check_name, r.severity, r.conversation_id, r.user_id, r.detail FROM im.reconcile() r;
+$$;
+
+-- the cross-node §18.3 check (im_router.reconcile)
+CREATE FUNCTION im_router.on_node_expected_receipts(part int, max_positions int)
+RETURNS TABLE(dest_node text, expected jsonb)
+LANGUAGE plproxy AS $$
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
+    SELECT e.dest_node, e.expected FROM im.shard_expected_receipts(max_positions) e;
+$$;
+
+CREATE FUNCTION im_router.on_node_check_receipts(part int, source_node text, expected jsonb)
+RETURNS TABLE(check_name text, severity text, conversation_id bigint, user_id bigint, detail jsonb)
+LANGUAGE plproxy AS $$
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
+    SELECT r.check_name, r.severity, r.conversation_id, r.user_id, r.detail
+      FROM im.shard_check_receipts(source_node, expected) r;
 $$;
 
 CREATE FUNCTION im_router.on_node_heads(part int, conversation_ids bigint[])
 RETURNS TABLE(conversation_id bigint, head_msg_seq bigint)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT h.conversation_id, h.head_msg_seq FROM im.conversation_heads(conversation_ids) h;
 $$;
 
@@ -499,7 +592,7 @@ CREATE FUNCTION im_router.on_node_message_status(part int, message_id bigint, us
 RETURNS TABLE(user_id bigint, device_id text, accepted boolean, in_sync_scope boolean,
               device_synced boolean, user_read boolean)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT s.user_id, s.device_id, s.accepted, s.in_sync_scope, s.device_synced, s.user_read
       FROM im.shard_message_status(message_id, user_ids) s;
 $$;
@@ -508,7 +601,7 @@ CREATE FUNCTION im_router.on_node_message_facts(part int, message_id bigint, use
 RETURNS TABLE(user_id bigint, accepted boolean, in_sync_scope boolean, any_device_synced boolean,
               user_read boolean)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT f.user_id, f.accepted, f.in_sync_scope, f.any_device_synced, f.user_read
       FROM im.shard_message_facts(message_id, user_ids) f;
 $$;
@@ -517,54 +610,54 @@ CREATE FUNCTION im_router.on_node_claim_push_jobs(part int, relay_id text, max_j
 RETURNS TABLE(job_id bigint, push_target_id bigint, provider text, app_id text, sealed_token text,
               notification jsonb)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT j.job_id, j.push_target_id, j.provider, j.app_id, j.sealed_token, j.notification
       FROM im.claim_push_jobs(relay_id, max_jobs, lease) j;
 $$;
 
 CREATE FUNCTION im_router.on_node_rotate_token_key(part int) RETURNS int
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON part; SELECT im.rotate_token_key(); $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route(part); SELECT im.rotate_token_key(); $$;
 
 CREATE FUNCTION im_router.on_node_delete_for_me(part int, user_id bigint, conversation_id bigint,
                                                 message_id bigint) RETURNS boolean
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT im.delete_for_me(user_id, conversation_id, message_id);
 $$;
 
 CREATE FUNCTION im_router.message_audience(message_id bigint)
 RETURNS TABLE(user_id bigint, conversation_id bigint, msg_seq bigint, accepted boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(message_id); TARGET im.message_audience; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(message_id); TARGET im.message_audience; $$;
 
 -- the conversation node's own message_facts: its checks (P0002, 42501 for
 -- anyone but the sender) in the node's words
 CREATE FUNCTION im_router.sender_message_facts(sender_id bigint, message_id bigint)
 RETURNS TABLE(user_id bigint, accepted boolean, in_sync_scope boolean, any_device_synced boolean,
               user_read boolean)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(message_id); TARGET im.message_facts; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(message_id); TARGET im.message_facts; $$;
 
 CREATE FUNCTION im_router.user_conversation_list(user_id bigint, page_limit int, after_conversation_id bigint)
 RETURNS TABLE(conversation_id bigint, kind text, mode text, last_msg_seq bigint, read_msg_seq bigint,
               unread_count bigint, dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.bucket(user_id); TARGET im.conversation_list; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.conversation_list; $$;
 
 CREATE FUNCTION im_router.all_run_fanout(max_items int) RETURNS SETOF bigint
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON ALL; TARGET im.run_fanout; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); TARGET im.run_fanout; $$;
 
 CREATE FUNCTION im_router.all_pending()
 RETURNS TABLE(node_name text, outbox_pending bigint, transfers_unacked bigint, inbound_unapplied bigint)
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON ALL;
+    CLUSTER 'im_sync'; RUN ON im_router.route_all();
     SELECT im.shard_self() AS node_name, p.outbox_pending, p.transfers_unacked, p.inbound_unapplied
       FROM im.shard_pending() p;
 $$;
 
 CREATE FUNCTION im_router.all_retire_token_key(key_id int) RETURNS SETOF boolean
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON ALL; TARGET im.retire_token_key; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); TARGET im.retire_token_key; $$;
 
 -- regrole travels as text: its binary form is an OID, which differs per node
 CREATE FUNCTION im_router.all_set_extension_owner(new_owner text) RETURNS SETOF int
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON ALL; SELECT im.set_extension_owner(new_owner::regrole); $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); SELECT im.set_extension_owner(new_owner::regrole); $$;
 
 CREATE FUNCTION im_router.split_refresh_presence(user_ids bigint[], device_ids text[],
                                                  connection_epochs bigint[], ttl interval)
@@ -572,7 +665,7 @@ RETURNS SETOF int
 LANGUAGE plproxy AS $$
     CLUSTER 'im_sync';
     SPLIT user_ids, device_ids, connection_epochs;
-    RUN ON im_router.bucket(user_ids);
+    RUN ON im_router.route_id(user_ids);
     TARGET im.refresh_presence;
 $$;
 
@@ -580,7 +673,7 @@ CREATE FUNCTION im_router.whole_refresh_presence(part int, user_ids bigint[], de
                                                  connection_epochs bigint[], ttl interval)
 RETURNS int
 LANGUAGE plproxy AS $$
-    CLUSTER 'im_sync'; RUN ON part;
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT im.refresh_presence(user_ids, device_ids, connection_epochs, ttl);
 $$;
 
@@ -589,11 +682,11 @@ $$;
 -- gc_inbox and repair_fanout: every node in parallel; max_users applies per node.
 CREATE FUNCTION im_router.gc_inbox(max_users int DEFAULT NULL)
 RETURNS TABLE(user_id bigint, retained_from bigint, deleted bigint)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON ALL; TARGET im.gc_inbox; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); TARGET im.gc_inbox; $$;
 
 CREATE FUNCTION im_router.repair_fanout(retry_dead boolean DEFAULT false, dry_run boolean DEFAULT false)
 RETURNS TABLE(action text, outbox_id bigint, conversation_id bigint, user_id bigint, detail jsonb)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON ALL; TARGET im.repair_fanout; $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); TARGET im.repair_fanout; $$;
 
 CREATE FUNCTION im_router.set_extension_owner(new_owner regrole) RETURNS int
 LANGUAGE sql
@@ -665,7 +758,8 @@ DECLARE
     got bigint;
     missing int := max_jobs;
     reached int := 0;
-    err_state text; err_msg text; err_detail text; err_hint text;
+    unreachable_state text;
+    unreachable_msg text;
 BEGIN
     parts := ARRAY(SELECT p.part FROM im_router.node_parts() p);
     IF max_jobs IS NULL OR max_jobs < 1 OR relay_id IS NULL THEN
@@ -683,15 +777,16 @@ BEGIN
             missing := missing - got::int;
             reached := reached + 1;
         EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
-                                    err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
-            IF NOT im_router.node_unreachable(err_state, err_msg) THEN
-                PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
+            IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                RAISE;      -- im.<f>'s one rethrow strips it (see the generated wrappers)
             END IF;
+            unreachable_state := SQLSTATE;
+            unreachable_msg := SQLERRM;
         END;
     END LOOP;
     IF reached = 0 AND missing > 0 THEN
-        PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
+        -- every node unreachable: the last one's error, as PL/Proxy gave it
+        RAISE EXCEPTION USING ERRCODE = unreachable_state, MESSAGE = unreachable_msg;
     END IF;
 END $$;
 
@@ -811,7 +906,6 @@ DECLARE
     heads jsonb := '{}';
     stale bigint[] := '{}';
     g record;
-    err_state text; err_msg text; err_detail text; err_hint text;
 BEGIN
     SELECT coalesce(jsonb_agg(to_jsonb(l)), '[]') INTO page
       FROM im_router.user_conversation_list(user_id, page_limit, after_conversation_id) l;
@@ -821,10 +915,8 @@ BEGIN
             heads := heads || coalesce((SELECT jsonb_object_agg(h.conversation_id::text, h.head_msg_seq)
                                           FROM im_router.on_node_heads(g.part, g.node_ids) h), '{}');
         EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
-                                    err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
-            IF NOT im_router.node_unreachable(err_state, err_msg) THEN
-                PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
+            IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                RAISE;      -- im.<f>'s one rethrow strips it (see the generated wrappers)
             END IF;
             stale := stale || g.node_ids;
         END;
@@ -886,9 +978,20 @@ END $$;
 
 /*
  * reconcile: every node's own checks (node_name says whose), plus the
- * router's: a node it cannot reach (node_unreachable) and a node whose
+ * router's: a node it cannot reach (node_unreachable), a node whose
  * im.shard_self() is not the name the map gives it (node_identity, a wrong
- * conninfo in the map).  Unreachable nodes do not hide the others' rows.
+ * conninfo in the map), and the cross-node §18.3 check (design §18.3, issue
+ * 15 item 5): each user's received events match what the conversation
+ * node's periods say.  For that each conversation node lists, for its
+ * newest im_router.reconcile_positions processed positions (default 10000;
+ * the bound that keeps this affordable on a big installation), what each
+ * member placed on another node may receive (im.shard_expected_receipts),
+ * and each destination compares its part with its users' logs
+ * (im.shard_check_receipts): fanout_missing / fanout_extra rows, the
+ * single node's names, node_name = the user's node, detail.conversation_node
+ * = where the periods are.  A row the user node's own audit already gave
+ * (it checks the copies it received) is not repeated.  Unreachable nodes do
+ * not hide the others' rows; positions in flight are the transfer checks'.
  */
 CREATE FUNCTION im_router.reconcile()
 RETURNS TABLE(check_name text, severity text, conversation_id bigint, user_id bigint, detail jsonb,
@@ -897,9 +1000,14 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, im_router, pg_temp
 AS $$
 DECLARE
+    positions constant int :=
+        coalesce(nullif(current_setting('im_router.reconcile_positions', true), ''), '10000')::int;
     n record;
+    x record;
+    r record;
     self text;
-    err_state text; err_msg text; err_detail text; err_hint text;
+    reached text[] := '{}';
+    seen text[] := '{}';
 BEGIN
     FOR n IN SELECT * FROM im_router.node_parts() LOOP
         BEGIN
@@ -908,18 +1016,56 @@ BEGIN
                 RETURN QUERY SELECT 'node_identity'::text, 'error'::text, NULL::bigint, NULL::bigint,
                     jsonb_build_object('map_name', n.node_name, 'shard_self', self), n.node_name;
             END IF;
-            RETURN QUERY SELECT r.*, n.node_name FROM im_router.on_node_reconcile(n.part) r;
+            FOR r IN SELECT * FROM im_router.on_node_reconcile(n.part) LOOP
+                seen := seen || im_router.delivery_key(r.check_name, r.user_id, r.detail);
+                check_name := r.check_name; severity := r.severity; conversation_id := r.conversation_id;
+                user_id := r.user_id; detail := r.detail; node_name := n.node_name;
+                RETURN NEXT;
+            END LOOP;
+            IF self = n.node_name THEN
+                reached := reached || n.node_name;  -- the cross-node check trusts only these
+            END IF;
         EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
-                                    err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
-            IF NOT im_router.node_unreachable(err_state, err_msg) THEN
-                PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
+            IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                RAISE;
             END IF;
             RETURN QUERY SELECT 'node_unreachable'::text, 'error'::text, NULL::bigint, NULL::bigint,
                 jsonb_build_object('node', n.node_name), n.node_name;
         END;
     END LOOP;
+
+    -- the cross-node check, between nodes reached above (a node lost in
+    -- between is skipped: it was reported reachable a moment ago, and the
+    -- next run checks it)
+    FOR n IN SELECT * FROM im_router.node_parts() p WHERE p.node_name = ANY (reached) LOOP
+        BEGIN
+            FOR x IN SELECT e.dest_node, e.expected, d.part
+                       FROM im_router.on_node_expected_receipts(n.part, positions) e
+                       JOIN im_router.node_parts() d ON d.node_name = e.dest_node
+                      WHERE e.dest_node = ANY (reached) LOOP
+                RETURN QUERY
+                    SELECT c.*, x.dest_node
+                      FROM im_router.on_node_check_receipts(x.part, n.node_name, x.expected) c
+                     WHERE im_router.delivery_key(c.check_name, c.user_id, c.detail) <> ALL (seen);
+            END LOOP;
+        EXCEPTION WHEN OTHERS THEN
+            IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                RAISE;
+            END IF;
+        END;
+    END LOOP;
 END $$;
+
+-- The identity of a delivery row (fanout_missing / fanout_extra of one
+-- user, event and period), to tell a cross-node row from the same row a
+-- node's own audit gave; NULL-free text, '' for other checks.
+CREATE FUNCTION im_router.delivery_key(check_name text, user_id bigint, detail jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN check_name IN ('fanout_missing', 'fanout_extra')
+                THEN concat_ws('/', check_name, user_id, detail->>'source_event_id', detail->>'delivery_scope')
+                ELSE '' END
+$$;
 
 -- A Prometheus series name with one more label: name{a="1"} → name{node="x",a="1"}.
 CREATE FUNCTION im_router.with_node_label(series text, node text) RETURNS text
@@ -942,7 +1088,6 @@ AS $$
 DECLARE
     n record;
     up double precision;
-    err_state text; err_msg text; err_detail text; err_hint text;
 BEGIN
     FOR n IN SELECT * FROM im_router.node_parts() LOOP
         up := 1;
@@ -950,10 +1095,8 @@ BEGIN
             RETURN QUERY SELECT im_router.with_node_label(m.name, n.node_name), m.value, m.help
                            FROM im_router.on_node_metrics(n.part) m;
         EXCEPTION WHEN OTHERS THEN
-            GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
-                                    err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
-            IF NOT im_router.node_unreachable(err_state, err_msg) THEN
-                PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
+            IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                RAISE;      -- im.<f>'s one rethrow strips it (see the generated wrappers)
             END IF;
             up := 0;
         END;
@@ -977,7 +1120,11 @@ AS $$ SELECT s.node_name, s.conninfo FROM im_router.shard_nodes() s $$;
  * One wrapper per contract function: im.<f> has im_router.<f>'s signature
  * (names, defaults, result columns), calls it, and turns a node's error into
  * the same error without PL/Proxy's prefixes (im_router.rethrow).  Generated
- * from the catalog so that the two signatures cannot drift apart.
+ * from the catalog so that the two signatures cannot drift apart.  This is
+ * the one place a node's error is rewritten: the hand-written multi-node
+ * implementations (reconcile, metrics, conversation_list, claim_push_jobs)
+ * catch only to skip an unreachable node and otherwise RAISE the error as
+ * PL/Proxy gave it, which then arrives here.
  * OTHERS does not catch query_canceled (57014): named too, so that a node's
  * statement_timeout arrives stripped like any other error.
  * client_min_messages = warning hides PL/Proxy's NOTICE "dropping stale
@@ -1052,9 +1199,10 @@ END $gen$;
  * INVOKER so that PL/Proxy connects to the nodes as the caller, so the
  * callers also need what the wrappers use here: the schema im_router, its
  * routing functions (granted to PUBLIC: each only reaches a node as the
- * caller, whose grants there decide), the bucket map (no conninfos) and the
- * server.  The node conninfos, configure and the cluster state stay the
- * owner's.
+ * caller, whose grants there decide), the bucket map and the cluster state
+ * (no conninfos: route() reads both on every call) and the server.  The
+ * node conninfos and configure stay the owner's; im_router.probe reads the
+ * conninfos as its owner (SECURITY DEFINER) and shows none.
  */
 DO $grants$
 DECLARE
@@ -1068,4 +1216,6 @@ REVOKE ALL ON FUNCTION im_router.configure(text[], text[], text[], int, int) FRO
 REVOKE ALL ON FUNCTION im_router.shard_nodes() FROM PUBLIC;
 GRANT USAGE ON SCHEMA im_router TO PUBLIC;
 GRANT SELECT ON im_router.bucket TO PUBLIC;
+-- the map's version (no conninfo): im_router.route reads it on every call
+GRANT SELECT ON im_router.cluster_state TO PUBLIC;
 GRANT USAGE ON SEQUENCE im_router.group_placement TO PUBLIC;

@@ -5,13 +5,21 @@
 #                                conninfo as its LAST line
 #   test/shards.sh down          stops everything `up` started
 #   test/shards.sh resubscribe SRC DST  the repair path of a lost slot (below)
+#   test/shards.sh standby NODE  a synchronous streaming standby for NODE, and
+#                                NODE's conninfo rewritten everywhere to the
+#                                multi-host form (host=a,b port=p1,p2
+#                                target_session_attrs=read-write)
+#   test/shards.sh reattach NODE the operator step after NODE failed over to its
+#                                standby: every subscription to and from NODE
+#                                re-created (resubscribe both ways)
 #   test/shards.sh set NAME VAL  one setting on every node (ALTER ROLE ALL IN
 #                                DATABASE … SET, then reload): session settings
 #                                do not cross PL/Proxy
 #   test/shards.sh reset NAME    undoes `set NAME` on every node
 # State lives in $IM_SHARDS_DIR (default: a temp dir `up` prints; pass the same
 # IM_SHARDS_DIR to `down`/`set`): `nodes` (one line per node: name, conninfo),
-# `router` (the router's conninfo), `clusters` (one data dir per cluster).
+# `router` (the router's conninfo), `clusters` (one data dir per cluster: the
+# nodes', the router's, then any standbys'), `standbys` (NODE, data dir, port).
 # Database name on every cluster: $IM_SHARDS_DB (default im).
 # Each node preloads im_sync with wal_level = logical; buckets round robin
 # (bucket b -> node (b % N) + 1); between every pair of nodes a publication
@@ -181,16 +189,113 @@ cmd_resubscribe() {
   local sub="im_${src}_to_${dst}"
   shards_psql "$dconn" "ALTER SUBSCRIPTION $sub DISABLE" "ALTER SUBSCRIPTION $sub SET (slot_name = NONE)" \
     "DROP SUBSCRIPTION $sub"
+  # the disabled subscription's worker lets go of the slot a moment later
+  local i
+  for i in $(seq 300); do
+    [ "$(shards_psql "$sconn" "SELECT count(*) FROM pg_catalog.pg_replication_slots
+        WHERE slot_name = '$sub' AND active")" = 0 ] && break
+    sleep 0.1
+  done
   shards_psql "$sconn" "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots
     WHERE slot_name = '$sub'" >/dev/null
   shards_psql "$dconn" "CREATE SUBSCRIPTION $sub CONNECTION '$sconn' PUBLICATION im_to_${dst} WITH (copy_data = true)"
 }
 
+node_conninfo() {  # node_conninfo DIR NODE
+  awk -v n="$2" '$1 == n { $1 = ""; sub(/^ /, ""); print }' "$1/nodes"
+}
+
+as_server() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+# The router's map again from the `nodes` file (conninfos) and its own
+# bucket table (placement unchanged): configure bumps the cluster version.
+router_reconfigure() {
+  local dir=$1 names="ARRAY[" conns="ARRAY[" s="" node conn
+  while read -r node conn; do
+    names+="$s'$node'"; conns+="$s'$conn'"; s=","
+  done <"$dir/nodes"
+  names+="]::text[]"; conns+="]::text[]"
+  shards_psql "$(cat "$dir/router")" "SELECT im_router.configure($names, $conns,
+    (SELECT array_agg(node_name ORDER BY bucket) FROM im_router.bucket))" >/dev/null
+}
+
+# standby NODE: pg_basebackup -R with a physical slot, started as NODE's
+# streaming standby and made synchronous (synchronous_standby_names on NODE
+# names it), so every commit NODE acknowledged is on it.  Then NODE's
+# conninfo becomes host=<primary>,<standby> port=<p1>,<p2>
+# target_session_attrs=read-write in the `nodes` file, the router's map and
+# the other nodes' subscriptions to NODE: after a promotion they all reach
+# the new primary without being reconfigured.  What a promotion loses is
+# the logical slots on NODE (PostgreSQL 15 does not carry them to a
+# standby): `reattach NODE` is the operator step after it.
+cmd_standby() {
+  local node=${1:?usage: $0 standby NODE}
+  local dir; dir=$(shards_dir)
+  local conn; conn=$(node_conninfo "$dir" "$node")
+  [ -n "$conn" ] || { echo "shards: unknown node $node" >&2; exit 2; }
+  [[ "$conn" != *target_session_attrs* ]] || { echo "shards: $node has a standby already" >&2; exit 2; }
+  local port=${conn##*port=}; port=${port%% *}
+  local stmp sport name="${node}_standby" slot="standby_${node}"
+  stmp=$(mktemp -d /tmp/im_sync.XXXXXX); chmod 755 "$stmp"
+  [ "$(id -u)" = 0 ] && chown postgres "$stmp"
+  sport=$(im_free_port)
+  shards_psql "$conn" "SELECT pg_catalog.pg_create_physical_replication_slot('$slot')" >/dev/null
+  as_server "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$port" -U postgres -D "$stmp/data" -R -S "$slot" \
+    -X stream -c fast >"$stmp/basebackup.log" 2>&1 || { cat "$stmp/basebackup.log" >&2; exit 1; }
+  printf "port = %s\nunix_socket_directories = '%s'\ncluster_name = '%s'\n" "$sport" "$stmp" "$name" |
+    as_server sh -c "cat >> '$stmp/data/postgresql.conf'"
+  as_server "$PGBIN/pg_ctl" -D "$stmp/data" -l "$stmp/server.log" -w -t 60 start >/dev/null ||
+    { cat "$stmp/server.log" >&2; exit 1; }
+  echo "$stmp" >>"$dir/clusters"
+  echo "$node $stmp/data $sport" >>"$dir/standbys"
+  shards_psql "$conn" "ALTER SYSTEM SET synchronous_standby_names = '$name'" "SELECT pg_catalog.pg_reload_conf()" >/dev/null
+  local i
+  for i in $(seq 600); do
+    [ "$(shards_psql "$conn" "SELECT count(*) FROM pg_catalog.pg_stat_replication
+        WHERE application_name = '$name' AND state = 'streaming' AND sync_state = 'sync'")" = 1 ] && break
+    [ "$i" = 600 ] && { echo "shards: $name is not a synchronous standby" >&2; exit 1; }
+    sleep 0.1
+  done
+  local multi="host=127.0.0.1,127.0.0.1 port=$port,$sport dbname=$DB user=postgres target_session_attrs=read-write"
+  awk -v n="$node" -v c="$multi" '$1 == n { print n " " c; next } { print }' "$dir/nodes" >"$dir/nodes.new"
+  mv "$dir/nodes.new" "$dir/nodes"
+  local other oconn
+  while read -r other oconn; do
+    [ "$other" = "$node" ] && continue
+    shards_psql "$oconn" "ALTER SUBSCRIPTION im_${node}_to_${other} CONNECTION '$multi'"
+  done <"$dir/nodes"
+  router_reconfigure "$dir"
+  echo "shards: $name on port $sport streams from $node (synchronous); $node is now $multi" >&2
+}
+
+# reattach NODE, after NODE's standby was promoted.  The promoted standby
+# has every table and subscription of NODE but none of NODE's logical
+# slots, and its subscriptions' origins may stand behind what the old
+# primary had confirmed to the sources (the apply workers commit without
+# waiting for the standby).  So, with every other node X: resubscribe NODE X
+# (a new slot on the new primary; the initial copy re-sends every transfer
+# NODE has not seen acknowledged) and resubscribe X NODE (the same for
+# what X sends NODE).  The exact-key filter drops every copy already
+# applied, so nothing is applied twice; a transfer stays on its source until
+# acknowledged, so nothing is lost.
+cmd_reattach() {
+  local node=${1:?usage: $0 reattach NODE}
+  local dir; dir=$(shards_dir)
+  [ -n "$(node_conninfo "$dir" "$node")" ] || { echo "shards: unknown node $node" >&2; exit 2; }
+  local other
+  for other in $(awk -v n="$node" '$1 != n { print $1 }' "$dir/nodes"); do
+    cmd_resubscribe "$node" "$other"
+    cmd_resubscribe "$other" "$node"
+  done
+}
+
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   resubscribe) shift; cmd_resubscribe "$@" ;;
+  standby) shift; cmd_standby "$@" ;;
+  reattach) shift; cmd_reattach "$@" ;;
   down) cmd_down ;;
   set) shift; cmd_set "$@" ;;
   reset) shift; cmd_reset "$@" ;;
-  *) echo "usage: $0 up [N] | down | set NAME VALUE | reset NAME | resubscribe SRC DST" >&2; exit 2 ;;
+  *) echo "usage: $0 up [N] | down | set NAME VALUE | reset NAME | resubscribe SRC DST | standby NODE | reattach NODE" >&2; exit 2 ;;
 esac

@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from checklib import check, failures, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
+import psycopg2.extras  # noqa: E402
 
 ROUTER, SHARDS_DIR = sys.argv[1], sys.argv[2]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -361,7 +362,9 @@ def operations_8():
     global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
     gc = q("SELECT * FROM im.gc_inbox()")
     check(gc is not None, "gc_inbox runs on every node")
-    check(q("SELECT * FROM im.repair_fanout(false, true)") is not None, "repair_fanout on every node")
+    rf = q("SELECT * FROM im.repair_fanout(false, true)")
+    check(rf == [], "repair_fanout (dry run) on every node: nothing to requeue on a healthy installation "
+          "(a user placed elsewhere is not missing on the conversation node)", f"{rf[:4]}")
     rec = q("SELECT * FROM im.reconcile()")
     check(rec == [], "reconcile is empty on a healthy installation", f"{rec}")
     met = q("SELECT name, value FROM im.metrics()")
@@ -391,6 +394,69 @@ def operations_8():
                      "SELECT * FROM im.authenticate(%s)", (toks[u],))
         check(q("SELECT user_id FROM im.authenticate(%s)", (new_toks[u],)) == [(u,)],
               f"a token of the new key works on {bucket_node[u % 64]}")
+
+
+# ------------------------------------- the cross-node §18.3 check (item 5)
+@section
+def cross_node_reconcile():
+    """The router's reconcile compares what the conversation node's periods
+    say each member may receive with what the member's node has: an event
+    deleted behind the API's back on the user node (and the item the node's
+    own audit would have checked it by) is fanout_missing, an event given to
+    a non-member fanout_extra, each named by the user's node; restored,
+    reconcile is empty again.  The rows are put back exactly as they were."""
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    q1("SELECT im.run_fanout()")
+    conv_node = bucket_node[g % 64]
+    member = next(u for u in (a, b, c) if bucket_node[u % 64] != conv_node)
+    user_node = bucket_node[member % 64]
+    un = connect(dict(nodes)[user_node])
+    saved = q("""WITH i AS (DELETE FROM im.inbox WHERE user_id = %s AND source_event_id = %s RETURNING *),
+                      o AS (DELETE FROM im.outbox WHERE source_event_id = %s RETURNING *)
+                 SELECT (SELECT jsonb_agg(to_jsonb(i)) FROM i), (SELECT jsonb_agg(to_jsonb(o)) FROM o)""",
+              (member, m1[0], m1[0]), conn=un)[0]
+    check(saved[0] and len(saved[0]) == 1 and saved[1] and len(saved[1]) == 1,
+          f"staged: {member}'s event {m1[0]} and its item deleted on {user_node}", f"{saved}")
+    rec = q("SELECT check_name, user_id, (detail->>'source_event_id')::bigint, detail->>'conversation_node', "
+            "node_name FROM im.reconcile()")
+    check(("fanout_missing", member, m1[0], conv_node, user_node) in rec,
+          "reconcile: an event missing on the user node is fanout_missing from the conversation node's periods",
+          f"{rec}")
+    # bounded: im_router.reconcile_positions (the newest N processed positions
+    # of each conversation node) = 0 checks none
+    q("SET im_router.reconcile_positions = 0")
+    rec0 = q("SELECT check_name, user_id FROM im.reconcile()")
+    q("RESET im_router.reconcile_positions")
+    check(("fanout_missing", member) not in rec0, "reconcile_positions bounds the cross-node check", f"{rec0}")
+    q("""INSERT INTO im.outbox SELECT * FROM jsonb_populate_recordset(NULL::im.outbox, %s);
+         INSERT INTO im.inbox SELECT * FROM jsonb_populate_recordset(NULL::im.inbox, %s)""",
+      (psycopg2.extras.Json(saved[1]), psycopg2.extras.Json(saved[0])), conn=un)
+    rec = q("SELECT * FROM im.reconcile()")
+    check(rec == [], "reconcile empty once the event is back", f"{rec}")
+
+    # an event for a non-member (a user of another node that never joined g)
+    outsider = users_on(user_node, 3)[2]
+    item = q("""WITH o AS (DELETE FROM im.outbox WHERE source_event_id = %s RETURNING *)
+                SELECT jsonb_agg(to_jsonb(o)) FROM o""", (m1[0],), conn=un)[0][0]
+    had_head = q1("SELECT count(*) FROM im.user_head WHERE user_id = %s", (outsider,), conn=un)
+    q("""INSERT INTO im.user_head (user_id, high_watermark) VALUES (%s, 0) ON CONFLICT DO NOTHING;
+         UPDATE im.user_head SET high_watermark = high_watermark + 1 WHERE user_id = %s;
+         INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope, conversation_id, msg_seq, kind)
+         SELECT %s, h.high_watermark, %s, 1, %s, %s, 'message' FROM im.user_head h WHERE h.user_id = %s""",
+      (outsider, outsider, outsider, m1[0], g, m1[1], outsider), conn=un)
+    rec = q("SELECT check_name, severity, user_id, (detail->>'source_event_id')::bigint, node_name "
+            "FROM im.reconcile()")
+    check(("fanout_extra", "critical", outsider, m1[0], user_node) in rec,
+          "reconcile: an event no period calls for is fanout_extra (critical)", f"{rec}")
+    q("""DELETE FROM im.inbox WHERE user_id = %s AND source_event_id = %s;
+         UPDATE im.user_head SET high_watermark = high_watermark - 1 WHERE user_id = %s;
+         INSERT INTO im.outbox SELECT * FROM jsonb_populate_recordset(NULL::im.outbox, %s)""",
+      (outsider, m1[0], outsider, psycopg2.extras.Json(item)), conn=un)
+    if not had_head:
+        q("DELETE FROM im.user_head WHERE user_id = %s", (outsider,), conn=un)
+    rec = q("SELECT * FROM im.reconcile()")
+    check(rec == [], "reconcile empty after the cross-node checks", f"{rec}")
+    un.close()
 
 
 # ------------------------------------------------------------ node errors
@@ -430,6 +496,15 @@ def node_errors():
            GET STACKED DIAGNOSTICS s = RETURNED_SQLSTATE, m = MESSAGE_TEXT, d = PG_EXCEPTION_DETAIL, h = PG_EXCEPTION_HINT;
            PERFORM im_router.rethrow(s, m, d, h);
          END $$""")
+    # one piece rewrites errors: the generated im.* wrappers call
+    # im_router.rethrow, no multi-node implementation in im_router does
+    check(q("SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'im_router'::regnamespace "
+            "AND p.prosrc ~ 'PERFORM im_router\\.rethrow'") == [],
+          "no im_router function rewrites errors itself (the generated wrappers do)")
+    check(q1("SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'im'::regnamespace "
+             "AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql') "
+             "AND p.prosrc !~ 'PERFORM im_router.rethrow'") == 0,
+          "every plpgsql im.* wrapper rethrows through im_router.rethrow")
     raw = error_of("SELECT public.im_router_test_raise(0, '40001')")
     check(raw and raw[0] == "40001" and raw[1].startswith("public.im_router_test_raise(2): [")
           and "] REMOTE ERROR: raised 40001 on purpose" in raw[1] and raw[2] == "Remote detail: Detail of 40001.",
@@ -505,6 +580,64 @@ def run_fanout_waits_for_the_transfers():
         got = [e.get("message_id") for e in (rows[0][0] or [])]
         check(mw[0] in got, "after run_fanout returns, the destination has applied the transfer")
         dest.close()
+
+
+# ------------------------------------------------------------ a silent host
+SILENT_LISTENER = """
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(64)            # the kernel completes handshakes; nobody accepts or reads
+print(s.getsockname()[1], flush=True)
+sys.stdin.read()        # until the test closes our stdin
+"""
+
+
+@section
+def a_silent_host():
+    """connect_timeout against a host that accepts TCP but never answers the
+    startup packet: a call routed there ends with 08006 (no deadline is
+    asserted beyond a generous one), and calls for the other nodes answer
+    meanwhile; reconcile names it node_unreachable."""
+    import threading
+    listener = subprocess.Popen([sys.executable, "-c", SILENT_LISTENER], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+    port = int(listener.stdout.readline())
+    silent_bucket = 5
+    victim = silent_bucket + 64 * 100
+    moved = list(arr_b)
+    moved[silent_bucket] = "silent"
+    try:
+        q("SELECT im_router.configure(%s, %s, %s)",
+          (arr_n + ["silent"], arr_c + [f"host=127.0.0.1 port={port} dbname=im"], moved))
+        outcome = {}
+
+        def call_silent():
+            conn = connect(ROUTER)
+            outcome["error"] = error_of("SELECT * FROM im.register_device(%s, 'dev1')", (victim,), conn)
+            conn.close()
+
+        t = threading.Thread(target=call_silent)
+        t.start()
+        other = connect(ROUTER)
+        answered = all(q("SELECT state FROM im.register_device(%s, 'silent-probe')", (U[n][0],), conn=other)
+                       for n in names)
+        check(answered and t.is_alive(),
+              "calls for the other nodes answer while a call to the silent host is pending")
+        t.join(60)
+        err = outcome.get("error")
+        check(not t.is_alive() and err is not None and err[0] == "08006"
+              and err[1].startswith("im_sync node unreachable"),
+              "a call routed to a silent host ends with 08006 (connect_timeout)", f"{err}")
+        rec = q("SELECT check_name, node_name FROM im.reconcile() WHERE node_name = 'silent'", conn=other)
+        check(rec == [("node_unreachable", "silent")], "reconcile: the silent host is node_unreachable", f"{rec}")
+        for n in names:
+            q("SELECT im.revoke_device(%s, 'silent-probe')", (U[n][0],), conn=other)
+        other.close()
+    finally:
+        q("SELECT im_router.configure(%s, %s, %s)", (arr_n, arr_c, arr_b))
+        listener.stdin.close()
+        listener.wait(10)
 
 
 # ----------------------------------------------------------- a stopped node
