@@ -36,3 +36,13 @@ ALTER TABLE im.conversation
     DROP CONSTRAINT conversation_direct_pair,
     ADD CONSTRAINT conversation_direct_pair CHECK (im.conversation_pair_valid(kind, direct_user_lo,
         direct_user_hi));
+
+-- ---- 1.5 -> 1.6 (issue 10): no foreign key on im.event.target_message_id
+-- Its check was an AFTER trigger queued and fired for every event insert
+-- (every send), and on a recall, edit or reaction a FOR KEY SHARE lock of
+-- the target (a WAL record and a dirtied page).  The target is checked
+-- under the conversation lock by the function that writes the event
+-- (send.c check_target, relation.c), events are never deleted, and
+-- im.reconcile() reports a missing or foreign target (relation_target_mismatch),
+-- as for reply and pin targets since 1.3.
+ALTER TABLE im.event DROP CONSTRAINT event_target_message_id_fkey;
