@@ -198,21 +198,13 @@ bool
 im_take_next_position(int64 conversation_id, ImConversation *conv)
 {
 	static SPIPlanPtr plan;
-	Datum		args[1];
 
-	/* issue 15: a copy of a remote conversation is never written to */
-	im_shard_require_conversation(conversation_id);
-	im_prepare(&plan,
-			   "UPDATE im.conversation SET head_msg_seq = head_msg_seq + 1 "
-			   "WHERE conversation_id" EQ "$1 RETURNING kind, mode, head_msg_seq",
-			   1, INT8OID);
-	args[0] = Int64GetDatum(conversation_id);
-	if (im_exec(plan, args, NULL, 0) != 1)
+	if (!im_lock_conversation_with(&plan,
+								   "UPDATE im.conversation SET head_msg_seq = head_msg_seq + 1 "
+								   "WHERE conversation_id" EQ "$1 RETURNING kind, mode, head_msg_seq",
+								   conversation_id, conv))
 		return false;
-	conv->conversation_id = conversation_id;
-	strlcpy(conv->kind, im_get_text(0, 1), sizeof(conv->kind));
-	strlcpy(conv->mode, im_get_text(0, 2), sizeof(conv->mode));
-	conv->head_msg_seq = im_get_int64(0, 3, NULL) - 1;
+	conv->head_msg_seq--;		/* the row shows the taken position */
 	return true;
 }
 

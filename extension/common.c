@@ -348,6 +348,16 @@ conversation_not_found(int64 conversation_id)
 			 errmsg("conversation " INT64_FORMAT " does not exist", conversation_id)));
 }
 
+/* conv from row 0 of the last SPI result: kind, mode, head_msg_seq. */
+static void
+conversation_from_row(int64 conversation_id, ImConversation *conv)
+{
+	conv->conversation_id = conversation_id;
+	strlcpy(conv->kind, im_get_text(0, 1), sizeof(conv->kind));
+	strlcpy(conv->mode, im_get_text(0, 2), sizeof(conv->mode));
+	conv->head_msg_seq = im_get_int64(0, 3, NULL);
+}
+
 void
 im_require_conversation(int64 conversation_id, ImConversation *conv)
 {
@@ -361,12 +371,8 @@ im_require_conversation(int64 conversation_id, ImConversation *conv)
 	args[0] = Int64GetDatum(conversation_id);
 	if (im_exec(plan, args, NULL, 1) != 1)
 		conversation_not_found(conversation_id);
-	if (conv == NULL)
-		return;
-	conv->conversation_id = conversation_id;
-	strlcpy(conv->kind, im_get_text(0, 1), sizeof(conv->kind));
-	strlcpy(conv->mode, im_get_text(0, 2), sizeof(conv->mode));
-	conv->head_msg_seq = im_get_int64(0, 3, NULL);
+	if (conv != NULL)
+		conversation_from_row(conversation_id, conv);
 }
 
 void
@@ -377,28 +383,30 @@ im_lock_conversation(int64 conversation_id, ImConversation *conv)
 }
 
 bool
-im_try_lock_conversation(int64 conversation_id, ImConversation *conv)
+im_lock_conversation_with(SPIPlanPtr *plan, const char *sql, int64 conversation_id,
+						  ImConversation *conv)
 {
-	static SPIPlanPtr plan;
 	Datum		args[1];
-	char	   *s;
 
 	/* issue 15: a copy of a remote conversation is never written to */
 	im_shard_require_conversation(conversation_id);
-	im_prepare(&plan,
-			   "SELECT kind, mode, head_msg_seq FROM im.conversation "
-			   "WHERE conversation_id" EQ "$1 FOR NO KEY UPDATE",
-			   1, INT8OID);
+	im_prepare(plan, sql, 1, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
-	if (im_exec(plan, args, NULL, 0) != 1)
+	if (im_exec(*plan, args, NULL, 0) != 1)
 		return false;
-	conv->conversation_id = conversation_id;
-	s = im_get_text(0, 1);
-	strlcpy(conv->kind, s, sizeof(conv->kind));
-	s = im_get_text(0, 2);
-	strlcpy(conv->mode, s, sizeof(conv->mode));
-	conv->head_msg_seq = im_get_int64(0, 3, NULL);
+	conversation_from_row(conversation_id, conv);
 	return true;
+}
+
+bool
+im_try_lock_conversation(int64 conversation_id, ImConversation *conv)
+{
+	static SPIPlanPtr plan;
+
+	return im_lock_conversation_with(&plan,
+									 "SELECT kind, mode, head_msg_seq FROM im.conversation "
+									 "WHERE conversation_id" EQ "$1 FOR NO KEY UPDATE",
+									 conversation_id, conv);
 }
 
 static int

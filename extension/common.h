@@ -90,6 +90,14 @@ extern void im_require_conversation(int64 conversation_id, ImConversation *conv)
 extern void im_lock_conversation(int64 conversation_id, ImConversation *conv);
 /* The same lock; false (nothing locked) when the conversation is unknown. */
 extern bool im_try_lock_conversation(int64 conversation_id, ImConversation *conv);
+/*
+ * The one way a writer locks a conversation row: IS421 first when this node
+ * does not own it (issue 15), then `sql` (kept in *plan; $1 the
+ * conversation; result columns kind, mode, head_msg_seq of the locked row)
+ * fills conv.  False, nothing locked, when the conversation is unknown.
+ */
+extern bool im_lock_conversation_with(SPIPlanPtr *plan, const char *sql,
+									  int64 conversation_id, ImConversation *conv);
 /* 42501 unless the user ever had a period in the conversation. */
 extern void im_require_ever_member(int64 user_id, int64 conversation_id, const char *detail);
 /*

@@ -232,15 +232,19 @@ static const ReconcileCheck checks[] = {
 	/*
 	 * issue 11: a reply's and a pin's target (columns without a foreign key,
 	 * checked by the functions under the conversation lock) is an earlier
-	 * message of the same conversation.
+	 * message of the same conversation; since 1.6 (issue 10) the same holds
+	 * for the target of a recall, edit or reaction (target_message_id lost
+	 * its foreign key: send.c and relation.c check it under the lock, and
+	 * events are never deleted).  One event has at most one of the three.
 	 */
 	{"relation_target",
 	 "SELECT 'relation_target_mismatch', 'error', e.conversation_id, e.sender_id, "
 	 "  pg_catalog.jsonb_build_object('message_id', e.message_id, 'msg_seq', e.msg_seq, 'kind', e.kind, "
-	 "    'target', COALESCE(e.reply_to_message_id, e.pin_message_id)) "
+	 "    'target', COALESCE(e.target_message_id, e.reply_to_message_id, e.pin_message_id)) "
 	 "FROM im.event e LEFT JOIN im.event t "
-	 "  ON t.message_id" EQ "COALESCE(e.reply_to_message_id, e.pin_message_id) "
-	 "WHERE (e.reply_to_message_id IS NOT NULL OR e.pin_message_id IS NOT NULL) "
+	 "  ON t.message_id" EQ "COALESCE(e.target_message_id, e.reply_to_message_id, e.pin_message_id) "
+	 "WHERE (e.target_message_id IS NOT NULL OR e.reply_to_message_id IS NOT NULL "
+	 "       OR e.pin_message_id IS NOT NULL) "
 	 "  AND (t.message_id IS NULL OR t.kind" NE "'message' OR t.conversation_id" NE "e.conversation_id "
 	 "       OR t.msg_seq" GE "e.msg_seq) "
 	 "ORDER BY e.conversation_id, e.msg_seq"},

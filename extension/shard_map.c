@@ -21,11 +21,17 @@
 #include "shard_map.h"
 #include "version_check.h"
 
+#include "access/heapam.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 
 typedef struct ShardCache
 {
@@ -33,35 +39,95 @@ typedef struct ShardCache
 	bool		configured;
 	char		self[64];
 	char		nodes[IM_SHARD_BUCKETS][64];
+	/* issue 10: the im.shard_config row version the map was parsed from */
+	Oid			relid;
+	ItemPointerData tid;
+	TransactionId xmin;
 } ShardCache;
 
 static ShardCache cache = {InvalidLocalTransactionId};
 
-/* Read im.shard_config once per transaction (nested SPI restores the caller's results). */
+/* The map from im.shard_config's one row (its CHECKs: 64 entries, none NULL). */
+static void
+parse_shard_config(Relation rel, HeapTuple tuple)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	bool		isnull;
+	Datum		self = heap_getattr(tuple, SPI_fnumber(desc, "self_name"), desc, &isnull);
+	Datum		nodes = isnull ? (Datum) 0 :
+		heap_getattr(tuple, SPI_fnumber(desc, "bucket_nodes"), desc, &isnull);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (isnull)
+		return;
+	deconstruct_array(DatumGetArrayTypeP(nodes), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	if (n != IM_SHARD_BUCKETS)
+		return;
+	for (int b = 0; b < IM_SHARD_BUCKETS; b++)
+	{
+		if (nulls[b])
+			return;
+		text_to_cstring_buffer(DatumGetTextPP(elems[b]), cache.nodes[b], sizeof(cache.nodes[b]));
+	}
+	text_to_cstring_buffer(DatumGetTextPP(self), cache.self, sizeof(cache.self));
+	cache.configured = true;
+}
+
+/*
+ * Read im.shard_config once per transaction (issue 10: a direct scan of its
+ * one row, not an SPI query, which cost every send about 5 % of its backend
+ * time; the map is parsed again only when the row version changed).  The
+ * snapshot is the one an SPI query would take: a new one in READ COMMITTED,
+ * after this command's own writes (im.shard_configure).  A version is its
+ * (ctid, xmin): a row updated or replaced is a new version.
+ */
 static const ShardCache *
 shard_cache(void)
 {
-	static SPIPlanPtr plan;
+	Oid			nsp;
+	Oid			relid;
+	Relation	rel;
+	Snapshot	snapshot;
+	TableScanDesc scan;
+	HeapTuple	tuple;
 
 	if (cache.read_in != InvalidLocalTransactionId && cache.read_in == MyProc->lxid)
 		return &cache;
-	cache.configured = false;
-	if (im_catalog_at_least(1, 5))
+	nsp = im_catalog_at_least(1, 5) ? get_namespace_oid("im", true) : InvalidOid;
+	relid = OidIsValid(nsp) ? get_relname_relid("shard_config", nsp) : InvalidOid;
+	if (!OidIsValid(relid))
 	{
-		im_spi_connect();
-		im_prepare(&plan,
-				   "SELECT self_name, b.node FROM im.shard_config c,"
-				   " pg_catalog.unnest(c.bucket_nodes) WITH ORDINALITY b(node, i) ORDER BY b.i",
-				   0);
-		if (im_exec(plan, NULL, NULL, 0) == IM_SHARD_BUCKETS)
-		{
-			cache.configured = true;
-			strlcpy(cache.self, im_get_text(0, 1), sizeof(cache.self));
-			for (int b = 0; b < IM_SHARD_BUCKETS; b++)
-				strlcpy(cache.nodes[b], im_get_text(b, 2), sizeof(cache.nodes[b]));
-		}
-		SPI_finish();
+		cache.configured = false;
+		cache.relid = InvalidOid;
+		cache.read_in = MyProc->lxid;
+		return &cache;
 	}
+	rel = table_open(relid, AccessShareLock);
+	CommandCounterIncrement();
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	scan = table_beginscan(rel, snapshot, 0, NULL);
+	tuple = heap_getnext(scan, ForwardScanDirection);
+	if (tuple == NULL)
+	{
+		cache.configured = false;
+		cache.relid = InvalidOid;
+	}
+	else if (cache.relid != relid || !ItemPointerEquals(&cache.tid, &tuple->t_self) ||
+			 cache.xmin != HeapTupleHeaderGetRawXmin(tuple->t_data))
+	{
+		cache.configured = false;
+		cache.relid = InvalidOid;	/* until parsed whole */
+		parse_shard_config(rel, tuple);
+		cache.relid = relid;
+		cache.tid = tuple->t_self;
+		cache.xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
+	}
+	table_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, NoLock);	/* held to the end of the transaction, as by a query */
 	cache.read_in = MyProc->lxid;
 	return &cache;
 }

@@ -182,6 +182,21 @@ INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id, 
 SELECT * FROM im.reconcile();
 ROLLBACK;
 
+-- relation_target_mismatch: an edit whose target does not exist (no foreign
+-- key on target_message_id since 1.6, issue 10), a reply to a message of
+-- another conversation; a healthy recall is not reported
+BEGIN;
+INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id, target_message_id, body)
+  VALUES (100, 1000, 'edit', 20, 'dangling-edit', 999999, '{"text": "edit of nothing"}');
+INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id, reply_to_message_id, body)
+  VALUES (999999, 1, 'message', 20, 'foreign-reply', (SELECT min(message_id) FROM im.event WHERE conversation_id = 100),
+          '{"text": "reply across conversations"}');
+INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id, target_message_id)
+  VALUES (100, 1001, 'recall', 20, 'healthy-recall', (SELECT min(message_id) FROM im.event WHERE conversation_id = 100 AND kind = 'message'));
+SELECT check_name, severity, conversation_id, user_id, detail - 'message_id' - 'target' AS detail
+FROM im.reconcile() WHERE check_name = 'relation_target_mismatch';
+ROLLBACK;
+
 -- unread_mismatch
 BEGIN;
 UPDATE im.user_conversation SET unread_count = 5 WHERE user_id = 20;

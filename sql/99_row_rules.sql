@@ -1,0 +1,73 @@
+-- issue 10 (1.6): the cross-column CHECKs of im.event and im.conversation
+-- call C functions (row_rules.c).  They must answer exactly as the 1.5 SQL
+-- rules they replace, for every kind and every NULL pattern (a CHECK passes
+-- on true and on NULL), and the constraints must reject real bad rows.
+WITH k(kind) AS (
+    VALUES ('message'), ('create'), ('join'), ('leave'), ('recall'), ('edit'), ('mode'),
+           ('reaction'), ('pin'), ('other')),
+b(v) AS (VALUES (false), (true)),
+c AS (
+    SELECT k.kind,
+           CASE WHEN s.v THEN 7::bigint END AS sender_id,
+           CASE WHEN m.v THEN 'key' END AS client_msg_id,
+           CASE WHEN t.v THEN 11::bigint END AS target_message_id,
+           CASE WHEN r.v THEN 12::bigint END AS reply_to_message_id,
+           CASE WHEN p.v THEN 13::bigint END AS pin_message_id
+    FROM k, b s, b m, b t, b r, b p),
+judged AS (
+    SELECT c.*,
+           COALESCE(im.event_fields_valid(kind, sender_id, client_msg_id, target_message_id,
+                                          reply_to_message_id, pin_message_id), true) AS c_passes,
+           COALESCE(((client_msg_id IS NULL) = (sender_id IS NULL OR kind IN ('create', 'join', 'leave', 'mode')))
+                    AND ((target_message_id IS NOT NULL) = (kind IN ('recall', 'edit', 'reaction'))), true)
+           AND COALESCE(reply_to_message_id IS NULL OR kind = 'message', true)
+           AND COALESCE(pin_message_id IS NULL OR kind = 'pin', true) AS sql_passes
+    FROM c)
+SELECT count(*) AS combinations, count(*) FILTER (WHERE c_passes) AS passing,
+       count(*) FILTER (WHERE c_passes IS DISTINCT FROM sql_passes) AS differing
+FROM judged;
+
+WITH k(kind) AS (VALUES ('direct'), ('group')),
+v(x) AS (VALUES (NULL::bigint), (1), (2)),
+judged AS (
+    SELECT k.kind, lo.x AS lo, hi.x AS hi,
+           COALESCE(im.conversation_pair_valid(k.kind, lo.x, hi.x), true) AS c_passes,
+           COALESCE(((k.kind = 'direct') = (lo.x IS NOT NULL AND hi.x IS NOT NULL)) AND lo.x < hi.x, true) AS sql_passes
+    FROM k, v lo, v hi)
+SELECT count(*) AS combinations, count(*) FILTER (WHERE c_passes) AS passing,
+       count(*) FILTER (WHERE c_passes IS DISTINCT FROM sql_passes) AS differing
+FROM judged;
+
+-- each table keeps one CHECK on its cross-column rules
+SELECT conrelid::regclass AS tbl, conname, pg_get_constraintdef(oid) AS def
+FROM pg_constraint
+WHERE conrelid IN ('im.event'::regclass, 'im.conversation'::regclass) AND contype = 'c'
+ORDER BY 1, 2;
+
+-- real bad rows are refused by the constraints
+\set VERBOSITY terse
+SELECT im.create_conversation('group', ARRAY[1, 2]::bigint[], 1) AS g \gset
+BEGIN;
+INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id)
+VALUES (:g, 1000, 'message', 1, NULL);   -- a message without its idempotency key
+ROLLBACK;
+BEGIN;
+INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id, pin_message_id)
+VALUES (:g, 1000, 'message', 1, 'k-pin', 5);   -- a pin target on a message
+ROLLBACK;
+BEGIN;
+INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id, reply_to_message_id)
+VALUES (:g, 1000, 'join', NULL, NULL, 5);   -- a reply target on a join
+ROLLBACK;
+BEGIN;
+INSERT INTO im.conversation (kind, direct_user_lo, direct_user_hi) VALUES ('direct', 5, 4);
+ROLLBACK;
+BEGIN;
+INSERT INTO im.conversation (kind) VALUES ('direct');
+ROLLBACK;
+BEGIN;
+INSERT INTO im.conversation (kind, direct_user_lo, direct_user_hi) VALUES ('group', 4, 5);
+ROLLBACK;
+-- and good ones pass
+SELECT created FROM im.send_message(1, :g, 'row-rules-1', '{"text": "hi"}');
+SELECT im.create_conversation('direct', ARRAY[8, 3]::bigint[]) IS NOT NULL AS direct_created;
