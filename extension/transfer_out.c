@@ -14,6 +14,8 @@
  *   - only a conversation this node owns is transferred from: a copy's
  *     periods are those of the copy node's own users, so a destination never
  *     forwards anything;
+ *   - a mode switch goes to every node holding an ex-member's state too,
+ *     so its unread recount happens there as on one node;
  *   - the payload is the state at fanout time, read under the batch's locks;
  *     one conversation's items are fanned out in msg_seq order, so its
  *     transfers commit (and replicate) in msg_seq order.
@@ -55,7 +57,17 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 	 */
 	im_prepare(&plan,
 			   "WITH cfg AS (SELECT self_name, bucket_nodes FROM im.shard_config LIMIT 1),"
-			   " r AS (" IM_FANOUT_RECIPIENTS_SQL "),"
+			   " r AS (" IM_FANOUT_RECIPIENTS_SQL
+			   /*
+			    * A mode switch also reaches every ex-member's node: a switch
+			    * back to fanout recounts the unread of everyone with state
+			    * there (fanout_shared_log.c), and without it a later transfer
+			    * flipped the copy's mode with no recount (unread_mismatch).
+			    */
+			   "  UNION SELECT o.outbox_id, p.user_id, p.membership_period_id FROM im.outbox o"
+			   "  JOIN im.event e ON e.message_id" EQ "o.source_event_id AND e.kind" EQ "'mode'"
+			   "  JOIN im.membership_period p ON p.conversation_id" EQ "e.conversation_id"
+			   "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL),"
 			   " d AS ("
 			   "  SELECT r.outbox_id, cfg.bucket_nodes[(r.user_id" OP_MOD "64)" PLUS "1] AS node,"
 			   "         pg_catalog.array_agg(DISTINCT r.membership_period_id) AS periods"

@@ -1,0 +1,54 @@
+-- Issue 15, known gap (6): a mode switch reaches the copies of ex-members.
+-- On a user node the switch back to fanout recounts the unread of everyone
+-- with state in the conversation (as on one node), but only if the mode
+-- event arrives there.  It used to be transferred to current members only:
+-- user 2 (node iso) left while the group was in shared_log, the switch
+-- back to fanout never reached iso, and a later edit of a message user 2
+-- had seen carried the copy's mode 'fanout' — iso's reconcile then
+-- reported unread_mismatch (the shared_log bound against the §3 recount).
+-- Found by the model test through the router (300 steps, seed 10).
+--
+-- One database plays both nodes: first "src" (odd buckets, users 1, 3)
+-- runs the conversation and keeps its transfer rows, then it becomes
+-- "iso" (even buckets, user 2) and receives them as its apply worker would
+-- insert them (the ENABLE ALWAYS trigger fires for ordinary inserts too).
+CREATE DATABASE im_shard_mode;
+\c im_shard_mode
+SET client_min_messages = warning;
+CREATE EXTENSION im_sync CASCADE;
+RESET client_min_messages;
+\set VERBOSITY terse
+
+SELECT im.shard_configure('src', (SELECT array_agg(CASE WHEN b % 2 = 0 THEN 'iso' ELSE 'src' END ORDER BY b)
+                                  FROM generate_series(0, 63) b));
+SELECT im.create_conversation('group', ARRAY[1, 2, 3]::bigint[], 1) AS conv \gset
+SELECT message_id AS m1 FROM im.send_message(1, :conv, 'm1', '{"text": "seen by 2"}') \gset
+SELECT im.set_conversation_mode(:conv, 'shared_log');
+SELECT msg_seq FROM im.send_message(3, :conv, 'm2', '{"text": "in shared_log"}');
+SELECT msg_seq FROM im.send_message(3, :conv, 'm3', '{"text": "in shared_log"}');
+SELECT leave_seq FROM im.leave_conversation(:conv, 2);
+SELECT im.set_conversation_mode(:conv, 'fanout');
+SELECT msg_seq FROM im.send_message(3, :conv, 'm4', '{"text": "after 2 left"}');
+SELECT msg_seq FROM im.edit_message(1, :conv, 'e1', :m1, '{"text": "edited"}');
+SELECT im.run_fanout() > 0 AS fanned_out;
+-- what src sent to iso: the mode switches reach user 2 although it left
+SELECT t.msg_seq, e.kind, e.mode FROM im.transfer_out t JOIN im.event e ON e.message_id = t.source_event_id
+ WHERE t.dest_node = 'iso' ORDER BY t.msg_seq;
+CREATE TABLE wire AS SELECT * FROM im.transfer_out ORDER BY transfer_id;
+
+-- now node iso: its copies come from the wire alone
+SELECT im.shard_configure('iso', (SELECT array_agg(CASE WHEN b % 2 = 0 THEN 'iso' ELSE 'src' END ORDER BY b)
+                                  FROM generate_series(0, 63) b));
+SET client_min_messages = warning;
+TRUNCATE im.conversation, im.event, im.membership_period, im.user_conversation, im.outbox, im.user_head,
+         im.inbox, im.push_job, im.transfer_out CASCADE;
+RESET client_min_messages;
+INSERT INTO im.transfer_out SELECT * FROM wire ORDER BY transfer_id;
+SELECT im.run_fanout() > 0 AS applied_and_fanned_out;
+SELECT state, count(*) FROM im.transfer_in GROUP BY 1;
+SELECT c.mode, uc.unread_count, uc.read_msg_seq
+  FROM im.user_conversation uc JOIN im.conversation c USING (conversation_id) WHERE uc.user_id = 2;
+SELECT check_name, user_id, detail FROM im.reconcile();
+
+\c im_regress
+DROP DATABASE im_shard_mode;
