@@ -3,8 +3,9 @@
  * in the fanout transaction, one im.transfer_out row per (outbox item,
  * other node placing some of its recipients), with what that node needs to
  * deliver it through its own local fanout: the conversation row, the event
- * and the events it depends on (recall/edit target and the target's edits,
- * the recipients' join/leave events) and the recipients' membership periods.
+ * and the events it depends on (recall/edit target and the target's edits),
+ * the ids of the recipients' membership periods, and the rows of the
+ * periods this item opens or closes (with their join/leave events).
  *
  * Invariants protected here:
  *   - an item is marked done iff its local deliveries and its transfer rows
@@ -81,9 +82,11 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			   "  JOIN im.event x ON x.message_id" EQ "e.message_id OR x.message_id" EQ "e.target_message_id"
 			   "    OR (e.target_message_id IS NOT NULL AND x.target_message_id" EQ "e.target_message_id)"
 			   "  UNION"
-			   /* the join and leave events the periods refer to */
+			   /* the join and leave events the carried periods refer to */
 			   "  SELECT d.outbox_id, d.node, pe.ev FROM d"
+			   "  JOIN im.outbox o ON o.outbox_id" EQ "d.outbox_id"
 			   "  JOIN im.membership_period p ON p.membership_period_id" EQ "ANY (d.periods)"
+			   "   AND o.source_event_id IN (p.join_event_id, p.leave_event_id)"
 			   "  CROSS JOIN LATERAL (VALUES (p.join_event_id), (p.leave_event_id)) pe(ev)"
 			   "  WHERE pe.ev IS NOT NULL)"
 			   "INSERT INTO im.transfer_out (source_node, dest_node, outbox_id, conversation_id,"
@@ -92,8 +95,20 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			   "  pg_catalog.jsonb_build_object("
 			   "   'conversation', (SELECT pg_catalog.to_jsonb(c) FROM im.conversation c"
 			   "                    WHERE c.conversation_id" EQ "o.conversation_id),"
-			   "   'periods', (SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(p)) FROM im.membership_period p"
-			   "               WHERE p.membership_period_id" EQ "ANY (d.periods)),"
+			   /*
+			    * A period's row travels with the item of its own join or leave
+			    * event (which reaches that member: its period covers it), the
+			    * only two moments it changes; every other transfer names its
+			    * recipients' periods by id, and the destination refuses one
+			    * whose periods it never received (quarantine, never a silent
+			    * miss).  Re-sending every recipient's period and join event
+			    * with each item was most of a transfer's bytes (issue 15).
+			    */
+			   "   'periods', COALESCE((SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(p))"
+			   "               FROM im.membership_period p WHERE p.membership_period_id" EQ "ANY (d.periods)"
+			   "                 AND o.source_event_id IN (p.join_event_id, p.leave_event_id)),"
+			   "               '[]'::pg_catalog.jsonb),"
+			   "   'period_ids', pg_catalog.to_jsonb(d.periods),"
 			   "   'events', (SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(x) ORDER BY x.msg_seq)"
 			   "              FROM im.event x WHERE x.message_id IN"
 			   "              (SELECT dep.message_id FROM dep WHERE dep.outbox_id" EQ "d.outbox_id"

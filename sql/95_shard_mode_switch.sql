@@ -1,4 +1,5 @@
--- Issue 15, known gap (6): a mode switch reaches the copies of ex-members.
+-- Issue 15 (shconc), what a transfer carries.
+-- (1) Known gap (6): a mode switch reaches the copies of ex-members.
 -- On a user node the switch back to fanout recounts the unread of everyone
 -- with state in the conversation (as on one node), but only if the mode
 -- event arrives there.  It used to be transferred to current members only:
@@ -7,6 +8,9 @@
 -- had seen carried the copy's mode 'fanout' — iso's reconcile then
 -- reported unread_mismatch (the shared_log bound against the §3 recount).
 -- Found by the model test through the router (300 steps, seed 10).
+-- (2) A transfer carries only the period rows its item opens or closes and
+-- names the other recipients' periods by id; one naming a period the node
+-- never received is quarantined (and applies after a retry).
 --
 -- One database plays both nodes: first "src" (odd buckets, users 1, 3)
 -- runs the conversation and keeps its transfer rows, then it becomes
@@ -43,7 +47,20 @@ SET client_min_messages = warning;
 TRUNCATE im.conversation, im.event, im.membership_period, im.user_conversation, im.outbox, im.user_head,
          im.inbox, im.push_job, im.transfer_out CASCADE;
 RESET client_min_messages;
-INSERT INTO im.transfer_out SELECT * FROM wire ORDER BY transfer_id;
+-- A transfer names its recipients' periods by id; their rows travelled with
+-- the transfer of the item that opened them.  Applied before that one (here:
+-- m1's transfer alone, as if the create's were quarantined), it is
+-- quarantined with its reason, never delivered to nobody in silence.
+INSERT INTO im.transfer_out SELECT * FROM wire WHERE msg_seq = 2;
+SELECT im.shard_apply_transfers() AS applied;
+SELECT msg_seq, state, last_error ~ '^23503: .* names membership periods this node never received: \d+$' AS why
+  FROM im.transfer_in;
+-- once the create's is applied, the quarantined one is retried and applies
+INSERT INTO im.transfer_out SELECT * FROM wire WHERE msg_seq = 1;
+SELECT im.shard_apply_transfers() AS applied;
+SELECT im.shard_retry_quarantined(source_node, transfer_id) FROM im.transfer_in WHERE state = 'quarantined';
+SELECT im.shard_apply_transfers() AS applied;
+INSERT INTO im.transfer_out SELECT * FROM wire WHERE msg_seq > 2 ORDER BY transfer_id;
 SELECT im.run_fanout() > 0 AS applied_and_fanned_out;
 SELECT state, count(*) FROM im.transfer_in GROUP BY 1;
 SELECT c.mode, uc.unread_count, uc.read_msg_seq
