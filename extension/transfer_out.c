@@ -93,7 +93,8 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			   "                             msg_seq, source_event_id, payload)"
 			   "SELECT cfg.self_name, d.node, o.outbox_id, o.conversation_id, o.msg_seq, o.source_event_id,"
 			   "  pg_catalog.jsonb_build_object("
-			   "   'conversation', (SELECT pg_catalog.to_jsonb(c) FROM im.conversation c"
+			   /* rows without their NULL columns (the destination's populate_record reads NULL for a missing key) */
+			   "   'conversation', (SELECT pg_catalog.jsonb_strip_nulls(pg_catalog.to_jsonb(c)) FROM im.conversation c"
 			   "                    WHERE c.conversation_id" EQ "o.conversation_id),"
 			   /*
 			    * A period's row travels with the item of its own join or leave
@@ -104,12 +105,13 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			    * miss).  Re-sending every recipient's period and join event
 			    * with each item was most of a transfer's bytes (issue 15).
 			    */
-			   "   'periods', COALESCE((SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(p))"
+			   "   'periods', COALESCE((SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_strip_nulls(pg_catalog.to_jsonb(p)))"
 			   "               FROM im.membership_period p WHERE p.membership_period_id" EQ "ANY (d.periods)"
 			   "                 AND o.source_event_id IN (p.join_event_id, p.leave_event_id)),"
 			   "               '[]'::pg_catalog.jsonb),"
 			   "   'period_ids', pg_catalog.to_jsonb(d.periods),"
-			   "   'events', (SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(x) ORDER BY x.msg_seq)"
+			   "   'events', (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_strip_nulls(pg_catalog.to_jsonb(x))"
+			   "                                      ORDER BY x.msg_seq)"
 			   "              FROM im.event x WHERE x.message_id IN"
 			   "              (SELECT dep.message_id FROM dep WHERE dep.outbox_id" EQ "d.outbox_id"
 			   "               AND dep.node" EQ "d.node)))"
