@@ -110,7 +110,9 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			   "                 AND o.source_event_id IN (p.join_event_id, p.leave_event_id)),"
 			   "               '[]'::pg_catalog.jsonb),"
 			   "   'period_ids', pg_catalog.to_jsonb(d.periods),"
+			   /* a copy never takes a send (IS421): the request digest stays home */
 			   "   'events', (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_strip_nulls(pg_catalog.to_jsonb(x))"
+			   "                                      OPERATOR(pg_catalog.-) 'request_digest'::pg_catalog.text"
 			   "                                      ORDER BY x.msg_seq)"
 			   "              FROM im.event x WHERE x.message_id IN"
 			   "              (SELECT dep.message_id FROM dep WHERE dep.outbox_id" EQ "d.outbox_id"
