@@ -30,6 +30,17 @@
 #include "catalog/pg_type.h"
 #include "utils/guc.h"
 
+/*
+ * The periods whose rows a transfer carries: those its item opens or closes
+ * (the only two moments a period changes; that item reaches the member, its
+ * period covering it), and any whose join item is a dead letter here (its
+ * transfer never left, so the row must travel with the later ones).
+ */
+#define IM_CARRIED_PERIOD_SQL(p, o) \
+	"(" o ".source_event_id IN (" p ".join_event_id, " p ".leave_event_id)" \
+	" OR EXISTS (SELECT 1 FROM im.outbox jo WHERE jo.source_event_id" EQ p ".join_event_id" \
+	"            AND jo.state" EQ "'dead'))"
+
 void
 im_transfer_out_write(const int64 *outbox_ids, int n)
 {
@@ -86,7 +97,7 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			   "  SELECT d.outbox_id, d.node, pe.ev FROM d"
 			   "  JOIN im.outbox o ON o.outbox_id" EQ "d.outbox_id"
 			   "  JOIN im.membership_period p ON p.membership_period_id" EQ "ANY (d.periods)"
-			   "   AND o.source_event_id IN (p.join_event_id, p.leave_event_id)"
+			   "   AND " IM_CARRIED_PERIOD_SQL("p", "o")
 			   "  CROSS JOIN LATERAL (VALUES (p.join_event_id), (p.leave_event_id)) pe(ev)"
 			   "  WHERE pe.ev IS NOT NULL)"
 			   "INSERT INTO im.transfer_out (source_node, dest_node, outbox_id, conversation_id,"
@@ -97,17 +108,16 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			   "   'conversation', (SELECT pg_catalog.jsonb_strip_nulls(pg_catalog.to_jsonb(c)) FROM im.conversation c"
 			   "                    WHERE c.conversation_id" EQ "o.conversation_id),"
 			   /*
-			    * A period's row travels with the item of its own join or leave
-			    * event (which reaches that member: its period covers it), the
-			    * only two moments it changes; every other transfer names its
-			    * recipients' periods by id, and the destination refuses one
-			    * whose periods it never received (quarantine, never a silent
-			    * miss).  Re-sending every recipient's period and join event
-			    * with each item was most of a transfer's bytes (issue 15).
+			    * Period rows only as IM_CARRIED_PERIOD_SQL says; every
+			    * transfer names all its recipients' periods by id, and the
+			    * destination refuses one whose periods it never received
+			    * (quarantine, never a silent miss).  Re-sending every
+			    * recipient's period and join event with each item was most of
+			    * a transfer's bytes (issue 15).
 			    */
 			   "   'periods', COALESCE((SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_strip_nulls(pg_catalog.to_jsonb(p)))"
 			   "               FROM im.membership_period p WHERE p.membership_period_id" EQ "ANY (d.periods)"
-			   "                 AND o.source_event_id IN (p.join_event_id, p.leave_event_id)),"
+			   "                 AND " IM_CARRIED_PERIOD_SQL("p", "o") "),"
 			   "               '[]'::pg_catalog.jsonb),"
 			   "   'period_ids', pg_catalog.to_jsonb(d.periods),"
 			   /* a copy never takes a send (IS421): the request digest stays home */
