@@ -15,10 +15,13 @@
 #include "shard_map.h"
 #include "transfer.h"
 
+#include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(im_transfer_ack_arrive);
 Datum
@@ -75,8 +78,20 @@ im_transfer_ack_arrive(PG_FUNCTION_ARGS)
 
 			if (im_exec(held, hargs, NULL, 1) == 0)
 			{
+				/*
+				 * Held with THIS node's arrival time in applied_at (the
+				 * destination's clock never decides here): the transfer's
+				 * transaction began before it, so the settling pass can
+				 * tell whether that transaction may still be invisible.
+				 */
+				int			col = SPI_fnumber(desc, "applied_at");
+				Datum		arrival = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+				bool		notnull = false;
+				HeapTuple	kept = heap_modify_tuple_by_cols(td->tg_trigtuple, desc, 1, &col,
+															 &arrival, &notnull);
+
 				SPI_finish();
-				return PointerGetDatum(td->tg_trigtuple);
+				return PointerGetDatum(kept);
 			}
 		}
 	}
@@ -90,12 +105,36 @@ im_transfer_ack_arrive(PG_FUNCTION_ARGS)
  * every transaction that was running at its arrival has ended acknowledges
  * a transfer deleted already (a duplicate after a replay): it goes too.
  * Called by every apply pass (workers, im.run_fanout).
+ *
+ * The horizon — the oldest start of another running transaction, or this
+ * statement's start when none runs — is read in a statement of its own,
+ * with a fresh view of the backends, BEFORE the snapshot that looks for
+ * the transfers: a transaction not running at that read has left the proc
+ * array, so its transfer is visible to the later snapshot; one that began
+ * after it began after every ack older than the horizon arrived.  (Read
+ * inside the settling statement, the horizon could be taken after its
+ * snapshot, and an ack whose transfer committed in between was dropped;
+ * with no other transaction running, the old min() was NULL and an
+ * unmatched ack was kept for ever.)
  */
 void
 im_transfer_ack_settle_stored(void)
 {
+	static SPIPlanPtr fresh;
+	static SPIPlanPtr horizon_plan;
 	static SPIPlanPtr plan;
+	Datum		args[1];
+	bool		isnull;
 
+	im_prepare(&fresh, "SELECT pg_catalog.pg_stat_clear_snapshot()", 0);
+	im_exec(fresh, NULL, NULL, 0);
+	im_prepare(&horizon_plan,
+			   "SELECT COALESCE(pg_catalog.min(s.xact_start), pg_catalog.statement_timestamp())"
+			   " FROM pg_catalog.pg_stat_activity s"
+			   " WHERE s.xact_start IS NOT NULL AND s.pid" NE "pg_catalog.pg_backend_pid()",
+			   0);
+	im_exec(horizon_plan, NULL, NULL, 1);
+	args[0] = im_get_datum_copy(0, 1, &isnull);
 	im_prepare(&plan,
 			   "WITH a AS (SELECT a.source_node, a.transfer_id, a.applied_by, a.applied_at"
 			   "           FROM im.transfer_ack a WHERE a.source_node" EQ "im.shard_self()),"
@@ -106,9 +145,7 @@ im_transfer_ack_settle_stored(void)
 			   " WHERE x.source_node" EQ "a.source_node AND x.transfer_id" EQ "a.transfer_id"
 			   "   AND x.applied_by" EQ "a.applied_by"
 			   "   AND ((a.transfer_id, a.applied_by) IN (SELECT t.transfer_id, t.dest_node FROM t)"
-			   "        OR a.applied_at" LT "(SELECT pg_catalog.min(s.xact_start) FROM pg_catalog.pg_stat_activity s"
-			   "                            WHERE s.xact_start IS NOT NULL"
-			   "                              AND s.pid" NE "pg_catalog.pg_backend_pid()))",
-			   0);
-	im_exec(plan, NULL, NULL, 0);
+			   "        OR a.applied_at" LT "$1)",
+			   1, TIMESTAMPTZOID);
+	im_exec(plan, args, NULL, 0);
 }

@@ -202,7 +202,10 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 				   " SELECT x.* FROM pg_catalog.jsonb_populate_recordset(NULL::im.event, $1->'events') x"
 				   " ORDER BY x.msg_seq "
 				   "ON CONFLICT (message_id) DO UPDATE SET body = EXCLUDED.body,"
-				   "  content_type = EXCLUDED.content_type, recalled = EXCLUDED.recalled",
+				   "  content_type = EXCLUDED.content_type, recalled = EXCLUDED.recalled"
+				   /* shconc (issue 15, bytes): an unchanged copy is not rewritten (no WAL) */
+				   "  WHERE (im.event.body, im.event.content_type, im.event.recalled)"
+				   "    IS DISTINCT FROM (EXCLUDED.body, EXCLUDED.content_type, EXCLUDED.recalled)",
 				   1, JSONBOID);
 		im_exec(events, args, NULL, 0);
 		im_prepare(&periods,
@@ -214,17 +217,52 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 				   "      leave_event_id = COALESCE(im.membership_period.leave_event_id, EXCLUDED.leave_event_id)"
 				   /* period ids carry their conversation's bucket: the same id is the same period */
 				   "  WHERE im.membership_period.conversation_id" EQ "EXCLUDED.conversation_id"
-				   "    AND im.membership_period.user_id" EQ "EXCLUDED.user_id",
+				   "    AND im.membership_period.user_id" EQ "EXCLUDED.user_id"
+				   /* shconc (issue 15, bytes): only a leave changes a period (no WAL otherwise) */
+				   "    AND im.membership_period.leave_seq IS NULL AND EXCLUDED.leave_seq IS NOT NULL",
 				   1, JSONBOID);
 		im_exec(periods, args, NULL, 0);
+		{
+			/*
+			 * shconc (issue 15, bytes): a transfer carries the rows of the
+			 * periods its item opens or closes and names the others by id
+			 * ('period_ids'; absent from older payloads).  Every named
+			 * period must be here by now (its join's transfer was applied
+			 * before, in msg_seq order); one that is not makes this transfer
+			 * a visible quarantine, never a delivery that silently misses
+			 * its recipient.
+			 */
+			static SPIPlanPtr missing;
+
+			im_prepare(&missing,
+					   "SELECT pg_catalog.string_agg(i.id::pg_catalog.text, ', ' ORDER BY i.id) FROM"
+					   " (SELECT j::pg_catalog.int8 AS id FROM pg_catalog.jsonb_array_elements_text("
+					   "    COALESCE($1->'period_ids', '[]'::pg_catalog.jsonb)) j) i"
+					   " WHERE NOT EXISTS (SELECT 1 FROM im.membership_period p"
+					   "   WHERE p.membership_period_id" EQ "i.id AND p.conversation_id" EQ "$2)",
+					   2, JSONBOID, INT8OID);
+			im_exec(missing, args, NULL, 1);
+			if (im_get_text(0, 1) != NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
+						 errmsg("transfer for conversation " INT64_FORMAT " msg_seq " INT64_FORMAT
+								" names membership periods this node never received: %s",
+								conversation_id, msg_seq, im_get_text(0, 1)),
+						 errhint("The transfer of their join is quarantined or not applied: retry it first.")));
+		}
 		/*
 		 * The recipients' heads and conversation states exist from their
 		 * first period on, as on a conversation's own node; inserted, never
 		 * updated here (fanout moves them under the heads' locks).
 		 */
 		im_prepare(&states,
-				   "WITH u AS (SELECT DISTINCT x.user_id FROM"
-				   "   pg_catalog.jsonb_populate_recordset(NULL::im.membership_period, $1->'periods') x),"
+				   "WITH u AS (SELECT x.user_id FROM"
+				   "   pg_catalog.jsonb_populate_recordset(NULL::im.membership_period, $1->'periods') x"
+				   /* shconc (issue 15, bytes): and the users of the periods named by id */
+				   "   UNION SELECT p.user_id FROM im.membership_period p"
+				   "   WHERE p.conversation_id" EQ "$2 AND p.membership_period_id IN"
+				   "    (SELECT j::pg_catalog.int8 FROM pg_catalog.jsonb_array_elements_text("
+				   "       COALESCE($1->'period_ids', '[]'::pg_catalog.jsonb)) j)),"
 				   " h AS (INSERT INTO im.user_head (user_id) SELECT u.user_id FROM u ORDER BY 1"
 				   "   ON CONFLICT (user_id) DO NOTHING RETURNING 1) "
 				   "INSERT INTO im.user_conversation (user_id, conversation_id)"

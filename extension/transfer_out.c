@@ -3,8 +3,9 @@
  * in the fanout transaction, one im.transfer_out row per (outbox item,
  * other node placing some of its recipients), with what that node needs to
  * deliver it through its own local fanout: the conversation row, the event
- * and the events it depends on (recall/edit target and the target's edits,
- * the recipients' join/leave events) and the recipients' membership periods.
+ * and the events it depends on (recall/edit target and the target's edits),
+ * the ids of the recipients' membership periods, and the rows of the
+ * periods this item opens or closes (with their join/leave events).
  *
  * Invariants protected here:
  *   - an item is marked done iff its local deliveries and its transfer rows
@@ -14,6 +15,8 @@
  *   - only a conversation this node owns is transferred from: a copy's
  *     periods are those of the copy node's own users, so a destination never
  *     forwards anything;
+ *   - a mode switch goes to every node holding an ex-member's state too,
+ *     so its unread recount happens there as on one node;
  *   - the payload is the state at fanout time, read under the batch's locks;
  *     one conversation's items are fanned out in msg_seq order, so its
  *     transfers commit (and replicate) in msg_seq order.
@@ -26,6 +29,17 @@
 
 #include "catalog/pg_type.h"
 #include "utils/guc.h"
+
+/*
+ * The periods whose rows a transfer carries: those its item opens or closes
+ * (the only two moments a period changes; that item reaches the member, its
+ * period covering it), and any whose join item is a dead letter here (its
+ * transfer never left, so the row must travel with the later ones).
+ */
+#define IM_CARRIED_PERIOD_SQL(p, o) \
+	"(" o ".source_event_id IN (" p ".join_event_id, " p ".leave_event_id)" \
+	" OR EXISTS (SELECT 1 FROM im.outbox jo WHERE jo.source_event_id" EQ p ".join_event_id" \
+	"            AND jo.state" EQ "'dead'))"
 
 void
 im_transfer_out_write(const int64 *outbox_ids, int n)
@@ -55,7 +69,17 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 	 */
 	im_prepare(&plan,
 			   "WITH cfg AS (SELECT self_name, bucket_nodes FROM im.shard_config LIMIT 1),"
-			   " r AS (" IM_FANOUT_RECIPIENTS_SQL "),"
+			   " r AS (" IM_FANOUT_RECIPIENTS_SQL
+			   /*
+			    * A mode switch also reaches every ex-member's node: a switch
+			    * back to fanout recounts the unread of everyone with state
+			    * there (fanout_shared_log.c), and without it a later transfer
+			    * flipped the copy's mode with no recount (unread_mismatch).
+			    */
+			   "  UNION SELECT o.outbox_id, p.user_id, p.membership_period_id FROM im.outbox o"
+			   "  JOIN im.event e ON e.message_id" EQ "o.source_event_id AND e.kind" EQ "'mode'"
+			   "  JOIN im.membership_period p ON p.conversation_id" EQ "e.conversation_id"
+			   "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL),"
 			   " d AS ("
 			   "  SELECT r.outbox_id, cfg.bucket_nodes[(r.user_id" OP_MOD "64)" PLUS "1] AS node,"
 			   "         pg_catalog.array_agg(DISTINCT r.membership_period_id) AS periods"
@@ -69,20 +93,37 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			   "  JOIN im.event x ON x.message_id" EQ "e.message_id OR x.message_id" EQ "e.target_message_id"
 			   "    OR (e.target_message_id IS NOT NULL AND x.target_message_id" EQ "e.target_message_id)"
 			   "  UNION"
-			   /* the join and leave events the periods refer to */
+			   /* the join and leave events the carried periods refer to */
 			   "  SELECT d.outbox_id, d.node, pe.ev FROM d"
+			   "  JOIN im.outbox o ON o.outbox_id" EQ "d.outbox_id"
 			   "  JOIN im.membership_period p ON p.membership_period_id" EQ "ANY (d.periods)"
+			   "   AND " IM_CARRIED_PERIOD_SQL("p", "o")
 			   "  CROSS JOIN LATERAL (VALUES (p.join_event_id), (p.leave_event_id)) pe(ev)"
 			   "  WHERE pe.ev IS NOT NULL)"
 			   "INSERT INTO im.transfer_out (source_node, dest_node, outbox_id, conversation_id,"
 			   "                             msg_seq, source_event_id, payload)"
 			   "SELECT cfg.self_name, d.node, o.outbox_id, o.conversation_id, o.msg_seq, o.source_event_id,"
 			   "  pg_catalog.jsonb_build_object("
-			   "   'conversation', (SELECT pg_catalog.to_jsonb(c) FROM im.conversation c"
+			   /* rows without their NULL columns (the destination's populate_record reads NULL for a missing key) */
+			   "   'conversation', (SELECT pg_catalog.jsonb_strip_nulls(pg_catalog.to_jsonb(c)) FROM im.conversation c"
 			   "                    WHERE c.conversation_id" EQ "o.conversation_id),"
-			   "   'periods', (SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(p)) FROM im.membership_period p"
-			   "               WHERE p.membership_period_id" EQ "ANY (d.periods)),"
-			   "   'events', (SELECT pg_catalog.jsonb_agg(pg_catalog.to_jsonb(x) ORDER BY x.msg_seq)"
+			   /*
+			    * Period rows only as IM_CARRIED_PERIOD_SQL says; every
+			    * transfer names all its recipients' periods by id, and the
+			    * destination refuses one whose periods it never received
+			    * (quarantine, never a silent miss).  Re-sending every
+			    * recipient's period and join event with each item was most of
+			    * a transfer's bytes (issue 15).
+			    */
+			   "   'periods', COALESCE((SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_strip_nulls(pg_catalog.to_jsonb(p)))"
+			   "               FROM im.membership_period p WHERE p.membership_period_id" EQ "ANY (d.periods)"
+			   "                 AND " IM_CARRIED_PERIOD_SQL("p", "o") "),"
+			   "               '[]'::pg_catalog.jsonb),"
+			   "   'period_ids', pg_catalog.to_jsonb(d.periods),"
+			   /* a copy never takes a send (IS421): the request digest stays home */
+			   "   'events', (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_strip_nulls(pg_catalog.to_jsonb(x))"
+			   "                                      OPERATOR(pg_catalog.-) 'request_digest'::pg_catalog.text"
+			   "                                      ORDER BY x.msg_seq)"
 			   "              FROM im.event x WHERE x.message_id IN"
 			   "              (SELECT dep.message_id FROM dep WHERE dep.outbox_id" EQ "d.outbox_id"
 			   "               AND dep.node" EQ "d.node)))"

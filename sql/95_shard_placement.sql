@@ -61,8 +61,11 @@ SELECT im.run_fanout() > 0 AS fanned_out;
 SELECT user_id, array_agg(msg_seq ORDER BY sync_seq) AS positions
 FROM im.inbox WHERE conversation_id = :g GROUP BY user_id ORDER BY user_id;
 SELECT user_id FROM im.user_head ORDER BY user_id;
+-- a period's row travels with the item that opens (or closes) it; the
+-- others name their recipients' periods by id
 SELECT source_node, dest_node, msg_seq,
        jsonb_path_query_array(payload, '$.periods[*].user_id') AS period_users,
+       jsonb_array_length(payload->'period_ids') AS named_periods,
        jsonb_array_length(payload->'events') AS events
 FROM im.transfer_out WHERE conversation_id = :g ORDER BY msg_seq;
 SELECT * FROM im.shard_pending();
