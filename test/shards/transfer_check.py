@@ -16,6 +16,9 @@ against `test/shards.sh up 3` (the 70-shards suite runs it):
                 reconcile, repaired by `test/shards.sh resubscribe`
   poison        a transfer that fails to apply is quarantined, the rest
                 flows; after the cause is gone it is retried
+  key_reuse     one sender reuses a client_msg_id in conversations on all
+                three nodes (contract §15): the user node holding copies of
+                two delivers all three; each node keeps (sender, key) IS409
 
 Each drill ends with every node's im.reconcile() empty.  Waits are bounded
 polls (never timed assertions)."""
@@ -557,8 +560,78 @@ def drill_poison():
     reconcile_empty("poison")
 
 
+def drill_key_reuse():
+    """Contract §15: the idempotency key of a sharded installation is
+    (sender, conversation, client_msg_id), so one sender may reuse a
+    client_msg_id in conversations on different nodes.  A user node holding
+    copies of both (and a conversation of its own where the sender reuses
+    the key once more) must deliver all of them: copies never take part in
+    the sender's key there (known gap (1) of issue 15: the second copy
+    collided and was quarantined).  On each conversation node the key stays
+    (sender, client_msg_id): a retry answers the original, another request
+    IS409."""
+    a, b, c = NAMES
+    # users 3100.. on node c: the sender and a recipient; one member on a and b
+    extra = [u for u in range(3100, 3164) if node_of(u) == c][:2] + \
+            [next(u for u in range(3100, 3164) if node_of(u) == x) for x in (a, b)]
+    sender, reader = extra[0], extra[1]
+    USERS.extend(extra)
+    key = f"reuse-{time.time_ns()}"
+    convs = {}
+    for n in (a, b, c):
+        conv = node[n].q1("SELECT im.create_conversation('group', %s)", (sorted(extra),))
+        check(node_of(conv) == n, f"key_reuse: conversation {conv} on {n}")
+        CONVS[n].append(conv)
+        convs[n] = conv
+    ids = {}
+    for n in (a, b):
+        r = node[n].q("SELECT message_id, created FROM im.send_message(%s, %s, %s, %s)",
+                      (sender, convs[n], key, json.dumps({"text": f"same key on {n}"})))
+        check(r[0][1], f"key_reuse: the send with the reused key in {n}'s conversation is created")
+        ids[n] = r[0][0]
+        with sent_lock:
+            SENT.append((convs[n], key))
+    check(drain(), "key_reuse: drained (both copies applied on the user node)", str(pending_all()))
+    # the user node's own conversation: the key once more, after the copies
+    try:
+        r = node[c].q("SELECT message_id, created FROM im.send_message(%s, %s, %s, %s)",
+                      (sender, convs[c], key, json.dumps({"text": f"same key on {c}"})))
+    except psycopg2.Error as e:
+        r = [(None, False, f"{e.pgcode}: {str(e).splitlines()[0]}")]
+    check(r[0][1] and r[0][0] not in ids.values(),
+          f"key_reuse: on {c}, which holds both copies, the same key in its own conversation is a new message",
+          str(r))
+    ids[c] = r[0][0]
+    with sent_lock:
+        SENT.append((convs[c], key))
+    check(drain(), "key_reuse: drained", str(pending_all()))
+    for n in (a, b, c):
+        try:
+            again = node[n].q("SELECT message_id, created FROM im.send_message(%s, %s, %s, %s)",
+                              (sender, convs[n], key, json.dumps({"text": f"same key on {n}"})))
+        except psycopg2.Error as e:
+            again = [f"{e.pgcode}: {str(e).splitlines()[0]}"]
+        check(again[0] == (ids.get(n), False), f"key_reuse: on {n} a retry answers the original", str(again))
+        try:
+            node[n].q("SELECT * FROM im.send_message(%s, %s, %s, %s)",
+                      (sender, convs[n], key, json.dumps({"text": "another request"})))
+            check(False, f"key_reuse: on {n} another request with the key is IS409")
+        except psycopg2.Error as e:
+            check(e.pgcode == "IS409", f"key_reuse: on {n} another request with the key is IS409", e.pgcode)
+    held = node[c].q1("SELECT count(*) FROM im.event WHERE message_id = ANY(%s)", (list(ids.values()),))
+    check(held == 3, f"key_reuse: {c} holds its message and both copies", f"{held}")
+    for u in (sender, reader):
+        got = node[c].q1("SELECT count(*) FROM im.shard_received_positions(%s) WHERE conversation_id = ANY(%s)"
+                         " AND (conversation_id, msg_seq) IN (SELECT conversation_id, msg_seq FROM im.event"
+                         "  WHERE message_id = ANY(%s))", ([u], list(convs.values()), list(ids.values())))
+        check(got == 3, f"key_reuse: user {u} on {c} received all three messages", f"{got}")
+    verify("key_reuse")
+    reconcile_empty("key_reuse")
+
+
 DRILLS = [("ack_before_visible", drill_ack_before_visible), ("fanout_plan", drill_fanout_plan), ("baseline", drill_baseline), ("disabled", drill_disabled), ("replay", drill_replay),
-          ("stop", drill_stop), ("slot_limit", drill_slot_limit), ("poison", drill_poison)]
+          ("stop", drill_stop), ("slot_limit", drill_slot_limit), ("poison", drill_poison),
+          ("key_reuse", drill_key_reuse)]
 
 if __name__ == "__main__":
     check(N == 3, f"three nodes ({NAMES})")
