@@ -1095,3 +1095,26 @@ $do$;
  * file's \echo line, to the 1.5 full script to make im_sync--1.6.sql, so the
  * two reach the same catalog (test/suites/70-upgrade.sh compares them).
  */
+
+-- ---- 1.5 -> 1.6 (issue 15): copies leave the sender's idempotency key
+-- Contract §15 keys a sharded installation's idempotency by (sender,
+-- conversation, client_msg_id), so a sender may reuse a client_msg_id in
+-- conversations on two nodes; a user node holding copies of both must take
+-- both.  The key (sender_id, client_msg_id) now covers exactly the events
+-- that can answer a retry: those carrying their request's digest, i.e. the
+-- events this node accepted itself.  A copy of a remote conversation's
+-- event never carries one (transfer_in.c drops it: retries and IS409 are
+-- answered by the conversation's own node), so copies never take part in
+-- the key, while on a single node and for a node's own conversations it is
+-- exactly the old UNIQUE constraint (every keyed event has a digest;
+-- send.c has always answered IS409 for one without).  Copies received
+-- before 1.6 lose their digest here.
+UPDATE im.event e SET request_digest = NULL
+  FROM im.shard_config c
+ WHERE e.request_digest IS NOT NULL
+   AND c.bucket_nodes[(e.conversation_id OPERATOR(pg_catalog.%) 64) OPERATOR(pg_catalog.+) 1]
+       OPERATOR(pg_catalog.<>) c.self_name;
+ALTER TABLE im.event DROP CONSTRAINT event_sender_id_client_msg_id_key;
+CREATE UNIQUE INDEX event_sender_id_client_msg_id_key ON im.event (sender_id, client_msg_id)
+    WHERE request_digest IS NOT NULL;
+COMMENT ON INDEX im.event_sender_id_client_msg_id_key IS 'The idempotency key (sender, client_msg_id) of the events this node accepted; copies carry no digest (contract §3, §15)';

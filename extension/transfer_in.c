@@ -191,7 +191,14 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 	im_exec(plan, args, NULL, 0);
 
 	{
-		/* events before periods (a period names its join event) */
+		/*
+		 * Events before periods (a period names its join event).  A copy
+		 * carries no request digest: only events with one hold the sender's
+		 * idempotency key (sender, client_msg_id), so a sender reusing a
+		 * client_msg_id in conversations on other nodes (contract §15) never
+		 * collides here, and this node's own retries and IS409 never see a
+		 * copy (1.6; on a 1.5 catalog the key still covers copies).
+		 */
 		static SPIPlanPtr events;
 		static SPIPlanPtr periods;
 		static SPIPlanPtr states;
@@ -199,7 +206,8 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 
 		im_prepare(&events,
 				   "INSERT INTO im.event"
-				   " SELECT x.* FROM pg_catalog.jsonb_populate_recordset(NULL::im.event, $1->'events') x"
+				   " SELECT x.* FROM pg_catalog.jsonb_array_elements($1->'events') j,"
+				   "   pg_catalog.jsonb_populate_record(NULL::im.event, j.value" MINUS "'request_digest') x"
 				   " ORDER BY x.msg_seq "
 				   "ON CONFLICT (message_id) DO UPDATE SET body = EXCLUDED.body,"
 				   "  content_type = EXCLUDED.content_type, recalled = EXCLUDED.recalled",
