@@ -99,7 +99,7 @@ judged_beyond_horizon(Datum *args)
 			   "FROM (SELECT EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id" EQ "$3) AS held) x "
 			   "WHERE t.source_node" EQ "$1 AND t.transfer_id" EQ "$2"
 			   "  AND t.sent_at" LE "(SELECT m.at FROM im.maintenance_state m"
-			   "                    WHERE m.name" EQ "'transfer_in_pruned_before:'" OP_CONCAT "$1)",
+			   "                    WHERE m.name" EQ "('transfer_in_pruned_before:'" OP_CONCAT "$1))",
 			   3, TEXTOID, INT8OID, INT8OID);
 	return im_exec(plan, jargs, NULL, 0) == 1;
 }

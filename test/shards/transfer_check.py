@@ -16,6 +16,9 @@ against `test/shards.sh up 3` (the 70-shards suite runs it):
                 reconcile, repaired by `test/shards.sh resubscribe`
   poison        a transfer that fails to apply is quarantined, the rest
                 flows; after the cause is gone it is retried
+  prune         maintenance prunes applied transfer records and acks; a
+                replay after pruning changes nothing; a transfer sent before
+                the pruning horizon and never applied is quarantined
   key_reuse     one sender reuses a client_msg_id in conversations on all
                 three nodes (contract §15): the user node holding copies of
                 two delivers all three; each node keeps (sender, key) IS409
@@ -633,9 +636,80 @@ def drill_key_reuse():
     reconcile_empty("key_reuse")
 
 
+def drill_prune():
+    """Known gap (3) of issue 15: maintenance prunes im.transfer_ack (a
+    destination's own acks, once every logical slot confirmed them) and
+    applied im.transfer_in rows (ack gone, older than
+    im_sync.transfer_retention, 0 here), and a replay of the pruned
+    transfers still changes nothing: judged by the outbox item of their
+    event, dropped as duplicates.  A transfer new to the destination but
+    sent before the pruning horizon is quarantined, never dropped unseen."""
+    d = NAMES[2]
+    srcs = [n for n in NAMES if n != d]
+    node[d].q("ALTER SYSTEM SET im_sync.transfer_retention = 0")
+    node[d].q("SELECT pg_reload_conf()")
+    for s in srcs:
+        on_sub(d, s, "DISABLE")
+    send_round("prune", 2, nodes=srcs)
+    for s in srcs:
+        wait_for(lambda: node[s].q1("SELECT im.run_fanout() >= 0 AND outbox_pending = 0 FROM im.shard_pending()"), 60)
+    saved = {s: node[s].q1("SELECT COALESCE(jsonb_agg(to_jsonb(t)), '[]') FROM im.transfer_out t WHERE dest_node = %s",
+                           (d,)) for s in srcs}
+    keys = [(s, t["transfer_id"]) for s in srcs for t in saved[s]]
+    check(keys, f"prune: {len(keys)} transfers to {d} captured on their sources")
+    for s in srcs:
+        on_sub(d, s, "ENABLE")
+    check(drain(), "prune: delivered and acknowledged", str(pending_all()))
+    srcarr, idarr = [k[0] for k in keys], [k[1] for k in keys]
+    held_sql = ("SELECT (SELECT count(*) FROM im.transfer_in t JOIN unnest(%s::text[], %s::bigint[]) k(s, i)"
+                "        ON t.source_node = k.s AND t.transfer_id = k.i),"
+                "       (SELECT count(*) FROM im.transfer_ack a JOIN unnest(%s::text[], %s::bigint[]) k(s, i)"
+                "        ON a.source_node = k.s AND a.transfer_id = k.i)")
+    before = tuple(node[d].q(held_sql, (srcarr, idarr, srcarr, idarr))[0])
+    check(before == (len(keys), len(keys)), f"prune: {d} holds their records and acks before maintenance", str(before))
+
+    def pruned():
+        node[d].q("SELECT count(*) FROM im.gc_inbox()")   # gc_inbox runs maintenance after its chunk
+        return tuple(node[d].q(held_sql, (srcarr, idarr, srcarr, idarr))[0]) == (0, 0)
+    check(wait_for(pruned, 60, step=0.3), "prune: maintenance removed the applied records and their acks",
+          str(tuple(node[d].q(held_sql, (srcarr, idarr, srcarr, idarr))[0])))
+    check(node[d].q1("SELECT count(*) FROM im.maintenance_state WHERE name LIKE 'transfer_in_pruned_before:%%'") >= 1,
+          "prune: the sources' pruning horizons are recorded")
+    head_before = node[d].q1("SELECT coalesce(sum(high_watermark), 0) FROM im.user_head")
+    for s in srcs:   # every pruned transfer a second time
+        node[s].q("INSERT INTO im.transfer_out SELECT * FROM jsonb_populate_recordset(NULL::im.transfer_out, %s)",
+                  (json.dumps(saved[s]),))
+    check(drain(), "prune: the replay drained and was acknowledged again", str(pending_all()))
+    judged = node[d].q("SELECT state, count(*), sum(duplicates) FROM im.transfer_in t"
+                       " JOIN unnest(%s::text[], %s::bigint[]) k(s, i) ON t.source_node = k.s AND t.transfer_id = k.i"
+                       " GROUP BY state", (srcarr, idarr))
+    check(judged == [("applied", len(keys), len(keys))],
+          "prune: every replayed transfer was recognised as a duplicate after its record was pruned", str(judged))
+    check(node[d].q1("SELECT coalesce(sum(high_watermark), 0) FROM im.user_head") == head_before,
+          "prune: no log moved")
+    verify("prune")
+    reconcile_empty("prune")
+    # new to d, but sent before the horizon, and no outbox item of its event: quarantined
+    a = srcs[0]
+    tid = node[a].q1("""INSERT INTO im.transfer_out (source_node, dest_node, outbox_id, conversation_id, msg_seq,
+                                                    source_event_id, payload, created_at)
+                        VALUES (%s, %s, 0, %s, 1, 0, '{}', now() - interval '1 day') RETURNING transfer_id""",
+                     (a, d, CONVS[a][0]))
+    check(wait_for(lambda: node[d].q1("SELECT state FROM im.transfer_in WHERE source_node = %s AND transfer_id = %s",
+                                      (a, tid)) == "quarantined", 30),
+          "prune: a transfer sent before the horizon that this node never applied is quarantined")
+    q = node[d].q("SELECT detail->>'error' FROM im.reconcile() WHERE check_name = 'transfer_quarantined'")
+    check(len(q) == 1 and "pruning horizon" in (q[0][0] or ""), "prune: reconcile shows it with the reason", str(q))
+    node[d].q("DELETE FROM im.transfer_in WHERE source_node = %s AND transfer_id = %s", (a, tid))
+    check(drain(), "prune: its ack went back to the source", str(pending_all()))
+    node[d].q("ALTER SYSTEM RESET im_sync.transfer_retention")
+    node[d].q("SELECT pg_reload_conf()")
+    reconcile_empty("prune (end)")
+
+
 DRILLS = [("ack_before_visible", drill_ack_before_visible), ("fanout_plan", drill_fanout_plan), ("baseline", drill_baseline), ("disabled", drill_disabled), ("replay", drill_replay),
           ("stop", drill_stop), ("slot_limit", drill_slot_limit), ("poison", drill_poison),
-          ("key_reuse", drill_key_reuse)]
+          ("key_reuse", drill_key_reuse), ("prune", drill_prune)]
 
 if __name__ == "__main__":
     check(N == 3, f"three nodes ({NAMES})")
