@@ -16,12 +16,12 @@ against `test/shards.sh up 3` (the 70-shards suite runs it):
                 reconcile, repaired by `test/shards.sh resubscribe`
   poison        a transfer that fails to apply is quarantined, the rest
                 flows; after the cause is gone it is retried
-  prune         maintenance prunes applied transfer records and acks; a
-                replay after pruning changes nothing; a transfer sent before
-                the pruning horizon and never applied is quarantined
   key_reuse     one sender reuses a client_msg_id in conversations on all
                 three nodes (contract §15): the user node holding copies of
                 two delivers all three; each node keeps (sender, key) IS409
+  prune         maintenance prunes applied transfer records and acks; a
+                replay after pruning changes nothing; a transfer sent before
+                the pruning horizon and never applied is quarantined
 
 Each drill ends with every node's im.reconcile() empty.  Waits are bounded
 polls (never timed assertions)."""
