@@ -421,8 +421,12 @@ def drill_replay():
     for s in srcs:
         on_sub(d, s, "DISABLE")
     send_round("rep", 3, nodes=srcs)
+    # one run_fanout is not enough: a worker may hold a batch (SKIP LOCKED),
+    # so the transfers were written only after the capture below (it once
+    # captured none): wait until each source's outbox is drained
     for s in srcs:
-        node[s].q("SELECT im.run_fanout()")
+        check(wait_for(lambda: node[s].q1("SELECT im.run_fanout() >= 0 AND outbox_pending = 0 FROM im.shard_pending()"),
+                       60), f"replay: {s}'s outbox drained")
     saved = {s: node[s].q1("SELECT COALESCE(jsonb_agg(to_jsonb(t)), '[]') FROM im.transfer_out t WHERE dest_node = %s",
                            (d,)) for s in srcs}
     nsaved = sum(len(v) for v in saved.values())
