@@ -116,7 +116,7 @@ append_written(ImConversation *conv, int heads_moved_col, int outbox_items_col)
 	"                        request_digest, content_type, body, target_message_id," \
 	"                        subject_user_id, mode" extra_cols ")" \
 	"  VALUES (" PLACED_EVENT_ID_SQL(factor) ", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11" extra_vals ")" \
-	"  ON CONFLICT (sender_id, client_msg_id) DO NOTHING" \
+	"  ON CONFLICT (sender_id, client_msg_id) WHERE request_digest IS NOT NULL DO NOTHING" \
 	"  RETURNING message_id, msg_seq)," \
 	APPEND_HEAD_OUTBOX_SQL \
 	"SELECT ins.message_id, ins.msg_seq, (SELECT pg_catalog.count(*) FROM head)," \
@@ -265,8 +265,8 @@ im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
 			   "  WHERE EXISTS (SELECT 1 FROM im.membership_period p"
 			   "    WHERE p.conversation_id" EQ "$1 AND p.user_id" EQ "$4 AND p.leave_seq IS NULL)"
 			   "    AND NOT EXISTS (SELECT 1 FROM im.event e"
-			   "    WHERE e.sender_id" EQ "$4 AND e.client_msg_id" EQ "$5)"
-			   "  ON CONFLICT (sender_id, client_msg_id) DO NOTHING"
+			   "    WHERE e.sender_id" EQ "$4 AND e.client_msg_id" EQ "$5 AND e.request_digest IS NOT NULL)"
+			   "  ON CONFLICT (sender_id, client_msg_id) WHERE request_digest IS NOT NULL DO NOTHING"
 			   "  RETURNING message_id, msg_seq)"
 			   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)"
 			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins"

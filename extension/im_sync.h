@@ -44,6 +44,7 @@ extern int	im_reconcile_outbox_age_s;
 extern int	im_max_page_bytes;
 extern int	im_token_key_max_age_s;
 extern int	im_audit_retention_s;
+extern int	im_transfer_retention_s;
 extern int	im_maintenance_interval_s;
 /* issue 12: offline push (contract §9, §13) */
 extern char *im_push_public_key_file;

@@ -581,11 +581,11 @@ LANGUAGE plproxy AS $$
       FROM im.shard_check_receipts(source_node, expected) r;
 $$;
 
-CREATE FUNCTION im_router.on_node_heads(part int, conversation_ids bigint[])
-RETURNS TABLE(conversation_id bigint, head_msg_seq bigint)
+CREATE FUNCTION im_router.on_node_current(part int, conversation_ids bigint[])
+RETURNS TABLE(conversation_id bigint, head_msg_seq bigint, mode text)
 LANGUAGE plproxy AS $$
     CLUSTER 'im_sync'; RUN ON im_router.route(part);
-    SELECT h.conversation_id, h.head_msg_seq FROM im.conversation_heads(conversation_ids) h;
+    SELECT h.conversation_id, h.head_msg_seq, h.mode FROM im.conversation_current(conversation_ids) h;
 $$;
 
 CREATE FUNCTION im_router.on_node_message_status(part int, message_id bigint, user_ids bigint[])
@@ -888,10 +888,12 @@ BEGIN
 END $$;
 
 /*
- * conversation_list: the page comes from the user's node; head_msg_seq is
- * replaced by the authoritative head from each conversation's node
- * (im.conversation_heads).  When a conversation node is unreachable its rows
- * keep the user node's copy and head_stale is true (contract §15).
+ * conversation_list: the page comes from the user's node; head_msg_seq and
+ * mode are replaced by the authoritative ones from each conversation's node
+ * (im.conversation_current), as one node reads them from the conversation
+ * row: an ex-member's copy misses a mode switch made once no member was
+ * left on its node.  When a conversation node is unreachable its rows keep
+ * the user node's copy and head_stale is true (contract §15).
  */
 CREATE FUNCTION im_router.conversation_list(user_id bigint, page_limit int DEFAULT 100,
                                             after_conversation_id bigint DEFAULT NULL)
@@ -912,8 +914,10 @@ BEGIN
     FOR g IN SELECT * FROM im_router.group_by_node(ARRAY(
                  SELECT (e->>'conversation_id')::bigint FROM jsonb_array_elements(page) e)) LOOP
         BEGIN
-            heads := heads || coalesce((SELECT jsonb_object_agg(h.conversation_id::text, h.head_msg_seq)
-                                          FROM im_router.on_node_heads(g.part, g.node_ids) h), '{}');
+            heads := heads || coalesce((SELECT jsonb_object_agg(h.conversation_id::text,
+                                                                jsonb_build_object('head', h.head_msg_seq,
+                                                                                   'mode', h.mode))
+                                          FROM im_router.on_node_current(g.part, g.node_ids) h), '{}');
         EXCEPTION WHEN OTHERS THEN
             IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
                 RAISE;      -- im.<f>'s one rethrow strips it (see the generated wrappers)
@@ -922,10 +926,13 @@ BEGIN
         END;
     END LOOP;
     RETURN QUERY
-        SELECT x.conversation_id, x.kind, x.mode, x.last_msg_seq, x.read_msg_seq, x.unread_count,
+        SELECT x.conversation_id, x.kind,
+               CASE WHEN x.conversation_id = ANY (stale) THEN x.mode
+                    ELSE coalesce(heads->x.conversation_id::text->>'mode', x.mode) END,
+               x.last_msg_seq, x.read_msg_seq, x.unread_count,
                x.dirty_target_msg_seq, x.dirty_version,
                CASE WHEN x.conversation_id = ANY (stale) THEN x.head_msg_seq
-                    ELSE coalesce((heads->>x.conversation_id::text)::bigint, x.head_msg_seq) END,
+                    ELSE coalesce((heads->x.conversation_id::text->>'head')::bigint, x.head_msg_seq) END,
                x.conversation_id = ANY (stale)
           FROM jsonb_array_elements(page) WITH ORDINALITY AS e(row_json, ord),
                LATERAL jsonb_to_record(e.row_json) AS x(conversation_id bigint, kind text, mode text,

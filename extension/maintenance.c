@@ -20,7 +20,24 @@
  *     token_ttl ago (no batch token of theirs is live) become EXPIRED, as
  *     sync_changes would make them; ended ones are deleted once the largest
  *     of token_ttl and recovery_ttl has passed since they ended;
- *   - audit rows older than im_sync.audit_retention.
+ *   - audit rows older than im_sync.audit_retention;
+ *   - a sharded node's transfer records (issue 15, catalog 1.5 on).  Its own
+ *     applied records (im.transfer_ack) once every logical slot of this
+ *     database has confirmed them: a mark (the WAL insert position, taken
+ *     after every transaction older than the mark's time has ended) that
+ *     every slot's confirmed_flush_lsn passed proves each subscriber durably
+ *     applied the acks older than it, so their sources deleted the
+ *     transfers they acknowledge (a lost slot never passes it: its acks stay
+ *     for the resubscribe repair's initial copy).  Then applied inbound
+ *     transfers (im.transfer_in) whose ack is gone and which were applied
+ *     more than im_sync.transfer_retention ago: no source still holds them,
+ *     so only a replay of old WAL (a subscription re-created over an old
+ *     slot, a rewound origin) could bring them again.  Each source's
+ *     pruning horizon (the newest sent_at pruned) stays in
+ *     im.maintenance_state; transfer_in.c judges an unknown arrival sent
+ *     before it by this node's outbox item of its event (a duplicate:
+ *     dropped) and quarantines it otherwise — never applied twice, never
+ *     dropped unseen.  Quarantined and pending transfers are never pruned.
  * Invariant protected: nothing a fence, a live snapshot or recovery
  * session, a live token, a dead letter or reconcile still needs is deleted:
  * pending and dead items, quarantined items, unexpired snapshots, ACTIVE
@@ -31,6 +48,7 @@
 #include "im_sql.h"
 #include "maintenance.h"
 #include "token.h"
+#include "version_check.h"
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
@@ -45,9 +63,14 @@ typedef struct RetentionStep
 	const char *name;			/* for the debug line */
 	const char *sql;			/* $1 limit; $2 inbox_retention, $3 token_ttl,
 								 * $4 recovery_ttl, $5 snapshot_ttl,
-								 * $6 audit_retention (seconds) */
+								 * $6 audit_retention, $7 transfer_retention
+								 * (seconds) */
 	int			limit;
+	int			since_minor;	/* the 1.x catalog whose tables it needs */
 } RetentionStep;
+
+/* This node's name; no row (not sharded): the transfer steps find nothing. */
+#define SHARD_SELF_SQL "(SELECT cfg.self_name FROM im.shard_config cfg)"
 
 #define AGO(param) \
 	"(pg_catalog.now()" MINUS "pg_catalog.make_interval(secs => " param "))"
@@ -114,6 +137,62 @@ static const RetentionStep steps[] = {
 	 "d AS (DELETE FROM im.audit a USING c WHERE a.audit_id" EQ "c.audit_id RETURNING 1) "
 	 "SELECT pg_catalog.count(*) FROM d",
 	 IM_RETENTION_BATCH},
+	/*
+	 * The ack mark: when every logical slot of this database has confirmed
+	 * the previous mark's position, acks older than its time are confirmed;
+	 * then a new mark.  Its time is the start of the oldest transaction
+	 * still running (or now), read by an aggregate that completes before the
+	 * WAL position is taken: every ack older than the time committed below
+	 * the position.
+	 */
+	{"transfer_ack_mark",
+	 "WITH mk AS (SELECT m.value, m.at FROM im.maintenance_state m"
+	 "            WHERE m.name" EQ "'transfer_ack_mark'),"
+	 " ok AS (SELECT mk.at FROM mk WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s"
+	 "   WHERE s.slot_type" EQ "'logical' AND s.database" EQ "pg_catalog.current_database()"
+	 "     AND (s.confirmed_flush_lsn IS NULL OR s.confirmed_flush_lsn" LT
+	 "          ('0/0'::pg_catalog.pg_lsn" PLUS "mk.value::pg_catalog.numeric)))),"
+	 " c AS (INSERT INTO im.maintenance_state AS m (name, at)"
+	 "   SELECT 'transfer_acks_confirmed_before', ok.at FROM ok"
+	 "   ON CONFLICT (name) DO UPDATE SET at = GREATEST(m.at, EXCLUDED.at) RETURNING 1),"
+	 " n AS (INSERT INTO im.maintenance_state AS m (name, value, at)"
+	 "   SELECT 'transfer_ack_mark', x.lsn, x.at FROM ("
+	 "     SELECT LEAST(pg_catalog.now(), h.oldest) AS at,"
+	 "            (pg_catalog.pg_current_wal_insert_lsn()" MINUS "'0/0'::pg_catalog.pg_lsn)::pg_catalog.int8 AS lsn"
+	 "     FROM (SELECT pg_catalog.min(s.xact_start) AS oldest FROM pg_catalog.pg_stat_activity s"
+	 "           WHERE s.xact_start IS NOT NULL AND s.pid" NE "pg_catalog.pg_backend_pid()) h) x"
+	 "   WHERE " SHARD_SELF_SQL " IS NOT NULL"
+	 "     AND (EXISTS (SELECT 1 FROM ok) OR NOT EXISTS (SELECT 1 FROM mk))"
+	 "   ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, at = EXCLUDED.at RETURNING 1) "
+	 "SELECT pg_catalog.count(*) FROM c",
+	 0, 5},
+	/* this node's own applied records that every subscriber confirmed */
+	{"transfer_ack",
+	 "WITH c AS (SELECT a.source_node, a.transfer_id, a.applied_by FROM im.transfer_ack a"
+	 "  WHERE a.applied_by" EQ SHARD_SELF_SQL " AND a.source_node" NE "a.applied_by"
+	 "    AND a.applied_at" LT "(SELECT m.at FROM im.maintenance_state m"
+	 "                         WHERE m.name" EQ "'transfer_acks_confirmed_before')"
+	 "  ORDER BY a.applied_at LIMIT $1), "
+	 "d AS (DELETE FROM im.transfer_ack a USING c WHERE a.source_node" EQ "c.source_node"
+	 "  AND a.transfer_id" EQ "c.transfer_id AND a.applied_by" EQ "c.applied_by RETURNING 1) "
+	 "SELECT pg_catalog.count(*) FROM d",
+	 IM_RETENTION_BATCH, 5},
+	/* applied transfers whose ack is confirmed, past transfer_retention */
+	{"transfer_in",
+	 "WITH c AS (SELECT t.source_node, t.transfer_id FROM im.transfer_in t"
+	 "  WHERE t.state" EQ "'applied' AND t.applied_at" LT AGO("$7")
+	 "    AND NOT EXISTS (SELECT 1 FROM im.transfer_ack a WHERE a.source_node" EQ "t.source_node"
+	 "                    AND a.transfer_id" EQ "t.transfer_id)"
+	 "  ORDER BY t.applied_at LIMIT $1), "
+	 "d AS (DELETE FROM im.transfer_in t USING c WHERE t.source_node" EQ "c.source_node"
+	 "  AND t.transfer_id" EQ "c.transfer_id RETURNING t.source_node, t.sent_at), "
+	 /* each source's horizon: only moves forward, committed with the deletes */
+	 "m AS (INSERT INTO im.maintenance_state AS m (name, at)"
+	 "  SELECT 'transfer_in_pruned_before:'" OP_CONCAT "d.source_node, pg_catalog.max(d.sent_at)"
+	 "  FROM d GROUP BY d.source_node"
+	 "  ON CONFLICT (name) DO UPDATE SET at = GREATEST(m.at, EXCLUDED.at) RETURNING 1) "
+	 "SELECT pg_catalog.count(*) FROM d",
+	 IM_RETENTION_BATCH, 5},
 };
 
 #define NUM_STEPS lengthof(steps)
@@ -123,13 +202,14 @@ static void
 retention_collect(void)
 {
 	static SPIPlanPtr plans[NUM_STEPS];
-	Datum		args[6];
+	Datum		args[7];
 
 	args[1] = Float8GetDatum((double) im_inbox_retention_s);
 	args[2] = Float8GetDatum((double) im_token_ttl_s);
 	args[3] = Float8GetDatum((double) im_recovery_ttl_s);
 	args[4] = Float8GetDatum((double) im_snapshot_ttl_s);
 	args[5] = Float8GetDatum((double) im_audit_retention_s);
+	args[6] = Float8GetDatum((double) im_transfer_retention_s);
 
 	im_spi_connect();
 	for (int i = 0; i < (int) NUM_STEPS; i++)
@@ -137,10 +217,12 @@ retention_collect(void)
 		int64		n;
 
 		CHECK_FOR_INTERRUPTS();
-		/* a step without a limit changes few rows (expired leases only) */
+		if (steps[i].since_minor > 0 && !im_catalog_at_least(1, steps[i].since_minor))
+			continue;
+		/* a step without a limit changes few rows (expired leases, a mark) */
 		args[0] = Int64GetDatum(steps[i].limit > 0 ? steps[i].limit : PG_INT64_MAX);
-		im_prepare(&plans[i], steps[i].sql, 6,
-				   INT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID);
+		im_prepare(&plans[i], steps[i].sql, 7,
+				   INT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID);
 		im_exec(plans[i], args, NULL, 1);
 		n = im_get_int64(0, 1, NULL);
 		if (n > 0)

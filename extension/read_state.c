@@ -322,6 +322,42 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 #define USER_READ_SQL "COALESCE(uc.read_msg_seq" GE "e.msg_seq, false)"
 
 /*
+ * The rows of message_status and message_facts from the scope CTEs e and s,
+ * one piece for the single node and a user node (issue 15's
+ * shard_message_status / shard_message_facts), so both report the same
+ * facts the same way.  e has one row on the conversation's node and none on
+ * a user node before the transfer arrived (hence LEFT JOIN; s never depends
+ * on it there).
+ */
+#define SCOPE_USER_STATE_SQL \
+	"FROM s LEFT JOIN e ON true " \
+	"LEFT JOIN im.user_head h ON h.user_id" EQ "s.user_id " \
+	"LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "s.user_id " \
+	"      AND uc.conversation_id" EQ "e.conversation_id "
+
+/* message_status: one row per non-revoked device */
+#define MESSAGE_STATUS_ROWS_SQL \
+	"SELECT s.user_id, d.device_id, true, s.in_scope, " \
+	DEVICE_SYNCED_SQL ", " \
+	USER_READ_SQL " " \
+	SCOPE_USER_STATE_SQL \
+	"JOIN im.device d ON d.user_id" EQ "s.user_id " \
+	"               AND d.state" NE "'REVOKED' " \
+	"ORDER BY s.user_id, d.device_id"
+
+/* message_facts: one row per user; where_sql leaves users out */
+#define MESSAGE_FACTS_ROWS_SQL(where_sql) \
+	"SELECT s.user_id, true, s.in_scope, " \
+	"  (SELECT CASE WHEN " SHARED_LOG_POSITION_SQL " THEN NULL " \
+	"          ELSE COALESCE(pg_catalog.bool_or(" DEVICE_SYNCED_SQL "), false) END " \
+	"   FROM im.device d WHERE d.user_id" EQ "s.user_id " \
+	"                      AND d.state" NE "'REVOKED'), " \
+	USER_READ_SQL " " \
+	SCOPE_USER_STATE_SQL \
+	where_sql \
+	"ORDER BY s.user_id"
+
+/*
  * The sender of message_id (*no_sender for a system event); P0002 when no
  * such position exists.  message_status and message_facts start here.
  */
@@ -378,19 +414,7 @@ im_message_status(PG_FUNCTION_ARGS)
 	(void) message_sender(message_id, &no_sender);
 	args[0] = Int64GetDatum(message_id);
 
-	im_prepare(&status_plan,
-			   MESSAGE_SCOPE_SQL
-			   "SELECT s.user_id, d.device_id, true, s.in_scope, "
-			   DEVICE_SYNCED_SQL ", "
-			   USER_READ_SQL " "
-			   "FROM s CROSS JOIN e "
-			   "JOIN im.device d ON d.user_id" EQ "s.user_id "
-			   "               AND d.state" NE "'REVOKED' "
-			   "LEFT JOIN im.user_head h ON h.user_id" EQ "s.user_id "
-			   "LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "s.user_id "
-			   "      AND uc.conversation_id" EQ "e.conversation_id "
-			   "ORDER BY s.user_id, d.device_id",
-			   1, INT8OID);
+	im_prepare(&status_plan, MESSAGE_SCOPE_SQL MESSAGE_STATUS_ROWS_SQL, 1, INT8OID);
 	im_exec(status_plan, args, NULL, 0);
 	im_srf_rows_from_spi(fcinfo, 6);
 	SPI_finish();
@@ -460,19 +484,7 @@ im_shard_message_status(PG_FUNCTION_ARGS)
 	im_srf_begin(fcinfo);
 	im_spi_connect();
 	args[0] = Int64GetDatum(message_id);
-	im_prepare(&plan,
-			   SHARD_SCOPE_SQL
-			   "SELECT s.user_id, d.device_id, true, s.in_scope, "
-			   DEVICE_SYNCED_SQL ", "
-			   USER_READ_SQL " "
-			   "FROM s LEFT JOIN e ON true "
-			   "JOIN im.device d ON d.user_id" EQ "s.user_id "
-			   "               AND d.state" NE "'REVOKED' "
-			   "LEFT JOIN im.user_head h ON h.user_id" EQ "s.user_id "
-			   "LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "s.user_id "
-			   "      AND uc.conversation_id" EQ "e.conversation_id "
-			   "ORDER BY s.user_id, d.device_id",
-			   2, INT8OID, INT8ARRAYOID);
+	im_prepare(&plan, SHARD_SCOPE_SQL MESSAGE_STATUS_ROWS_SQL, 2, INT8OID, INT8ARRAYOID);
 	im_exec(plan, args, NULL, 0);
 	im_srf_rows_from_spi(fcinfo, 6);
 	SPI_finish();
@@ -492,20 +504,7 @@ im_shard_message_facts(PG_FUNCTION_ARGS)
 	im_srf_begin(fcinfo);
 	im_spi_connect();
 	args[0] = Int64GetDatum(message_id);
-	im_prepare(&plan,
-			   SHARD_SCOPE_SQL
-			   "SELECT s.user_id, true, s.in_scope, "
-			   "  (SELECT CASE WHEN " SHARED_LOG_POSITION_SQL " THEN NULL "
-			   "          ELSE COALESCE(pg_catalog.bool_or(" DEVICE_SYNCED_SQL "), false) END "
-			   "   FROM im.device d WHERE d.user_id" EQ "s.user_id "
-			   "                      AND d.state" NE "'REVOKED'), "
-			   USER_READ_SQL " "
-			   "FROM s LEFT JOIN e ON true "
-			   "LEFT JOIN im.user_head h ON h.user_id" EQ "s.user_id "
-			   "LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "s.user_id "
-			   "      AND uc.conversation_id" EQ "e.conversation_id "
-			   "ORDER BY s.user_id",
-			   2, INT8OID, INT8ARRAYOID);
+	im_prepare(&plan, SHARD_SCOPE_SQL MESSAGE_FACTS_ROWS_SQL(""), 2, INT8OID, INT8ARRAYOID);
 	im_exec(plan, args, NULL, 0);
 	im_srf_rows_from_spi(fcinfo, 5);
 	SPI_finish();
@@ -575,19 +574,7 @@ im_message_facts(PG_FUNCTION_ARGS)
 				 errhint("Only the sender of a message may see its facts.")));
 
 	im_prepare(&facts_plan,
-			   MESSAGE_SCOPE_SQL
-			   "SELECT s.user_id, true, s.in_scope, "
-			   "  (SELECT CASE WHEN " SHARED_LOG_POSITION_SQL " THEN NULL "
-			   "          ELSE COALESCE(pg_catalog.bool_or(" DEVICE_SYNCED_SQL "), false) END "
-			   "   FROM im.device d WHERE d.user_id" EQ "s.user_id "
-			   "                      AND d.state" NE "'REVOKED'), "
-			   USER_READ_SQL " "
-			   "FROM s CROSS JOIN e "
-			   "LEFT JOIN im.user_head h ON h.user_id" EQ "s.user_id "
-			   "LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "s.user_id "
-			   "      AND uc.conversation_id" EQ "e.conversation_id "
-			   "WHERE s.user_id" NE "$2 "
-			   "ORDER BY s.user_id",
+			   MESSAGE_SCOPE_SQL MESSAGE_FACTS_ROWS_SQL("WHERE s.user_id" NE "$2 "),
 			   2, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(message_id);
 	args[1] = Int64GetDatum(sender_id);

@@ -3,10 +3,13 @@
  * recall/edit of a target; positions are appended through append.c.
  *
  * Invariants protected here (design §2.3, contract §1/§3):
- *   - one (sender_id, client_msg_id) never makes two events: the UNIQUE
- *     constraint plus ON CONFLICT DO NOTHING finds an earlier or concurrent
+ *   - one (sender_id, client_msg_id) never makes two events: the unique
+ *     index plus ON CONFLICT DO NOTHING finds an earlier or concurrent
  *     one (even in another conversation), and the idempotency lookup then
- *     returns the original or raises IS409;
+ *     returns the original or raises IS409.  The key covers the events
+ *     carrying a request digest — every event this node accepted; a
+ *     sharded node's copies of remote conversations carry none
+ *     (transfer_in.c), so they never answer or block a request here;
  *   - a recalled message never shows its body again: the recall clears the
  *     target's body and the bodies of every edit of it in the same
  *     transaction.
@@ -222,7 +225,7 @@ lookup_existing(SendRequest *req, int64 *message_id, int64 *msg_seq)
 
 	im_prepare(&plan,
 			   "SELECT message_id, msg_seq, request_digest, kind, conversation_id FROM im.event "
-			   "WHERE sender_id" EQ "$1 AND client_msg_id" EQ "$2",
+			   "WHERE sender_id" EQ "$1 AND client_msg_id" EQ "$2 AND request_digest IS NOT NULL",
 			   2, INT8OID, TEXTOID);
 	args[0] = Int64GetDatum(req->sender_id);
 	args[1] = CStringGetTextDatum(req->client_msg_id);

@@ -64,14 +64,13 @@ id_array_arg(FunctionCallInfo fcinfo, int argno, const char *name, int64 **ids, 
 }
 
 /*
- * im.conversation_heads(conversation_ids) -> (conversation_id,
- * head_msg_seq): the authoritative heads; IS421 for a conversation this
- * node does not own (a copy's head may be stale), P0002 is not raised: an
- * unknown id has no row.
+ * The authoritative rows of conversations this node owns: conversation_id,
+ * head_msg_seq, mode; the first ncols of them.  IS421 for a conversation
+ * this node does not own (a copy's head and mode may be stale); an unknown
+ * id has no row (P0002 is not raised).
  */
-PG_FUNCTION_INFO_V1(im_conversation_heads);
-Datum
-im_conversation_heads(PG_FUNCTION_ARGS)
+static Datum
+authoritative_rows(FunctionCallInfo fcinfo, int ncols)
 {
 	static SPIPlanPtr plan;
 	int64	   *ids;
@@ -84,13 +83,36 @@ im_conversation_heads(PG_FUNCTION_ARGS)
 		im_shard_require_conversation(ids[i]);
 	im_spi_connect();
 	im_prepare(&plan,
-			   "SELECT conversation_id, head_msg_seq::pg_catalog.int8 FROM im.conversation "
+			   "SELECT conversation_id, head_msg_seq::pg_catalog.int8, mode FROM im.conversation "
 			   "WHERE conversation_id" EQ "ANY ($1::pg_catalog.int8[]) ORDER BY 1",
 			   1, INT8ARRAYOID);
 	im_exec(plan, args, NULL, 0);
-	im_srf_rows_from_spi(fcinfo, 2);
+	im_srf_rows_from_spi(fcinfo, ncols);
 	SPI_finish();
 	return (Datum) 0;
+}
+
+/* im.conversation_heads(conversation_ids) -> (conversation_id, head_msg_seq) */
+PG_FUNCTION_INFO_V1(im_conversation_heads);
+Datum
+im_conversation_heads(PG_FUNCTION_ARGS)
+{
+	return authoritative_rows(fcinfo, 2);
+}
+
+/*
+ * im.conversation_current(conversation_ids) -> (conversation_id,
+ * head_msg_seq, mode), 1.6: what the router's conversation_list takes from
+ * the conversation's node, so every user who has or had a period sees the
+ * head and the mode in force now, as on one node — an ex-member's copy of
+ * the conversation row is not updated once no member is left on its node
+ * (issue 15, known gap (5)).
+ */
+PG_FUNCTION_INFO_V1(im_conversation_current);
+Datum
+im_conversation_current(PG_FUNCTION_ARGS)
+{
+	return authoritative_rows(fcinfo, 3);
 }
 
 /*

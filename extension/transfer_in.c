@@ -69,6 +69,41 @@ row_text(TriggerData *td, const char *name)
 	return isnull ? NULL : TextDatumGetCString(d);
 }
 
+/*
+ * A transfer new to im.transfer_in but sent before its source's pruning
+ * horizon (maintenance.c pruned the exact records of that age) is judged,
+ * not applied blindly: this node's outbox item of its event is the record
+ * that it was applied (a duplicate: settled as applied, counted, acked
+ * again); without one it is quarantined with the reason, so a replay of old
+ * WAL is never applied twice and a very late new transfer is never dropped
+ * unseen (im.shard_retry_quarantined applies it).  Its own statement, after
+ * the insert: a prune that deleted the old record committed before the
+ * insert returned, so its horizon is visible here.  args: the arrival's.
+ */
+static bool
+judged_beyond_horizon(Datum *args)
+{
+	static SPIPlanPtr plan;
+	Datum		jargs[3] = {args[0], args[1], args[4]};
+
+	im_prepare(&plan,
+			   "UPDATE im.transfer_in t SET"
+			   "  state = CASE WHEN x.held THEN 'applied' ELSE 'quarantined' END,"
+			   "  duplicates = CASE WHEN x.held THEN 1 ELSE 0 END,"
+			   "  applied_at = pg_catalog.now(),"
+			   "  payload = CASE WHEN x.held THEN NULL ELSE t.payload END,"
+			   "  last_error = CASE WHEN x.held THEN NULL ELSE"
+			   "   '55000: sent before the pruning horizon of its source and this node holds no outbox item"
+			   " of its event: a new transfer delivered very late (retry it with im.shard_retry_quarantined)"
+			   " or a replay of one applied and pruned long ago (delete it)' END "
+			   "FROM (SELECT EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id" EQ "$3) AS held) x "
+			   "WHERE t.source_node" EQ "$1 AND t.transfer_id" EQ "$2"
+			   "  AND t.sent_at" LE "(SELECT m.at FROM im.maintenance_state m"
+			   "                    WHERE m.name" EQ "('transfer_in_pruned_before:'" OP_CONCAT "$1))",
+			   3, TEXTOID, INT8OID, INT8OID);
+	return im_exec(plan, jargs, NULL, 0) == 1;
+}
+
 PG_FUNCTION_INFO_V1(im_transfer_out_arrive);
 Datum
 im_transfer_out_arrive(PG_FUNCTION_ARGS)
@@ -113,7 +148,7 @@ im_transfer_out_arrive(PG_FUNCTION_ARGS)
 			   "VALUES ($1, $2, $3, $4, $5, $6, $7) "
 			   "ON CONFLICT (source_node, transfer_id) DO UPDATE"
 			   "  SET duplicates = im.transfer_in.duplicates" PLUS "1 "
-			   "RETURNING state",
+			   "RETURNING state, duplicates",
 			   7, TEXTOID, INT8OID, INT8OID, INT8OID, INT8OID, JSONBOID, TIMESTAMPTZOID);
 	args[0] = CStringGetTextDatum(row_text(td, "source_node"));
 	args[1] = row_value(td, "transfer_id", &isnull);
@@ -123,7 +158,8 @@ im_transfer_out_arrive(PG_FUNCTION_ARGS)
 	args[5] = row_value(td, "payload", &isnull);
 	args[6] = row_value(td, "created_at", &isnull);
 	im_exec(plan, args, nulls, 0);
-	if (strcmp(im_get_text(0, 1), "pending") != 0)
+	if (strcmp(im_get_text(0, 1), "pending") != 0 ||
+		(im_get_int64(0, 2, NULL) == 0 && judged_beyond_horizon(args)))
 	{
 		static SPIPlanPtr forget;
 		static SPIPlanPtr again;
@@ -191,7 +227,14 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 	im_exec(plan, args, NULL, 0);
 
 	{
-		/* events before periods (a period names its join event) */
+		/*
+		 * Events before periods (a period names its join event).  A copy
+		 * carries no request digest: only events with one hold the sender's
+		 * idempotency key (sender, client_msg_id), so a sender reusing a
+		 * client_msg_id in conversations on other nodes (contract §15) never
+		 * collides here, and this node's own retries and IS409 never see a
+		 * copy (1.6; on a 1.5 catalog the key still covers copies).
+		 */
 		static SPIPlanPtr events;
 		static SPIPlanPtr periods;
 		static SPIPlanPtr states;
@@ -199,7 +242,8 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 
 		im_prepare(&events,
 				   "INSERT INTO im.event"
-				   " SELECT x.* FROM pg_catalog.jsonb_populate_recordset(NULL::im.event, $1->'events') x"
+				   " SELECT x.* FROM pg_catalog.jsonb_array_elements($1->'events') j,"
+				   "   pg_catalog.jsonb_populate_record(NULL::im.event, j.value" MINUS "'request_digest') x"
 				   " ORDER BY x.msg_seq "
 				   "ON CONFLICT (message_id) DO UPDATE SET body = EXCLUDED.body,"
 				   "  content_type = EXCLUDED.content_type, recalled = EXCLUDED.recalled"

@@ -52,6 +52,7 @@ SELECT pg_temp.outcome($$SELECT * FROM im.join_conversation(65, 2)$$);
 SELECT pg_temp.outcome($$SELECT * FROM im.register_device(3, 'phone')$$);
 SELECT pg_temp.outcome($$SELECT * FROM im.sync_changes(3, 'phone', 10, 0)$$);
 SELECT pg_temp.outcome($$SELECT * FROM im.conversation_heads(ARRAY[65]::bigint[])$$);
+SELECT pg_temp.outcome($$SELECT * FROM im.conversation_current(ARRAY[65]::bigint[])$$);
 SELECT pg_temp.outcome($$SELECT * FROM im.shard_received_positions(ARRAY[3]::bigint[])$$);
 SELECT count(*) AS events_still FROM im.event WHERE client_msg_id = 'p-x';
 
@@ -70,6 +71,9 @@ SELECT source_node, dest_node, msg_seq,
 FROM im.transfer_out WHERE conversation_id = :g ORDER BY msg_seq;
 SELECT * FROM im.shard_pending();
 SELECT conversation_id = :g AS own, head_msg_seq FROM im.conversation_heads(ARRAY[:g]::bigint[]);
+-- 1.6: the head and the mode in force, for the router's conversation_list
+SELECT c.conversation_id = :g AS own, c.head_msg_seq, c.mode = (SELECT mode FROM im.conversation WHERE conversation_id = :g) AS mode_now
+FROM im.conversation_current(ARRAY[:g]::bigint[]) c;
 SELECT user_id, msg_seq, accepted FROM im.message_audience(:m);
 SELECT pg_temp.outcome($$SELECT * FROM im.message_audience(9999984)$$);   -- bucket 48: ours, unknown
 

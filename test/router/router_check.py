@@ -638,6 +638,39 @@ def a_silent_host():
         q("SELECT im_router.configure(%s, %s, %s)", (arr_n, arr_c, arr_b))
         listener.stdin.close()
         listener.wait(10)
+# ------------------------------------- an ex-member's conversation_list (§15)
+@section
+def ex_member_mode():
+    """Known gap (5) of issue 15: a mode switch of a group with no member
+    left on a node reached no copy there, so the ex-member's row showed the
+    mode in force when it left.  On one node conversation_list reads the
+    conversation row itself — the current mode, like the authoritative head
+    — for every user who has or had a period; through the router the same:
+    mode and head come from the conversation's node."""
+    home, away = names[0], names[1]
+    ex = users_on(away, 1, start=5000)[0]
+    stay = users_on(home, 2, start=5000)
+    conv = next(x for x in (q1("SELECT im.create_conversation('group', %s, %s)", (stay + [ex], stay[0]))
+                            for _ in range(3 * len(names))) if bucket_node[x % 64] == home)
+    q("SELECT * FROM im.send_message(%s, %s, %s, '{\"text\":\"before\"}')", (stay[0], conv, f"exm1-{conv}"))
+    q1("SELECT im.run_fanout()")
+    q("SELECT * FROM im.leave_conversation(%s, %s)", (conv, ex))
+    q1("SELECT im.run_fanout()")
+    row = {r[0]: r[1:] for r in q("SELECT conversation_id, mode, head_msg_seq FROM im.conversation_list(%s)", (ex,))}
+    old = row.get(conv, (None,))[0]
+    new = "shared_log" if old == "fanout" else "fanout"
+    check(q1("SELECT im.set_conversation_mode(%s, %s)", (conv, new)) == new,
+          f"ex_member_mode: the group on {home} switched to {new} after the member on {away} left")
+    q("SELECT * FROM im.send_message(%s, %s, %s, '{\"text\":\"after\"}')", (stay[0], conv, f"exm2-{conv}"))
+    q1("SELECT im.run_fanout()")
+    member = {r[0]: r[1:] for r in q("SELECT conversation_id, mode, head_msg_seq, head_stale"
+                                     " FROM im.conversation_list(%s)", (stay[1],))}
+    exrow = {r[0]: r[1:] for r in q("SELECT conversation_id, mode, head_msg_seq, head_stale"
+                                    " FROM im.conversation_list(%s)", (ex,))}
+    check(conv in exrow, "ex_member_mode: the ex-member still lists the group (it had a period)")
+    check(exrow.get(conv) == member.get(conv) and (exrow.get(conv) or (None,))[0] == new,
+          "ex_member_mode: the ex-member's row shows the mode and head in force now, as a member's does "
+          "(one node's answer)", f"ex-member {exrow.get(conv)}, member {member.get(conv)}")
 
 
 # ----------------------------------------------------------- a stopped node
