@@ -249,7 +249,14 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 				   "  content_type = EXCLUDED.content_type, recalled = EXCLUDED.recalled"
 				   /* shconc (issue 15, bytes): an unchanged copy is not rewritten (no WAL) */
 				   "  WHERE (im.event.body, im.event.content_type, im.event.recalled)"
-				   "    IS DISTINCT FROM (EXCLUDED.body, EXCLUDED.content_type, EXCLUDED.recalled)",
+				   "    IS DISTINCT FROM (EXCLUDED.body, EXCLUDED.content_type, EXCLUDED.recalled)"
+				   /*
+					* A recalled copy is a tombstone (contract §12.4): an older
+					* payload (a quarantined transfer retried after the recall's
+					* arrived) never brings the body back
+					* (sql/95_shard_recall_retry).
+					*/
+				   "    AND NOT im.event.recalled",
 				   1, JSONBOID);
 		im_exec(events, args, NULL, 0);
 		im_prepare(&periods,
