@@ -31,6 +31,18 @@
 #include "utils/guc.h"
 
 /*
+ * A row as jsonb without its NULL columns (the destination's
+ * jsonb_populate_record reads NULL for a missing key).  Only the row's own
+ * keys: jsonb_strip_nulls would also strip the nulls inside a message body
+ * (a body changed on its way to another node, test_body_roundtrip through
+ * the router; regress 95_shard_recall_retry).
+ */
+#define IM_ROW_WITHOUT_NULLS_SQL(row) \
+	"(SELECT pg_catalog.jsonb_object_agg(kv.key, kv.value)" \
+	" FROM pg_catalog.jsonb_each(pg_catalog.to_jsonb(" row ")) kv" \
+	" WHERE pg_catalog.jsonb_typeof(kv.value)" NE "'null')"
+
+/*
  * The periods whose rows a transfer carries: those its item opens or closes
  * (the only two moments a period changes; that item reaches the member, its
  * period covering it), and any whose join item is a dead letter here (its
@@ -104,8 +116,7 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			   "                             msg_seq, source_event_id, payload)"
 			   "SELECT cfg.self_name, d.node, o.outbox_id, o.conversation_id, o.msg_seq, o.source_event_id,"
 			   "  pg_catalog.jsonb_build_object("
-			   /* rows without their NULL columns (the destination's populate_record reads NULL for a missing key) */
-			   "   'conversation', (SELECT pg_catalog.jsonb_strip_nulls(pg_catalog.to_jsonb(c)) FROM im.conversation c"
+			   "   'conversation', (SELECT " IM_ROW_WITHOUT_NULLS_SQL("c") " FROM im.conversation c"
 			   "                    WHERE c.conversation_id" EQ "o.conversation_id),"
 			   /*
 			    * Period rows only as IM_CARRIED_PERIOD_SQL says; every
@@ -115,13 +126,13 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			    * recipient's period and join event with each item was most of
 			    * a transfer's bytes (issue 15).
 			    */
-			   "   'periods', COALESCE((SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_strip_nulls(pg_catalog.to_jsonb(p)))"
+			   "   'periods', COALESCE((SELECT pg_catalog.jsonb_agg(" IM_ROW_WITHOUT_NULLS_SQL("p") ")"
 			   "               FROM im.membership_period p WHERE p.membership_period_id" EQ "ANY (d.periods)"
 			   "                 AND " IM_CARRIED_PERIOD_SQL("p", "o") "),"
 			   "               '[]'::pg_catalog.jsonb),"
 			   "   'period_ids', pg_catalog.to_jsonb(d.periods),"
 			   /* a copy never takes a send (IS421): the request digest stays home */
-			   "   'events', (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_strip_nulls(pg_catalog.to_jsonb(x))"
+			   "   'events', (SELECT pg_catalog.jsonb_agg(" IM_ROW_WITHOUT_NULLS_SQL("x")
 			   "                                      OPERATOR(pg_catalog.-) 'request_digest'::pg_catalog.text"
 			   "                                      ORDER BY x.msg_seq)"
 			   "              FROM im.event x WHERE x.message_id IN"
