@@ -130,8 +130,7 @@ im_transfer_ack_settle_stored(void)
 	im_exec(fresh, NULL, NULL, 0);
 	im_prepare(&horizon_plan,
 			   "SELECT COALESCE(pg_catalog.min(s.xact_start), pg_catalog.statement_timestamp())"
-			   " FROM pg_catalog.pg_stat_activity s"
-			   " WHERE s.xact_start IS NOT NULL AND s.pid" NE "pg_catalog.pg_backend_pid()",
+			   " FROM " IM_OTHER_RUNNING_XACTS_SQL,
 			   0);
 	im_exec(horizon_plan, NULL, NULL, 1);
 	args[0] = im_get_datum_copy(0, 1, &isnull);
