@@ -22,7 +22,7 @@
 # Goals printed beside: send >= 0.95x floor at 1 client and >= 0.9x at 8
 # clients, fanout >= 0.6x floor.
 # Knobs: IM_BENCH_T (seconds per pgbench run, 6), IM_BENCH_ROUNDS (send
-# runs per side, median kept, 3), IM_BENCH_FAN_MSGS (200), IM_BENCH_WAL_TX
+# runs per side, median kept, 5), IM_BENCH_FAN_MSGS (200), IM_BENCH_WAL_TX
 # (2000), IM_BENCH_CPU_TX (1000), IM_BENCH_CPU_ROUNDS (5, medians kept),
 # IM_BENCH_SEND_ONLY=1 (only the paused send runs, CPU and WAL),
 # IM_BENCH_CPU_ONLY=1 (only the CPU figure).
@@ -32,7 +32,7 @@ cd "$(dirname "$0")/../.."
 source test/cluster.sh
 im_bench_parse_args "$@" || exit 2
 T=${IM_BENCH_T:-6}
-ROUNDS=${IM_BENCH_ROUNDS:-3}
+ROUNDS=${IM_BENCH_ROUNDS:-5}
 TR=${IM_BENCH_ROUND_T:-3}   # seconds per alternating send run
 NMSG=${IM_BENCH_FAN_MSGS:-200}
 WAL_TX=${IM_BENCH_WAL_TX:-2000}
@@ -62,7 +62,7 @@ paused() { q im_test "ALTER SYSTEM SET im_sync.fanout_paused = $1" >/dev/null; q
 
 echo "send_fanout benchmark: PostgreSQL $(q postgres 'SHOW server_version'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
 im_bench_durability
-echo "(send: median of $ROUNDS alternating ${TR}s runs per side; workers on: one ${T}s run)"
+echo "(send: median of $ROUNDS ${TR}s runs per side, order alternating, after one untimed run per side; workers on: one ${T}s run)"
 echo
 
 if [ -z "$SEND_ONLY" ]; then
@@ -168,15 +168,26 @@ cpu_report() {
 
 # 3. Send path alone: API vs floor in ROUNDS alternating runs each, the
 # median of each kept, so a burst of load elsewhere on the machine hits
-# both sides alike.
+# both sides alike.  Each set starts with one untimed run per side (WAL
+# segments created, caches filled), and the rounds alternate which side
+# goes first (API-floor, floor-API, ...): the rate still climbs while a
+# run's WAL segments are new, and a fixed order gave that climb to the
+# side that always ran second.
 declare -A API FLOOR
 for set in 1 2; do
   nconv=$([ $set = 1 ] && echo 1 || echo $NCONV_MANY)
+  TT=$TR tps im_test $D/send.sql 8 $set $nconv >/dev/null
+  TT=$TR tps im_test $D/floor_send.sql 8 $set $nconv >/dev/null
   for c in 1 8; do
     a=(); f=()
-    for _ in $(seq 1 "$ROUNDS"); do
-      a+=("$(TT=$TR tps im_test $D/send.sql $c $set $nconv)")
-      f+=("$(TT=$TR tps im_test $D/floor_send.sql $c $set $nconv)")
+    for r in $(seq 1 "$ROUNDS"); do
+      if [ $((r % 2)) = 1 ]; then
+        a+=("$(TT=$TR tps im_test $D/send.sql $c $set $nconv)")
+        f+=("$(TT=$TR tps im_test $D/floor_send.sql $c $set $nconv)")
+      else
+        f+=("$(TT=$TR tps im_test $D/floor_send.sql $c $set $nconv)")
+        a+=("$(TT=$TR tps im_test $D/send.sql $c $set $nconv)")
+      fi
     done
     API[$set,$c]=$(median "${a[@]}")
     FLOOR[$set,$c]=$(median "${f[@]}")
