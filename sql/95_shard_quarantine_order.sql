@@ -39,6 +39,12 @@ SELECT message_id AS cm FROM im.send_message(1, :c, 'cm', '{"text": "dies"}') \g
 SELECT im.run_fanout() > 0 AS fanned_out;
 SELECT msg_seq FROM im.edit_message(1, :c, 'ce', :cm, '{"text": "dies, edited"}');
 SELECT msg_seq FROM im.send_message(1, :c, 'cz', '{"text": "after the dead one"}');
+-- e: a message that becomes dead, its recall, one more message
+SELECT im.create_conversation('group', ARRAY[1, 2]::bigint[], 1) AS e \gset
+SELECT message_id AS em FROM im.send_message(1, :e, 'em', '{"text": "dies, recalled"}') \gset
+SELECT im.run_fanout() > 0 AS fanned_out;
+SELECT msg_seq FROM im.recall_message(1, :e, 'er', :em);
+SELECT msg_seq FROM im.send_message(1, :e, 'ez', '{"text": "after the recalled dead one"}');
 -- d: a message whose transfer arrives after its edit's (a dead letter of
 -- the source, requeued there later)
 SELECT im.create_conversation('group', ARRAY[1, 2]::bigint[], 1) AS d \gset
@@ -46,7 +52,7 @@ SELECT message_id AS dm FROM im.send_message(1, :d, 'dm', '{"text": "late"}') \g
 SELECT im.run_fanout() > 0 AS fanned_out;
 SELECT msg_seq FROM im.edit_message(1, :d, 'de', :dm, '{"text": "late, edited"}');
 SELECT im.run_fanout() > 0 AS fanned_out;
-INSERT INTO names VALUES (:a, 'a'), (:b, 'b'), (:c, 'c'), (:d, 'd');
+INSERT INTO names VALUES (:a, 'a'), (:b, 'b'), (:c, 'c'), (:d, 'd'), (:e, 'e');
 CREATE TABLE wire AS SELECT * FROM im.transfer_out ORDER BY transfer_id;
 CREATE TABLE wire_kind AS
   SELECT t.transfer_id, e.kind FROM im.transfer_out t JOIN im.event e ON e.message_id = t.source_event_id;
@@ -63,7 +69,7 @@ RESET client_min_messages;
 -- the poison: applying the transfers of am and cm fails (their own outbox
 -- item is refused; their events still reach the copy as a dependency)
 CREATE TABLE poison (id bigint PRIMARY KEY);
-INSERT INTO poison VALUES (:am), (:cm);
+INSERT INTO poison VALUES (:am), (:cm), (:em);
 CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF EXISTS (SELECT 1 FROM public.poison p WHERE p.id = NEW.source_event_id) THEN
@@ -115,27 +121,32 @@ SELECT events FROM log2 WHERE name = 'a';
 SELECT im.run_fanout() >= 0 AS ran;
 SELECT * FROM unread2 WHERE name = 'a';
 
--- 3. cm reaches the bound: dead, and the later ones of c flow past it
+-- 3. cm and em reach the bound: dead, and the later ones of c and e flow
+-- past them; e's recall of a target never delivered here changes no unread
+-- (it fanned out on the unread bound before: former known gap (5))
 SET im_sync.fanout_max_attempts = 2;
-UPDATE im.transfer_in SET next_attempt_at = now() WHERE state = 'quarantined' AND conversation_id = :c;
+UPDATE im.transfer_in SET next_attempt_at = now() WHERE state = 'quarantined' AND conversation_id IN (:c, :e);
 SELECT im.shard_apply_transfers() AS applied;
-SELECT * FROM transfers WHERE name = 'c' ORDER BY msg_seq;
+SELECT * FROM transfers WHERE name IN ('c', 'e') ORDER BY name, msg_seq;
 SELECT im.run_fanout() > 0 AS fanned_out;
-SELECT * FROM transfers WHERE name = 'c' ORDER BY msg_seq;
-SELECT events FROM log2 WHERE name = 'c';
+SELECT * FROM transfers WHERE name IN ('c', 'e') ORDER BY name, msg_seq;
+SELECT name, events FROM log2 WHERE name IN ('c', 'e') ORDER BY name;
+SELECT msg_seq, state, attempts FROM im.outbox
+ WHERE conversation_id = :e ORDER BY msg_seq;
 SELECT unread_count FROM im.report_read(2, :c, 1);
+SELECT * FROM unread2 WHERE name = 'e';
 SELECT check_name, n.name, detail->>'msg_seq' AS msg_seq, detail->>'attempts' AS attempts,
        detail->>'holds' AS holds, detail ? 'next_attempt_at' AS retries, detail->>'error' AS error
   FROM im.reconcile() r JOIN names n ON n.id = r.conversation_id ORDER BY 2, 3;
 RESET im_sync.fanout_max_attempts;
 
 -- 4. the repair path of a dead transfer: fix the cause, retry it; it is
--- delivered late (after c's later positions, as a repaired dead letter),
--- counted once
+-- delivered late (after the later positions, as a repaired dead letter),
+-- counted once in c, not at all in e (its recall was processed before)
 DELETE FROM poison;
 SELECT im.shard_retry_quarantined(source_node, transfer_id) FROM im.transfer_in WHERE state = 'dead';
 SELECT im.run_fanout() > 0 AS fanned_out;
-SELECT events FROM log2 WHERE name = 'c';
+SELECT name, events FROM log2 WHERE name IN ('c', 'e') ORDER BY name;
 
 -- 5. dm's own transfer arrives after its edit's (and after the recount
 -- above): delivered, counted once
