@@ -463,6 +463,34 @@ apply_one(const char *source, int64 transfer_id, Datum payload,
 	return ok;
 }
 
+/*
+ * A transfer held behind a quarantined one of its conversation is
+ * acknowledged as a quarantined one is: this node holds it and its payload
+ * (pending rows are never pruned), so its source need not keep it, and the
+ * source's im.shard_pending() — the router's run_fanout — does not wait for
+ * it, as one node's run_fanout does not wait for the items behind a failed
+ * one.  Sent once per transfer (an ack pruned by maintenance while the hold
+ * lasts goes again; its source drops an ack it has no transfer for).
+ */
+static void
+ack_held(void)
+{
+	static SPIPlanPtr plan;
+
+	im_prepare(&plan,
+			   "WITH blk AS (" IM_TRANSFER_BLOCKERS_SQL ") "
+			   "INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) "
+			   "SELECT t.source_node, t.transfer_id, im.shard_self() FROM im.transfer_in t "
+			   "JOIN blk b ON b.conversation_id" EQ "t.conversation_id"
+			   " AND (t.msg_seq, t.transfer_id)" GT "(b.msg_seq, b.transfer_id) "
+			   "WHERE t.state" EQ "'pending' AND NOT EXISTS (SELECT 1 FROM im.transfer_ack a"
+			   "  WHERE a.source_node" EQ "t.source_node AND a.transfer_id" EQ "t.transfer_id) "
+			   "ORDER BY t.source_node, t.transfer_id "
+			   "ON CONFLICT DO NOTHING",
+			   0);
+	im_exec(plan, NULL, NULL, 0);
+}
+
 int64
 im_transfer_apply(int max_transfers)
 {
@@ -533,6 +561,8 @@ im_transfer_apply(int max_transfers)
 			held_conversation = convs[i];
 		}
 	}
+	if (im_catalog_at_least(1, 7))
+		ack_held();
 	if (n > 0)
 		im_wake_fanout_at_commit();
 	return applied;

@@ -79,7 +79,9 @@ BEGIN
 END $$;
 CREATE TRIGGER refuse_poison BEFORE INSERT ON im.outbox FOR EACH ROW EXECUTE FUNCTION refuse_poison();
 CREATE VIEW transfers AS
-  SELECT n.name, t.msg_seq, k.kind, t.state, t.attempts, t.next_attempt_at > now() AS backing_off
+  SELECT n.name, t.msg_seq, k.kind, t.state, t.attempts, t.next_attempt_at > now() AS backing_off,
+         EXISTS (SELECT 1 FROM im.transfer_ack a
+                  WHERE a.source_node = t.source_node AND a.transfer_id = t.transfer_id) AS acked
     FROM im.transfer_in t JOIN names n ON n.id = t.conversation_id JOIN wire_kind k USING (transfer_id);
 CREATE VIEW log2 AS
   SELECT n.name, string_agg(i.msg_seq || ':' || i.kind, ' ' ORDER BY i.sync_seq) AS events
@@ -92,7 +94,8 @@ SET im_sync.fanout_max_attempts = 1000;
 
 -- 1. everything but dm's transfer arrives: am and cm are quarantined, the
 -- later transfers of a and c wait; b and d apply (d's edit brings dm along
--- as its target)
+-- as its target).  Every one is acknowledged: the held ones too (this node
+-- holds them), so their source and the router's run_fanout need not wait.
 INSERT INTO im.transfer_out SELECT * FROM wire WHERE source_event_id <> :dm ORDER BY transfer_id;
 SELECT im.shard_apply_transfers() AS applied;
 SELECT * FROM transfers ORDER BY name, msg_seq;
