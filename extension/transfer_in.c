@@ -346,6 +346,13 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
  * transient one backs off and is never an attempt, any other is charged and
  * the transfer is dead at im_sync.fanout_max_attempts.
  */
+#define SETTLE_TAIL_SQL \
+	"  WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 RETURNING state), " \
+	"a AS (INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)" \
+	" SELECT $1, $2, im.shard_self() FROM s " \
+	" ON CONFLICT DO NOTHING RETURNING 1) " \
+	"SELECT s.state FROM s"
+
 static char *
 settle(const char *source, int64 transfer_id, const char *error, bool transient)
 {
@@ -372,11 +379,7 @@ settle(const char *source, int64 transfer_id, const char *error, bool transient)
 				   "      WHEN $4 THEN pg_catalog.now()" PLUS IM_TRANSIENT_BACKOFF_SQL("transient_failures")
 				   "      WHEN attempts" PLUS "1" GE "$5 THEN NULL"
 				   "      ELSE pg_catalog.now()" PLUS IM_CHARGED_BACKOFF_SQL("attempts") " END"
-				   "  WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 RETURNING state), "
-				   "a AS (INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)"
-				   " SELECT $1, $2, im.shard_self() FROM s "
-				   " ON CONFLICT DO NOTHING RETURNING 1) "
-				   "SELECT s.state FROM s",
+				   SETTLE_TAIL_SQL,
 				   5, TEXTOID, INT8OID, TEXTOID, BOOLOID, INT4OID);
 	else
 		im_prepare(&plan16,
@@ -385,11 +388,7 @@ settle(const char *source, int64 transfer_id, const char *error, bool transient)
 				   "    state = CASE WHEN $3::pg_catalog.text IS NULL THEN 'applied' ELSE 'quarantined' END,"
 				   "    last_error = $3, applied_at = pg_catalog.now(),"
 				   "    payload = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL ELSE payload END"
-				   "  WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 RETURNING state), "
-				   "a AS (INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)"
-				   " SELECT $1, $2, im.shard_self() FROM s "
-				   " ON CONFLICT DO NOTHING RETURNING 1) "
-				   "SELECT s.state FROM s",
+				   SETTLE_TAIL_SQL,
 				   3, TEXTOID, INT8OID, TEXTOID);
 	args[0] = CStringGetTextDatum(source);
 	args[1] = Int64GetDatum(transfer_id);
