@@ -398,6 +398,20 @@ enum
 };
 
 /*
+ * Whether message `e` (an im.event alias) is recalled by a recall whose item
+ * was processed here BEFORE this run (an item of the run still reads
+ * 'pending'): then the recount (IM_UNREAD_RECOUNT_SQL) no longer counts it,
+ * and delivering it late — a dead letter or dead transfer retried after its
+ * recall, a transfer that arrived after the recall's — must not add it to
+ * unread either.  The recalled flag first: no probe for the usual message.
+ */
+#define RECALL_PROCESSED_SQL(e) \
+	"(" e ".recalled AND EXISTS (SELECT 1 FROM im.event rc" \
+	"   LEFT JOIN im.outbox rco ON rco.source_event_id" EQ "rc.message_id" \
+	"   WHERE rc.target_message_id" EQ e ".message_id AND rc.kind" EQ "'recall'" \
+	"     AND " IM_ITEM_PROCESSED_SQL("rco.state", "rc.created_at") "))"
+
+/*
  * The common case of a run, kept lean: several plain `message` items of a
  * fanout conversation that no log holds yet and nobody deleted for
  * themselves.  The same effects as the general statement below, without
@@ -439,7 +453,8 @@ lean_run_plan(void)
 	return im_prepare(&plan,
 					  "WITH r AS ("
 					  "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
-					  "         p.user_id, p.membership_period_id AS period"
+					  "         p.user_id, p.membership_period_id AS period,"
+					  "         " RECALL_PROCESSED_SQL("e") " AS recall_done"
 					  "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
 					  "  JOIN im.membership_period p ON p.conversation_id" EQ "$2"
 					  "   AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq")
@@ -449,7 +464,8 @@ lean_run_plan(void)
 					  "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last,"
 					  "         pg_catalog.count(*)" MINUS "pg_catalog.count(DISTINCT num.outbox_id) AS doubled,"
 					  "         pg_catalog.count(*) FILTER (WHERE num.sender_id" NE "num.user_id"
-					  "                                AND num.msg_seq" GT "u.read_msg_seq) AS delta"
+					  "                                AND num.msg_seq" GT "u.read_msg_seq"
+					  "                                AND NOT num.recall_done) AS delta"
 					  "  FROM num LEFT JOIN im.user_conversation u"
 					  "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2"
 					  "  GROUP BY num.user_id),"
@@ -472,13 +488,15 @@ general_run_plan(void)
 					  "WITH it AS ("
 					  "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
 					  "         e.target_message_id, e.mode, t.sender_id AS t_sender, t.msg_seq AS t_seq,"
+					  "         " RECALL_PROCESSED_SQL("e") " AS recall_done,"
 					  /*
-					   * the recalled target counted until now iff its fanout is done
-					   * (or in this run; a collected item was done); in either mode,
-					   * so a shared_log upper bound stays an upper bound and a fanout
-					   * count stays exact
+					   * the recalled target counted until now iff its item is
+					   * processed here (or in this run; IM_ITEM_PROCESSED_SQL: a
+					   * copy's target that came only as a dependency was never
+					   * counted); in either mode, so a shared_log upper bound stays
+					   * an upper bound and a fanout count stays exact
 					   */
-					  "         (tob.outbox_id IS NULL OR tob.state" EQ "'done'"
+					  "         (" IM_ITEM_PROCESSED_SQL("tob.state", "t.created_at")
 					  "          OR tob.outbox_id" EQ "ANY ($1::pg_catalog.int8[])) AS t_done,"
 					  /* redelivery: only an item already in some log needs the per-user check */
 					  "         e.message_id" EQ "ANY ($3::pg_catalog.int8[]) AS seen"
@@ -507,6 +525,7 @@ general_run_plan(void)
 					  "    pg_catalog.sum(CASE"
 					  "      WHEN num.kind" EQ "'message' AND num.sender_id" NE "u.user_id"
 					  "       AND num.msg_seq" GT "u.read_msg_seq AND dm.user_id IS NULL"
+					  "       AND NOT num.recall_done"
 					  "      THEN 1"
 					  "      WHEN num.kind" EQ "'recall' AND num.t_done"
 					  "       AND num.t_sender" NE "u.user_id AND num.t_seq" GT "u.read_msg_seq"
@@ -699,15 +718,13 @@ record_failure(const int64 *ids, int n, ErrorData *edata)
 		return 0;
 	im_prepare(&transient_plan,
 			   "UPDATE im.outbox SET transient_failures = transient_failures" PLUS "1, last_error = $2,"
-			   "  next_attempt_at = pg_catalog.now()" PLUS
-			   "    pg_catalog.make_interval(secs => LEAST(60, pg_catalog.power(2, LEAST(transient_failures, 6)))) "
+			   "  next_attempt_at = pg_catalog.now()" PLUS IM_TRANSIENT_BACKOFF_SQL("transient_failures") " "
 			   "WHERE outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND state" EQ "'pending' "
 			   "RETURNING state",
 			   3, INT8ARRAYOID, TEXTOID, INT4OID);
 	im_prepare(&charged_plan,
 			   "UPDATE im.outbox SET attempts = attempts" PLUS "1, last_error = $2,"
-			   "  next_attempt_at = pg_catalog.now()" PLUS
-			   "    pg_catalog.make_interval(secs => 10" OP_TIMES "pg_catalog.power(2, LEAST(attempts, 5))),"
+			   "  next_attempt_at = pg_catalog.now()" PLUS IM_CHARGED_BACKOFF_SQL("attempts") ","
 			   "  state = CASE WHEN attempts" PLUS "1" GE "$3 THEN 'dead' ELSE 'pending' END "
 			   "WHERE outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND state" EQ "'pending' "
 			   "RETURNING state",

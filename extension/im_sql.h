@@ -90,28 +90,61 @@
 
 
 /*
+ * The retry backoff of contract §4, after `n` earlier failures of the same
+ * kind (an SQL expression): a transient failure (never an attempt) waits
+ * 1 s, 2 s, 4 s, … capped at 1 min; a charged attempt 10 s × 2^n capped at
+ * 320 s.  Fanout's outbox items (fanout.c) and inbound transfers
+ * (transfer_in.c) retry by the same rule.
+ */
+#define IM_TRANSIENT_BACKOFF_SQL(n) \
+	"pg_catalog.make_interval(secs => LEAST(60, pg_catalog.power(2, LEAST(" n ", 6))))"
+#define IM_CHARGED_BACKOFF_SQL(n) \
+	"pg_catalog.make_interval(secs => 10" OP_TIMES "pg_catalog.power(2, LEAST(" n ", 5)))"
+
+/*
+ * Whether the reliable event of a conversation position (an im.event row
+ * whose creation time is `created`) is processed on THIS node, given its
+ * outbox item's state `state` (NULL when the node holds no item): done, or
+ * no item although the position is older than the collection cutoff
+ * (maintenance.c collects done items only, and only once processed before
+ * the cutoff, so an item missing after it was never processed here).  On a
+ * sharded node a copy's event can arrive as a dependency of a later
+ * transfer (the target of a recall or edit) before its own transfer is
+ * applied — quarantined, dead, or not yet arrived: it has no item, and
+ * counting it as processed counted it in unread twice, once by a recount
+ * and once when its own item is fanned out (README "Several nodes", former
+ * known gap (3)).  Unread (IM_UNREAD_RECOUNT_SQL) and fanout's recall
+ * decrement (fanout.c) judge by this one predicate.
+ */
+#define IM_OUTBOX_COLLECTED_BEFORE_SQL \
+	"COALESCE((SELECT m.at FROM im.maintenance_state m" \
+	"          WHERE m.name" EQ "'outbox_collected_before'), '-infinity'::pg_catalog.timestamptz)"
+#define IM_ITEM_PROCESSED_SQL(state, created) \
+	"COALESCE(" state EQ "'done', " created LT IM_OUTBOX_COLLECTED_BEFORE_SQL ", false)"
+
+/*
  * Unread recount of contract §3 for fanout conversations: $1 user_id,
  * $2 conversation_id, $3 read_msg_seq.  Counts `message` positions from
- * other senders whose outbox item is processed (an item is written with its
- * event and collected only after processing, so a missing item counts as
- * processed), visible to the user by a
- * membership period, not recalled by a processed recall, not deleted for
- * the user, above the read cursor.  Fanout keeps unread_count equal to this
- * by increments; report_read/delete_for_me/reconcile use it directly.
+ * other senders whose outbox item is processed (IM_ITEM_PROCESSED_SQL),
+ * visible to the user by a membership period, not recalled by a processed
+ * recall, not deleted for the user, above the read cursor.  Fanout keeps
+ * unread_count equal to this by increments; report_read/delete_for_me/
+ * reconcile use it directly.
  */
 #define IM_UNREAD_RECOUNT_SQL \
 	"SELECT pg_catalog.count(*) FROM im.event e " \
 	"WHERE e.conversation_id" EQ "$2 AND e.kind" EQ "'message' " \
 	"  AND e.msg_seq" GT "$3 " \
 	"  AND e.sender_id" NE "$1 " \
-	"  AND NOT EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id" EQ "e.message_id " \
-	"              AND o.state" NE "'done') " \
+	"  AND " IM_ITEM_PROCESSED_SQL("(SELECT o.state FROM im.outbox o WHERE o.source_event_id" EQ "e.message_id)", \
+								  "e.created_at") " " \
 	"  AND EXISTS (SELECT 1 FROM im.membership_period p WHERE p.conversation_id" EQ "e.conversation_id " \
 	"              AND p.user_id" EQ "$1 AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
 	"  AND NOT EXISTS (SELECT 1 FROM im.event r WHERE r.target_message_id" EQ "e.message_id " \
 	"              AND r.kind" EQ "'recall' " \
-	"              AND NOT EXISTS (SELECT 1 FROM im.outbox ro WHERE ro.source_event_id" EQ "r.message_id " \
-	"                              AND ro.state" NE "'done')) " \
+	"              AND " IM_ITEM_PROCESSED_SQL("(SELECT ro.state FROM im.outbox ro" \
+	"                                            WHERE ro.source_event_id" EQ "r.message_id)", \
+										  "r.created_at") ") " \
 	"  AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "$1 " \
 	"              AND d.message_id" EQ "e.message_id)"
 

@@ -7,6 +7,8 @@
 #include "common.h"
 #include "im_sql.h"
 #include "shard_map.h"
+#include "transfer.h"
+#include "version_check.h"
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"
@@ -16,22 +18,35 @@
  * inbound_unapplied): all three 0 on every node iff everything is fanned
  * out, carried and applied (a transfer is unacked on its source until the
  * destination's applied record came back).  Dead letters and quarantined
- * transfers are not pending: reconcile reports them.
+ * transfers are not pending: reconcile reports them.  Since 1.7 the
+ * inbound count is what an apply pass would take now (transfer.h): a
+ * transfer held behind a quarantined one of its conversation waits for it,
+ * as a failed outbox item's later ones wait on one node, and a quarantined
+ * one is counted while it is due again.
  */
 PG_FUNCTION_INFO_V1(im_shard_pending);
 Datum
 im_shard_pending(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan;
+	static SPIPlanPtr plan16;
+	bool		ordered = im_catalog_at_least(1, 7);
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
-	im_prepare(&plan,
-			   "SELECT (SELECT pg_catalog.count(*) FROM im.outbox WHERE state" EQ "'pending'),"
-			   "       (SELECT pg_catalog.count(*) FROM im.transfer_out),"
-			   "       (SELECT pg_catalog.count(*) FROM im.transfer_in WHERE state" EQ "'pending')",
-			   0);
-	im_exec(plan, NULL, NULL, 0);
+	if (ordered)
+		im_prepare(&plan,
+				   "SELECT (SELECT pg_catalog.count(*) FROM im.outbox WHERE state" EQ "'pending'),"
+				   "       (SELECT pg_catalog.count(*) FROM im.transfer_out),"
+				   "       (SELECT pg_catalog.count(*) FROM (" IM_TRANSFERS_DUE_SQL("1") ") d)",
+				   0);
+	else
+		im_prepare(&plan16,
+				   "SELECT (SELECT pg_catalog.count(*) FROM im.outbox WHERE state" EQ "'pending'),"
+				   "       (SELECT pg_catalog.count(*) FROM im.transfer_out),"
+				   "       (SELECT pg_catalog.count(*) FROM im.transfer_in WHERE state" EQ "'pending')",
+				   0);
+	im_exec(ordered ? plan : plan16, NULL, NULL, 0);
 	im_srf_rows_from_spi(fcinfo, 3);
 	SPI_finish();
 	return (Datum) 0;

@@ -69,10 +69,26 @@ im_shard_reconcile_rows_from_spi(FunctionCallInfo fcinfo)
 
 /* $1 = im_sync.reconcile_outbox_age in seconds; (check, severity, conversation, user, detail) */
 static const char *const transfer_checks[] = {
-	"SELECT 'transfer_quarantined', 'error', t.conversation_id, NULL::pg_catalog.int8, "
+	/*
+	 * Quarantined (retried, holding the later transfers of its conversation)
+	 * and dead ones (past im_sync.fanout_max_attempts; the later ones flowed
+	 * past it; repair: fix the cause, im.shard_retry_quarantined).  Since
+	 * 1.7 the detail adds attempts, next_attempt_at (absent: no automatic
+	 * retry) and how many later transfers a quarantined one holds; read
+	 * through to_jsonb so the same text serves a 1.6 catalog.
+	 */
+	"SELECT 'transfer_' " OP_CONCAT " t.state, 'error', t.conversation_id, NULL::pg_catalog.int8, "
 	"  pg_catalog.jsonb_build_object('source_node', t.source_node, 'transfer_id', t.transfer_id, "
 	"    'msg_seq', t.msg_seq, 'source_event_id', t.source_event_id, 'error', t.last_error) "
-	"FROM im.transfer_in t WHERE t.state" EQ "'quarantined' ORDER BY t.source_node, t.transfer_id",
+	"  " OP_CONCAT " pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object("
+	"    'attempts', pg_catalog.to_jsonb(t) -> 'attempts', "
+	"    'next_attempt_at', pg_catalog.to_jsonb(t) -> 'next_attempt_at', "
+	"    'holds', CASE WHEN t.state" EQ "'quarantined' AND (pg_catalog.to_jsonb(t) ->> 'next_attempt_at') IS NOT NULL "
+	"      THEN (SELECT pg_catalog.count(*) FROM im.transfer_in h "
+	"            WHERE h.conversation_id" EQ "t.conversation_id AND h.state" EQ "'pending' "
+	"              AND (h.msg_seq, h.transfer_id)" GT "(t.msg_seq, t.transfer_id)) END)) "
+	"FROM im.transfer_in t WHERE t.state" EQ "ANY ('{quarantined,dead}'::pg_catalog.text[]) "
+	"ORDER BY t.source_node, t.transfer_id",
 
 	"SELECT 'transfer_unacked_too_old', 'warning', t.conversation_id, NULL::pg_catalog.int8, "
 	"  pg_catalog.jsonb_build_object('dest_node', t.dest_node, 'transfer_id', t.transfer_id, "

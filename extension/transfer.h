@@ -14,6 +14,41 @@
  * another applier holds the lock.  Must be called inside SPI_connect.
  */
 extern int64 im_transfer_apply(int max_transfers);
+
+/*
+ * Order of inbound transfers (catalog 1.7; transfer_in.c): the single-node
+ * rule of fanout, per conversation on this destination.  A transfer that
+ * failed to apply is 'quarantined' with its error and retried after the
+ * backoff of contract §4 (IM_*_BACKOFF_SQL); after
+ * im_sync.fanout_max_attempts charged attempts it is 'dead'.  While it is
+ * quarantined it holds every later transfer of its conversation on this
+ * node (whichever users they carry: "later" is (msg_seq, transfer_id)
+ * within the conversation, as one outbox head holds its conversation on one
+ * node); a dead one holds nothing.  A quarantined transfer with no
+ * next_attempt_at (judged at arrival as sent before its source's pruning
+ * horizon: an operator's question, never retried by itself) holds nothing
+ * either.
+ *
+ * IM_TRANSFER_BLOCKERS_SQL: per conversation, the first quarantined
+ * transfer waiting out its backoff with no pending transfer before it (one
+ * before it may be what it missed, so it is retried right after that one).
+ * IM_TRANSFERS_DUE_SQL(cols): the transfers an apply pass takes, as rows
+ * of `cols` of im.transfer_in t: pending or retryable quarantined ones,
+ * before their conversation's blocker.
+ */
+#define IM_TRANSFER_BLOCKERS_SQL \
+	"SELECT DISTINCT ON (q.conversation_id) q.conversation_id, q.msg_seq, q.transfer_id" \
+	" FROM im.transfer_in q" \
+	" WHERE q.state" EQ "'quarantined' AND q.next_attempt_at" GT "pg_catalog.now()" \
+	"   AND NOT EXISTS (SELECT 1 FROM im.transfer_in p WHERE p.conversation_id" EQ "q.conversation_id" \
+	"                   AND p.state" EQ "'pending'" \
+	"                   AND (p.msg_seq, p.transfer_id)" LT "(q.msg_seq, q.transfer_id))" \
+	" ORDER BY q.conversation_id, q.msg_seq, q.transfer_id"
+#define IM_TRANSFERS_DUE_SQL(cols) \
+	"WITH blk AS (" IM_TRANSFER_BLOCKERS_SQL ") " \
+	"SELECT " cols " FROM im.transfer_in t LEFT JOIN blk b ON b.conversation_id" EQ "t.conversation_id " \
+	"WHERE (t.state" EQ "'pending' OR (t.state" EQ "'quarantined' AND t.next_attempt_at IS NOT NULL)) " \
+	"  AND (b.conversation_id IS NULL OR (t.msg_seq, t.transfer_id)" LT "(b.msg_seq, b.transfer_id))"
 extern void im_transfer_ack_settle_stored(void);
 
 #endif

@@ -28,14 +28,23 @@
  *     in msg_seq order, as on its own node;
  *   - a poison transfer (its apply fails) is quarantined with its error in
  *     its own subtransaction and acknowledged (the destination holds it and
- *     its payload, reconcile reports it); the rest flows.
+ *     its payload, reconcile reports it); other conversations flow;
+ *   - (catalog 1.7) the single-node order of a failing item, per
+ *     conversation: a quarantined transfer is retried with fanout's backoff
+ *     and holds the later transfers of its conversation on this node until
+ *     it applies, or until it is dead after im_sync.fanout_max_attempts
+ *     charged attempts (transfer.h); so a recall or edit never reaches the
+ *     log before its target unless the target is dead.  On a 1.6 catalog
+ *     the later ones flow past it, as in 1.6.
  */
 #include "im_sync.h"
 #include "common.h"
 #include "im_sql.h"
 #include "shard_map.h"
 #include "shmem.h"
+#include "fanout.h"
 #include "transfer.h"
+#include "version_check.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -329,35 +338,73 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 	}
 }
 
-/* Mark applied (or quarantined with its error) and send the record back. */
-static void
-settle(const char *source, int64 transfer_id, const char *error)
+/*
+ * Mark applied, or failed with its error, and send the applied record back
+ * (a failed transfer is acknowledged too: this node holds its payload).
+ * Returns the transfer's state now.  A failure on a 1.7 catalog is retried
+ * by the rule of fanout's outbox items (fanout.c record_failure): a
+ * transient one backs off and is never an attempt, any other is charged and
+ * the transfer is dead at im_sync.fanout_max_attempts.
+ */
+#define SETTLE_TAIL_SQL \
+	"  WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 RETURNING state), " \
+	"a AS (INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)" \
+	" SELECT $1, $2, im.shard_self() FROM s " \
+	" ON CONFLICT DO NOTHING RETURNING 1) " \
+	"SELECT s.state FROM s"
+
+static char *
+settle(const char *source, int64 transfer_id, const char *error, bool transient)
 {
 	static SPIPlanPtr plan;
-	Datum		args[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	static SPIPlanPtr plan16;
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		retried = im_catalog_at_least(1, 7);
 
-	im_prepare(&plan,
-			   "WITH s AS ("
-			   "  UPDATE im.transfer_in SET"
-			   "    state = CASE WHEN $3::pg_catalog.text IS NULL THEN 'applied' ELSE 'quarantined' END,"
-			   "    last_error = $3, applied_at = pg_catalog.now(),"
-			   "    payload = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL ELSE payload END"
-			   "  WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 RETURNING 1) "
-			   "INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)"
-			   " SELECT $1, $2, im.shard_self() FROM s "
-			   "ON CONFLICT DO NOTHING",
-			   3, TEXTOID, INT8OID, TEXTOID);
+	if (retried)
+		im_prepare(&plan,
+				   "WITH s AS ("
+				   "  UPDATE im.transfer_in SET"
+				   "    state = CASE WHEN $3::pg_catalog.text IS NULL THEN 'applied'"
+				   "                 WHEN NOT $4 AND attempts" PLUS "1" GE "$5 THEN 'dead'"
+				   "                 ELSE 'quarantined' END,"
+				   "    last_error = $3, applied_at = pg_catalog.now(),"
+				   "    payload = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL ELSE payload END,"
+				   "    attempts = CASE WHEN $3::pg_catalog.text IS NULL OR $4 THEN attempts"
+				   "                    ELSE attempts" PLUS "1 END,"
+				   "    transient_failures = CASE WHEN $3::pg_catalog.text IS NOT NULL AND $4"
+				   "                              THEN transient_failures" PLUS "1 ELSE transient_failures END,"
+				   "    next_attempt_at = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL"
+				   "      WHEN $4 THEN pg_catalog.now()" PLUS IM_TRANSIENT_BACKOFF_SQL("transient_failures")
+				   "      WHEN attempts" PLUS "1" GE "$5 THEN NULL"
+				   "      ELSE pg_catalog.now()" PLUS IM_CHARGED_BACKOFF_SQL("attempts") " END"
+				   SETTLE_TAIL_SQL,
+				   5, TEXTOID, INT8OID, TEXTOID, BOOLOID, INT4OID);
+	else
+		im_prepare(&plan16,
+				   "WITH s AS ("
+				   "  UPDATE im.transfer_in SET"
+				   "    state = CASE WHEN $3::pg_catalog.text IS NULL THEN 'applied' ELSE 'quarantined' END,"
+				   "    last_error = $3, applied_at = pg_catalog.now(),"
+				   "    payload = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL ELSE payload END"
+				   SETTLE_TAIL_SQL,
+				   3, TEXTOID, INT8OID, TEXTOID);
 	args[0] = CStringGetTextDatum(source);
 	args[1] = Int64GetDatum(transfer_id);
 	if (error)
 		args[2] = CStringGetTextDatum(error);
 	else
 		nulls[2] = 'n';
-	im_exec(plan, args, nulls, 0);
+	args[3] = BoolGetDatum(transient);
+	args[4] = Int32GetDatum(im_fanout_max_attempts);
+	if (im_exec(retried ? plan : plan16, args, nulls, 0) != 1)
+		elog(ERROR, "im_sync: inbound transfer " INT64_FORMAT " from \"%s\" vanished while applied",
+			 transfer_id, source);
+	return im_get_text(0, 1);
 }
 
-/* Apply one pending transfer in its own subtransaction; false when quarantined. */
+/* Apply one transfer in its own subtransaction; false when it failed (quarantined or dead). */
 static bool
 apply_one(const char *source, int64 transfer_id, Datum payload,
 		  int64 conversation_id, int64 msg_seq, int64 source_event_id)
@@ -365,7 +412,9 @@ apply_one(const char *source, int64 transfer_id, Datum payload,
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
 	volatile bool ok = true;
+	volatile bool transient = false;
 	char	   *volatile error = NULL;
+	char	   *state;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
@@ -393,16 +442,52 @@ apply_one(const char *source, int64 transfer_id, Datum payload,
 			ReThrowError(edata);
 		error = psprintf("%s: %s", unpack_sql_state(edata->sqlerrcode),
 						 edata->message ? edata->message : "(no message)");
-		ereport(WARNING,
-				(errmsg("im_sync: transfer " INT64_FORMAT " from node \"%s\" (conversation " INT64_FORMAT
-						", msg_seq " INT64_FORMAT ") is quarantined: %s",
-						transfer_id, source, conversation_id, msg_seq, error)));
+		transient = im_fanout_error_is_transient(edata->sqlerrcode);
 		FreeErrorData(edata);
 		ok = false;
 	}
 	PG_END_TRY();
-	settle(source, transfer_id, error);
+	state = settle(source, transfer_id, error, transient);
+	if (!ok)
+		ereport(WARNING,
+				(errmsg("im_sync: transfer " INT64_FORMAT " from node \"%s\" (conversation " INT64_FORMAT
+						", msg_seq " INT64_FORMAT ") is %s: %s%s",
+						transfer_id, source, conversation_id, msg_seq,
+						strcmp(state, "dead") == 0 ? "dead" : "quarantined", error,
+						strcmp(state, "dead") == 0 ?
+						"; the later transfers of its conversation flow past it" :
+						!im_catalog_at_least(1, 7) ? "" :
+						transient ? "; transient, not counted as an attempt: backing off" :
+						"; will retry, holding the later transfers of its conversation")));
 	return ok;
+}
+
+/*
+ * A transfer held behind a quarantined one of its conversation is
+ * acknowledged as a quarantined one is: this node holds it and its payload
+ * (pending rows are never pruned), so its source need not keep it, and the
+ * source's im.shard_pending() — the router's run_fanout — does not wait for
+ * it, as one node's run_fanout does not wait for the items behind a failed
+ * one.  Sent once per transfer (an ack pruned by maintenance while the hold
+ * lasts goes again; its source drops an ack it has no transfer for).
+ */
+static void
+ack_held(void)
+{
+	static SPIPlanPtr plan;
+
+	im_prepare(&plan,
+			   "WITH blk AS (" IM_TRANSFER_BLOCKERS_SQL ") "
+			   "INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) "
+			   "SELECT t.source_node, t.transfer_id, im.shard_self() FROM im.transfer_in t "
+			   "JOIN blk b ON b.conversation_id" EQ "t.conversation_id"
+			   " AND (t.msg_seq, t.transfer_id)" GT "(b.msg_seq, b.transfer_id) "
+			   "WHERE t.state" EQ "'pending' AND NOT EXISTS (SELECT 1 FROM im.transfer_ack a"
+			   "  WHERE a.source_node" EQ "t.source_node AND a.transfer_id" EQ "t.transfer_id) "
+			   "ORDER BY t.source_node, t.transfer_id "
+			   "ON CONFLICT DO NOTHING",
+			   0);
+	im_exec(plan, NULL, NULL, 0);
 }
 
 int64
@@ -410,7 +495,10 @@ im_transfer_apply(int max_transfers)
 {
 	static SPIPlanPtr lock;
 	static SPIPlanPtr pending;
+	static SPIPlanPtr pending16;
 	Datum		args[2];
+	bool		held = false;
+	int64		held_conversation = 0;
 	uint64		n;
 	int64		applied = 0;
 	char	  **sources;
@@ -428,13 +516,20 @@ im_transfer_apply(int max_transfers)
 	if (!im_get_bool(0, 1, NULL))
 		return 0;				/* another applier is at it; it applies in order */
 	im_transfer_ack_settle_stored();	/* under the same lock: one settler */
-	im_prepare(&pending,
-			   "SELECT source_node, transfer_id, payload, conversation_id, msg_seq, source_event_id "
-			   "FROM im.transfer_in WHERE state" EQ "'pending' "
-			   "ORDER BY conversation_id, msg_seq, transfer_id LIMIT $1",
-			   1, INT4OID);
+	if (im_catalog_at_least(1, 7))
+		im_prepare(&pending,
+				   IM_TRANSFERS_DUE_SQL("t.source_node, t.transfer_id, t.payload, t.conversation_id,"
+										" t.msg_seq, t.source_event_id")
+				   " ORDER BY t.conversation_id, t.msg_seq, t.transfer_id LIMIT $1",
+				   1, INT4OID);
+	else
+		im_prepare(&pending16,
+				   "SELECT source_node, transfer_id, payload, conversation_id, msg_seq, source_event_id "
+				   "FROM im.transfer_in WHERE state" EQ "'pending' "
+				   "ORDER BY conversation_id, msg_seq, transfer_id LIMIT $1",
+				   1, INT4OID);
 	args[0] = Int32GetDatum(max_transfers);
-	n = im_exec(pending, args, NULL, 0);
+	n = im_exec(im_catalog_at_least(1, 7) ? pending : pending16, args, NULL, 0);
 	sources = palloc(sizeof(char *) * Max(n, 1));
 	ids = palloc(sizeof(int64) * Max(n, 1));
 	convs = palloc(sizeof(int64) * Max(n, 1));
@@ -453,8 +548,20 @@ im_transfer_apply(int max_transfers)
 		events[i] = im_get_int64(i, 6, NULL);
 	}
 	for (uint64 i = 0; i < n; i++)
+	{
+		/* a failure holds the rest of its conversation (1.7: by its state too) */
+		if (held && convs[i] == held_conversation && im_catalog_at_least(1, 7))
+			continue;
 		if (apply_one(sources[i], ids[i], payloads[i], convs[i], seqs[i], events[i]))
 			applied++;
+		else
+		{
+			held = true;
+			held_conversation = convs[i];
+		}
+	}
+	if (im_catalog_at_least(1, 7))
+		ack_held();
 	if (n > 0)
 		im_wake_fanout_at_commit();
 	return applied;
@@ -476,28 +583,43 @@ im_shard_apply_transfers(PG_FUNCTION_ARGS)
 
 /*
  * im.shard_retry_quarantined(source_node, transfer_id) -> true when a
- * quarantined transfer went back to pending (after the cause was repaired);
- * the next apply takes it again (its outbox item, if it gets one, is
- * fanned out as any late item: periods decide, contract §1).
+ * quarantined or dead transfer went back to pending (after the cause was
+ * repaired), with its attempts cleared: the next apply takes it at once, in
+ * (msg_seq) order with what its conversation holds pending.  A dead one's
+ * later transfers were applied past it: its outbox item, if it gets one,
+ * is fanned out as any late item (periods decide, contract §1), as a
+ * repaired dead letter on one node.
  */
 PG_FUNCTION_INFO_V1(im_shard_retry_quarantined);
 Datum
 im_shard_retry_quarantined(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr plan;
+	static SPIPlanPtr plan16;
 	char	   *source = im_arg_text(fcinfo, 0, "source_node", 41);
 	int64		transfer_id = im_arg_id(fcinfo, 1, "transfer_id");
+	bool		retried = im_catalog_at_least(1, 7);
 	Datum		args[2];
 	uint64		n;
 
 	im_spi_connect();
-	im_prepare(&plan,
-			   "UPDATE im.transfer_in SET state = 'pending', applied_at = NULL "
-			   "WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 AND state" EQ "'quarantined'",
-			   2, TEXTOID, INT8OID);
+	if (retried)
+		im_prepare(&plan,
+				   "UPDATE im.transfer_in SET state = 'pending', applied_at = NULL, attempts = 0,"
+				   "  transient_failures = 0, next_attempt_at = NULL "
+				   "WHERE source_node" EQ "$1 AND transfer_id" EQ "$2"
+				   "  AND state" EQ "ANY ('{quarantined,dead}'::pg_catalog.text[])",
+				   2, TEXTOID, INT8OID);
+	else
+		im_prepare(&plan16,
+				   "UPDATE im.transfer_in SET state = 'pending', applied_at = NULL "
+				   "WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 AND state" EQ "'quarantined'",
+				   2, TEXTOID, INT8OID);
 	args[0] = CStringGetTextDatum(source);
 	args[1] = Int64GetDatum(transfer_id);
-	n = im_exec(plan, args, NULL, 0);
+	n = im_exec(retried ? plan : plan16, args, NULL, 0);
 	SPI_finish();
+	if (n == 1)
+		im_wake_fanout_at_commit();
 	PG_RETURN_BOOL(n == 1);
 }

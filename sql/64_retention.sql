@@ -60,7 +60,8 @@ SELECT msg_seq, state, private_user_id FROM im.outbox ORDER BY outbox_id;
 -- item is gone: collected.  Reconcile does not miss the collected items ...
 SELECT * FROM sizes;
 SELECT * FROM im.reconcile();
--- ... but still reports an item that vanished after the cutoff
+-- ... but still reports an item that vanished after the cutoff (and the
+-- unread it no longer counts: such an item was never processed)
 BEGIN;
 DELETE FROM im.outbox WHERE msg_seq = 5;
 SELECT check_name, detail->'msg_seq' AS msg_seq FROM im.reconcile();

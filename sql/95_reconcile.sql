@@ -44,6 +44,8 @@ SELECT * FROM im.reconcile();
 SELECT * FROM im.repair_fanout(dry_run => true);
 
 -- message_without_outbox: an accepted message whose outbox record is gone
+-- (after the collection cutoff: never processed, so the unread recount no
+-- longer counts it either: unread_mismatch too)
 BEGIN;
 DELETE FROM im.outbox WHERE source_event_id = 1004;
 SELECT check_name, severity, conversation_id, user_id, detail FROM im.reconcile();

@@ -10,7 +10,7 @@
 -- Found by the model test through the router (300 steps, seed 10).
 -- (2) A transfer carries only the period rows its item opens or closes and
 -- names the other recipients' periods by id; one naming a period the node
--- never received is quarantined (and applies after a retry).
+-- never received is quarantined (and applies once the create's is applied).
 -- (3) The rows of periods whose join item is a dead letter on the source
 -- travel with every later transfer.
 --
@@ -66,11 +66,13 @@ INSERT INTO im.transfer_out SELECT * FROM wire WHERE conversation_id = :conv AND
 SELECT im.shard_apply_transfers() AS applied;
 SELECT msg_seq, state, last_error ~ '^23503: .* names membership periods this node never received: \d+$' AS why
   FROM im.transfer_in;
--- once the create's is applied, the quarantined one is retried and applies
+-- once the create's arrives, the quarantined one is retried right after it
+-- in the same pass (1.7: an earlier pending transfer of its conversation may
+-- be what it missed), and applies; nothing is left to retry by hand
 INSERT INTO im.transfer_out SELECT * FROM wire WHERE conversation_id = :conv AND msg_seq = 1;
 SELECT im.shard_apply_transfers() AS applied;
 SELECT im.shard_retry_quarantined(source_node, transfer_id) FROM im.transfer_in WHERE state = 'quarantined';
-SELECT im.shard_apply_transfers() AS applied;
+SELECT msg_seq, state, attempts FROM im.transfer_in ORDER BY msg_seq;
 INSERT INTO im.transfer_out SELECT * FROM wire WHERE conversation_id <> :conv OR msg_seq > 2 ORDER BY transfer_id;
 SELECT im.run_fanout() > 0 AS applied_and_fanned_out;
 SELECT state, count(*) FROM im.transfer_in GROUP BY 1;
