@@ -211,7 +211,7 @@ batch_ended(dbconn *c)
 		im_job	   *j = b->job[i];
 
 		if (b->st[i] == HB_ROLLBACK)
-			im_job_free(j);
+			im_db_free_ended(j);
 		else if (b->st[i] == HB_COMMIT && b->rerun)
 		{
 			/* decided COMMIT, rolled back with a refused one: again */
@@ -323,7 +323,7 @@ im_batch_lost(dbconn *c)
 		if (b->st[i] == HB_RUNNING || b->st[i] == HB_COMMIT)
 			im_db_finish_job(b->job[i], IM_JOB_UNAVAILABLE, NULL);	/* as a lone hello's */
 		else if (b->st[i] == HB_ROLLBACK)
-			im_job_free(b->job[i]);	/* a ROLLBACK never comes back */
+			im_db_free_ended(b->job[i]);	/* a ROLLBACK never comes back */
 		/* HB_HELD: the lws thread's; its decision finds the hold gone */
 	}
 	if (b->fail_res)
