@@ -18,10 +18,11 @@
 #include <string.h>
 
 /* extension/token.c: purpose(1) version(4) registration(4)
- * sync_generation(4) user_id(8) six more int64 (48) issued_at(8)
+ * sync_generation(4) user_id(8) resume_from, watermark,
+ * recovery_session_id, position, snapshot_id (8 each) issued_at(8)
  * expires_at(8) devlen(1) device_id(devlen) key_id(4) mac(32) */
 #define CLAIM_USER_ID 13
-#define CLAIM_DEVLEN 85
+#define CLAIM_DEVLEN 77
 #define TOKEN_MAX_BYTES (CLAIM_DEVLEN + 1 + 64 + 4 + 32)
 #define SLOTS (1 << 16)
 

@@ -28,6 +28,7 @@ the API is called in (the router with IM_ROUTER_DSN and IM_SHARDS_DIR, as
 test/suites/70-shards.sh sets them); IM_GW_BIN the gateway binary.
 """
 import asyncio
+import faulthandler
 import os
 import subprocess
 import sys
@@ -150,9 +151,9 @@ async def b_answered_or_waiting(c, url, waits, timeout=60):
             return
 
 
-async def send_hello(url, user, tok=None):
+async def send_hello(url, user, tok):
     c = await Client.open("%d/%s" % (user, DEVICE), url=url)
-    await c.ws.send('{"type":"hello","id":"h","token":"%s"}' % (tok or token(user, DEVICE)))
+    await c.ws.send('{"type":"hello","id":"h","token":"%s"}' % tok)
     return c
 
 
@@ -160,6 +161,8 @@ async def test_stale_hello_does_not_supersede_newer():
     z1, z2, x, d = users_on_one_node(4)
     for u in (z1, z2, x, d):
         register(u, DEVICE)
+    # tokens first: issuing one reads the device row the locks hold
+    tok = {u: token(u, DEVICE) for u in (z1, z2, x, d)}
     node = node_conninfos()[0]
     gw, url = start_gateway()
     socks = []
@@ -169,16 +172,16 @@ async def test_stale_hello_does_not_supersede_newer():
 
         lz1, lz2, lx = RowLock(node, z1), RowLock(node, z2), RowLock(node, x)
         # 1. both hello connections wait on the node
-        socks.append(await send_hello(url, z1))
+        socks.append(await send_hello(url, z1, tok[z1]))
         await until("z1's hello waiting on its row", lambda: lz1.waiters() == 1)
-        socks.append(await send_hello(url, z2))
+        socks.append(await send_hello(url, z2, tok[z2]))
         await until("z2's hello waiting on its row", lambda: lz2.waiters() == 1)
         # 2. x, then a, queued behind them; z1's connection takes both
-        cx = await send_hello(url, x)
+        cx = await send_hello(url, x, tok[x])
         socks.append(cx)
         await until("x's hello in the gateway", lambda: in_flight() == 3)
         batches = metric("im_gateway_hello_batches_total", url)
-        ca = await send_hello(url, d)
+        ca = await send_hello(url, d, tok[d])
         await until("a's hello in the gateway", lambda: in_flight() == 4)
         lz1.release()
         await until("x's batch waiting on x's row", lambda: lx.waiters() == 1)
@@ -186,7 +189,7 @@ async def test_stale_hello_does_not_supersede_newer():
             "x and a were not batched: the set-up did not hold"
         # 3. a's socket closes; b, the newer hello, finds a connection free
         await ca.close()
-        cb = await send_hello(url, d)
+        cb = await send_hello(url, d, tok[d])
         socks.append(cb)
         waits = metric("im_gateway_hello_device_waits_total", url)
         lz2.release()
@@ -220,4 +223,5 @@ async def test_stale_hello_does_not_supersede_newer():
 
 
 if __name__ == "__main__":
+    faulthandler.dump_traceback_later(150, exit=True)
     sys.exit(run_tests([test_stale_hello_does_not_supersede_newer], "hello order"))
