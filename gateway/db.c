@@ -23,6 +23,7 @@
  * UNAVAILABLE at once.
  */
 #include "db_internal.h"
+#include "hello_order.h"
 #include "log.h"
 
 #include <errno.h>
@@ -157,6 +158,9 @@ im_db_take_done(lws_dll2_owner_t *out)
 void
 im_db_post_done(im_job *job)
 {
+	/* a hello handed over with its transaction open still holds its device */
+	if (!job->txn_held || job->txn_ended)
+		im_hello_order_release(job);
 	/* one lws_cancel_service per batch: the loop takes the whole queue */
 	if (append_locked(&g_done, job))
 		g_wake(g_wake_arg);
@@ -190,6 +194,28 @@ im_db_finish_job(im_job *job, im_job_status st, PGresult *res)
 	if (job->kind == IM_JOB_API && job->status == IM_JOB_OK)
 		im_db_build_reply(job);
 	im_db_post_done(job);
+}
+
+void
+im_db_free_ended(im_job *j)
+{
+	im_hello_order_release(j);
+	im_job_free(j);
+}
+
+/*
+ * A hello that must wait for an earlier hello of its device (hello_order.h);
+ * counted the first time.
+ */
+static int
+waits_for_device(im_job *j)
+{
+	if (!im_hello_order_blocked(j))
+		return 0;
+	if (!j->device_waited)
+		im_db_stats_g.hello_device_waits++;
+	j->device_waited = 1;
+	return 1;
 }
 
 /* Takes j out of the db thread's queue. */
@@ -319,9 +345,11 @@ take_job(void)
 	{
 		im_job	   *j = JOB_OF(d);
 
-		if (j->kind != IM_JOB_AUTH || im_db_npool == 1 || auth_running < im_db_npool - 1)
+		if ((j->kind != IM_JOB_AUTH || im_db_npool == 1 || auth_running < im_db_npool - 1) &&
+			!waits_for_device(j))
 		{
 			dequeue(j);
+			im_hello_order_hold(j);
 			return j;
 		}
 	}
@@ -340,9 +368,11 @@ im_db_take_hellos(im_job **out, int max, const char *sql, int admitted)
 		im_job	   *j = JOB_OF(d);
 
 		next = d->next;
-		if (j->kind != IM_JOB_AUTH || !j->txn || j->sql != sql || j->admitted != admitted)
+		if (j->kind != IM_JOB_AUTH || !j->txn || j->sql != sql || j->admitted != admitted ||
+			waits_for_device(j))
 			continue;
 		dequeue(j);
+		im_hello_order_hold(j);
 		out[n++] = j;
 	}
 	return n;

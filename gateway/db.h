@@ -72,6 +72,14 @@ typedef struct im_job
 	 * asks for a re-check itself (auth.c).
 	 */
 	int			superseded_in_batch;
+	/*
+	 * The device its token names (hello_order.h; 0: unreadable) and whether
+	 * it holds that device in the database thread: no later hello of the
+	 * device starts before this one's transaction is over.
+	 */
+	uint64_t	device_key;
+	int			device_held;
+	int			device_waited;	/* counted once in hello_device_waits */
 	/* results */
 	im_job_status status;
 	char		sqlstate[6];
@@ -99,6 +107,7 @@ typedef struct im_db_stats
 	volatile long hello_batches;	/* transactions authenticating several hellos */
 	volatile long hellos_batched;	/* hellos in them */
 	volatile long hello_batch_reruns;	/* batches rolled back for a refusal */
+	volatile long hello_device_waits;	/* hellos that waited for an earlier one of their device */
 } im_db_stats;
 
 extern const double im_db_hist_bounds[11];

@@ -65,7 +65,7 @@ im_conn_down(dbconn *c, const char *why)
 	if (c->job)
 	{
 		if (c->job->txn_ended && !c->job->txn_commit)
-			im_job_free(c->job);	/* a ROLLBACK never comes back */
+			im_db_free_ended(c->job);	/* a ROLLBACK never comes back */
 		else
 			im_db_finish_job(c->job, IM_JOB_UNAVAILABLE, NULL);
 		c->job = NULL;
@@ -432,7 +432,7 @@ txn_step(dbconn *c)
 				im_db_post_done(j);
 			}
 			else
-				im_job_free(j);
+				im_db_free_ended(j);
 			if (res)
 				PQclear(res);
 			return 0;
@@ -458,7 +458,7 @@ im_conn_end_txn(im_job *j)
 		if (j->txn_commit)
 			im_db_finish_job(j, IM_JOB_UNAVAILABLE, NULL);
 		else
-			im_job_free(j);
+			im_db_free_ended(j);
 		return;
 	}
 	if (c->txn == TXN_BATCH)

@@ -86,7 +86,9 @@ im_batch_start(dbconn *c, im_job **jobs, int n)
 /*
  * Hellos of one device twice in the batch: the earlier ones are superseded
  * at the batch's commit (columns 0 and 1 of the hello result: user and
- * device).  n is at most 32, so pairs are cheap.
+ * device).  hello_order.h keeps a device's second hello out of a batch its
+ * first is in; this stays for tokens whose claims the gateway could not
+ * read.  n is at most 32, so pairs are cheap.
  */
 static void
 mark_superseded(hello_batch *b)
@@ -211,7 +213,7 @@ batch_ended(dbconn *c)
 		im_job	   *j = b->job[i];
 
 		if (b->st[i] == HB_ROLLBACK)
-			im_job_free(j);
+			im_db_free_ended(j);
 		else if (b->st[i] == HB_COMMIT && b->rerun)
 		{
 			/* decided COMMIT, rolled back with a refused one: again */
@@ -323,7 +325,7 @@ im_batch_lost(dbconn *c)
 		if (b->st[i] == HB_RUNNING || b->st[i] == HB_COMMIT)
 			im_db_finish_job(b->job[i], IM_JOB_UNAVAILABLE, NULL);	/* as a lone hello's */
 		else if (b->st[i] == HB_ROLLBACK)
-			im_job_free(b->job[i]);	/* a ROLLBACK never comes back */
+			im_db_free_ended(b->job[i]);	/* a ROLLBACK never comes back */
 		/* HB_HELD: the lws thread's; its decision finds the hold gone */
 	}
 	if (b->fail_res)

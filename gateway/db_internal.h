@@ -136,6 +136,9 @@ extern void im_db_post_done(im_job *job);
 /* Sets the job's outcome from res (consumed) and posts it. */
 extern void im_db_finish_job(im_job *job, im_job_status st, PGresult *res);
 extern void im_db_requeue_front(im_job *j);
+/* Frees a job whose ROLLBACK was sent (it never comes back): a hello's
+ * device is released first (hello_order.h). */
+extern void im_db_free_ended(im_job *j);
 /* A pool connection went down or came up: pool_ready, and fail the queue
  * when none is left. */
 extern void im_db_pool_changed(void);

@@ -141,6 +141,7 @@ metrics_text(PGresult *extra)
 	sb_metric(&sb, "im_gateway_hello_batches_total", "counter", "Transactions that authenticated several hellos.", im_db_stats_g.hello_batches);
 	sb_metric(&sb, "im_gateway_hellos_batched_total", "counter", "Hellos authenticated in those transactions.", im_db_stats_g.hellos_batched);
 	sb_metric(&sb, "im_gateway_hello_batch_reruns_total", "counter", "Hello batches rolled back because one hello was refused (the others ran again).", im_db_stats_g.hello_batch_reruns);
+	sb_metric(&sb, "im_gateway_hello_device_waits_total", "counter", "Hellos that waited for an earlier hello of their device to end (hello_order.h).", im_db_stats_g.hello_device_waits);
 	sb_metric(&sb, "im_gateway_pool_waits_total", "counter", "Job-polls that found every pool connection busy.", im_db_stats_g.pool_waits);
 	sb_metric(&sb, "im_gateway_db_connects_total", "counter", "Database connection attempts.", im_db_stats_g.reconnects);
 	sb_metric(&sb, "im_gateway_pool_ready", "gauge", "Pool connections up.", im_db_stats_g.pool_ready);

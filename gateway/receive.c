@@ -14,6 +14,7 @@
 #include "config.h"
 #include "db.h"
 #include "frame.h"
+#include "hello_order.h"
 #include "im_gateway.h"
 #include "log.h"
 #include "log_hash.h"
@@ -84,6 +85,7 @@ process_hello(session *s, im_decode_status st, im_request *req)
 	j = im_job_new(IM_JOB_AUTH, s->sid);
 	j->txn = 1;					/* limits are checked before COMMIT: see auth.c */
 	take_request(j, req);
+	j->device_key = im_hello_device_key(j->params[0]);	/* hello_order.h */
 	im_hello_submit(s, j);		/* sent, waiting for a place, or refused */
 }
 

@@ -719,21 +719,25 @@ async def test_hello_batch_fails_only_the_bad_hellos():
         gw.stop()
 
 
-async def test_hello_batch_supersedes_across_the_batch():
-    """A live session of a device, then two hellos of the same device in
-    one batch: the live one and the batch's first get 4008, the batch's
-    second stays current with the highest epoch."""
+async def test_queued_hellos_of_one_device_run_in_order():
+    """A live session of a device, then two hellos of the same device queued
+    where a batch would take both: the second waits until the first's
+    transaction is over (hello_order.h, issue 15 gap 6), so the live one
+    and the first get 4008 and the second stays current with the highest
+    epoch, in the order the gateway received them."""
     users, toks = queue_users(2)
     u = users[1]
     gw = batch_gateway()
     try:
         live = await Client.login(u, "q", url=gw.url)
         ep0 = live.welcome["connection_epoch"]
+        waits = gw.metric("im_gateway_hello_device_waits_total")
         hellos = [(token(u, "q"), 2), (token(u, "q"), 3)]
         first, (a, b), batches = await queued_batch(gw, users[0], toks[0], hellos)
         wa, wb = await a.reply(2), await b.reply(3)
         assert wa["type"] == "welcome" and wb["type"] == "welcome", (wa, wb)
-        assert gw.metric("im_gateway_hello_batches_total") == batches + 1
+        assert gw.metric("im_gateway_hello_device_waits_total") == waits + 1
+        assert gw.metric("im_gateway_hello_batches_total") == batches   # not batched together
         assert ep0 < wa["connection_epoch"] < wb["connection_epoch"], (ep0, wa, wb)
         assert (await live.wait_closed())[0] == 4008
         assert (await a.wait_closed())[0] == 4008
@@ -821,7 +825,7 @@ TESTS = [test_hello_over_8k_not_authenticated, test_frame_while_hello_pending,
          test_hello_over_limit_waits_and_is_answered, test_full_hello_queue_refuses_with_retry_after,
          test_closed_waiting_hello_frees_its_place, test_waiting_hello_times_out_with_retry_after,
          test_stalled_handshakes_do_not_hold_back_new_connections,
-         test_hello_batch_fails_only_the_bad_hellos, test_hello_batch_supersedes_across_the_batch,
+         test_hello_batch_fails_only_the_bad_hellos, test_queued_hellos_of_one_device_run_in_order,
          test_hello_batch_refused_hello_leaves_no_trace]
 
 

@@ -104,7 +104,8 @@ if want e2e; then
   echo "--- e2e against the router"
   "$py" test/e2e/test_gateway.py scenario hint_loss shared_log supersede revoke spoofed bad_frames \
       first_frame rate_limit reconnect_storm http || rc=1
-  for t in body_roundtrip int_range large_replies relations; do
+  # hello_order: issue 15 gap 6, a stale hello must not supersede a newer one
+  for t in body_roundtrip int_range large_replies relations hello_order; do
     "$py" test/e2e/test_$t.py || rc=1
   done
 fi
