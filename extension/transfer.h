@@ -15,5 +15,6 @@
  */
 extern int64 im_transfer_apply(int max_transfers);
 extern void im_transfer_ack_settle_stored(void);
+extern uint64 im_transfer_ack_release(void);
 
 #endif

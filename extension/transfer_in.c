@@ -36,13 +36,16 @@
 #include "shard_map.h"
 #include "shmem.h"
 #include "transfer.h"
+#include "version_check.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
+#include "storage/proc.h"
 #include "utils/resowner.h"
 
 /* advisory lock class of the one applier ("IMTI") */
@@ -172,7 +175,22 @@ im_transfer_out_arrive(PG_FUNCTION_ARGS)
 				   " VALUES ($1, $2, im.shard_self())",
 				   2, TEXTOID, INT8OID);
 		im_exec(forget, args, NULL, 0);
-		im_exec(again, args, NULL, 0);
+		if (im_catalog_at_least(1, 7))
+		{
+			/*
+			 * Since 1.7 written by the next apply pass, like every applied
+			 * record (im_transfer_ack_release): one path, one rule.
+			 */
+			static SPIPlanPtr due;
+
+			im_prepare(&due,
+					   "UPDATE im.transfer_in SET applied_at = NULL"
+					   " WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 AND state" NE "'pending'",
+					   2, TEXTOID, INT8OID);
+			im_exec(due, args, NULL, 0);
+		}
+		else
+			im_exec(again, args, NULL, 0);
 	}
 	SPI_finish();
 	im_wake_fanout_at_commit();
@@ -329,14 +347,42 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 	}
 }
 
-/* Mark applied (or quarantined with its error) and send the record back. */
+/*
+ * Mark applied (or quarantined with its error).  Since 1.7 the applied
+ * record is NOT written here: applied_at stays NULL ("settled, record not
+ * written yet") and im_transfer_ack_release writes it in a later
+ * transaction, once this one is on the synchronous standby (transfer_ack.c:
+ * an ack written here was decoded and sent to the source while this commit
+ * still waited for the standby, so a failover lost a transfer the source
+ * had deleted).  On a 1.6 catalog the record goes in this transaction, as
+ * before.
+ */
 static void
 settle(const char *source, int64 transfer_id, const char *error)
 {
 	static SPIPlanPtr plan;
+	static SPIPlanPtr deferred;
 	Datum		args[3];
 	char		nulls[3] = {' ', ' ', ' '};
 
+	args[0] = CStringGetTextDatum(source);
+	args[1] = Int64GetDatum(transfer_id);
+	if (error)
+		args[2] = CStringGetTextDatum(error);
+	else
+		nulls[2] = 'n';
+	if (im_catalog_at_least(1, 7))
+	{
+		im_prepare(&deferred,
+				   "UPDATE im.transfer_in SET"
+				   "  state = CASE WHEN $3::pg_catalog.text IS NULL THEN 'applied' ELSE 'quarantined' END,"
+				   "  last_error = $3, applied_at = NULL,"
+				   "  payload = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL ELSE payload END"
+				   " WHERE source_node" EQ "$1 AND transfer_id" EQ "$2",
+				   3, TEXTOID, INT8OID, TEXTOID);
+		im_exec(deferred, args, nulls, 0);
+		return;
+	}
 	im_prepare(&plan,
 			   "WITH s AS ("
 			   "  UPDATE im.transfer_in SET"
@@ -348,12 +394,6 @@ settle(const char *source, int64 transfer_id, const char *error)
 			   " SELECT $1, $2, im.shard_self() FROM s "
 			   "ON CONFLICT DO NOTHING",
 			   3, TEXTOID, INT8OID, TEXTOID);
-	args[0] = CStringGetTextDatum(source);
-	args[1] = Int64GetDatum(transfer_id);
-	if (error)
-		args[2] = CStringGetTextDatum(error);
-	else
-		nulls[2] = 'n';
 	im_exec(plan, args, nulls, 0);
 }
 
@@ -405,6 +445,9 @@ apply_one(const char *source, int64 transfer_id, Datum payload,
 	return ok;
 }
 
+/* the local transaction that last settled transfers (im_transfer_apply) */
+static LocalTransactionId settled_in = InvalidLocalTransactionId;
+
 int64
 im_transfer_apply(int max_transfers)
 {
@@ -428,6 +471,13 @@ im_transfer_apply(int max_transfers)
 	if (!im_get_bool(0, 1, NULL))
 		return 0;				/* another applier is at it; it applies in order */
 	im_transfer_ack_settle_stored();	/* under the same lock: one settler */
+	/*
+	 * What earlier transactions settled; never in a transaction that settled
+	 * some itself (two apply calls in one transaction): its own settlements
+	 * are visible to it before they are on the standby.
+	 */
+	if (im_catalog_at_least(1, 7) && settled_in != MyProc->lxid)
+		im_transfer_ack_release();
 	im_prepare(&pending,
 			   "SELECT source_node, transfer_id, payload, conversation_id, msg_seq, source_event_id "
 			   "FROM im.transfer_in WHERE state" EQ "'pending' "
@@ -456,7 +506,20 @@ im_transfer_apply(int max_transfers)
 		if (apply_one(sources[i], ids[i], payloads[i], convs[i], seqs[i], events[i]))
 			applied++;
 	if (n > 0)
+	{
+		settled_in = MyProc->lxid;
+		/*
+		 * This transaction settled transfers: its commit must wait for the
+		 * synchronous standby before it becomes visible, since visibility is
+		 * what releases their applied records (im_transfer_ack_release).
+		 * synchronous_commit off or local would make them visible at once.
+		 * The wake-up runs the pass that releases them after the commit.
+		 */
+		if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_WRITE)
+			(void) set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_LOCAL, true, 0, false);
 		im_wake_fanout_at_commit();
+	}
 	return applied;
 }
 
