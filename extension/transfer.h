@@ -50,5 +50,6 @@ extern int64 im_transfer_apply(int max_transfers);
 	"WHERE (t.state" EQ "'pending' OR (t.state" EQ "'quarantined' AND t.next_attempt_at IS NOT NULL)) " \
 	"  AND (b.conversation_id IS NULL OR (t.msg_seq, t.transfer_id)" LT "(b.msg_seq, b.transfer_id))"
 extern void im_transfer_ack_settle_stored(void);
+extern uint64 im_transfer_ack_release(void);
 
 #endif

@@ -148,3 +148,44 @@ im_transfer_ack_settle_stored(void)
 			   1, TIMESTAMPTZOID);
 	im_exec(plan, args, NULL, 0);
 }
+
+/*
+ * The failover window (1.7): write the applied records of transfers that
+ * earlier transactions settled (im.transfer_in rows applied or quarantined
+ * with applied_at still NULL), and stamp applied_at.  Returns how many.
+ *
+ * Why a later transaction: PostgreSQL 15's logical senders decode a
+ * transaction once it is flushed on this primary, while its commit still
+ * waits for the synchronous standby.  An applied record written in the
+ * applying transaction could thus reach the source, which deletes the
+ * transfer for good, before the standby had the apply; a failover then
+ * lost it (drill test/shards/ack_window_check.py).  A committing
+ * transaction stays in the proc array until that wait is over, and the
+ * apply commits with synchronous_commit at least remote_write
+ * (transfer_in.c), so a settlement visible to this statement's snapshot is
+ * on every synchronous standby: its record can no longer overtake it.
+ * (A wait cancelled by hand commits locally with a WARNING; README
+ * "Running with a standby" covers that case for every commit.)
+ * Called by every apply pass, under the applier's lock.  A row another
+ * transaction holds (an operator's retry, a duplicate's arrival) is
+ * skipped, never waited for: a pass must not stall behind an open
+ * transaction; the next pass takes it if it is still due.
+ */
+uint64
+im_transfer_ack_release(void)
+{
+	static SPIPlanPtr plan;
+
+	im_prepare(&plan,
+			   "WITH c AS (SELECT t.source_node, t.transfer_id FROM im.transfer_in t"
+			   "           WHERE t.state" NE "'pending' AND t.applied_at IS NULL"
+			   "           FOR UPDATE SKIP LOCKED),"
+			   " d AS (UPDATE im.transfer_in t SET applied_at = pg_catalog.now() FROM c"
+			   "       WHERE t.source_node" EQ "c.source_node AND t.transfer_id" EQ "c.transfer_id"
+			   "       RETURNING t.source_node, t.transfer_id) "
+			   "INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)"
+			   " SELECT d.source_node, d.transfer_id, im.shard_self() FROM d "
+			   "ON CONFLICT DO NOTHING",
+			   0);
+	return im_exec(plan, NULL, NULL, 0);
+}

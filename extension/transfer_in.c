@@ -51,7 +51,9 @@
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
+#include "storage/proc.h"
 #include "utils/resowner.h"
 
 /* advisory lock class of the one applier ("IMTI") */
@@ -181,7 +183,22 @@ im_transfer_out_arrive(PG_FUNCTION_ARGS)
 				   " VALUES ($1, $2, im.shard_self())",
 				   2, TEXTOID, INT8OID);
 		im_exec(forget, args, NULL, 0);
-		im_exec(again, args, NULL, 0);
+		if (im_catalog_at_least(1, 7))
+		{
+			/*
+			 * Since 1.7 written by the next apply pass, like every applied
+			 * record (im_transfer_ack_release): one path, one rule.
+			 */
+			static SPIPlanPtr due;
+
+			im_prepare(&due,
+					   "UPDATE im.transfer_in SET applied_at = NULL"
+					   " WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 AND state" NE "'pending'",
+					   2, TEXTOID, INT8OID);
+			im_exec(due, args, NULL, 0);
+		}
+		else
+			im_exec(again, args, NULL, 0);
 	}
 	SPI_finish();
 	im_wake_fanout_at_commit();
@@ -339,20 +356,19 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 }
 
 /*
- * Mark applied, or failed with its error, and send the applied record back
- * (a failed transfer is acknowledged too: this node holds its payload).
- * Returns the transfer's state now.  A failure on a 1.7 catalog is retried
- * by the rule of fanout's outbox items (fanout.c record_failure): a
- * transient one backs off and is never an attempt, any other is charged and
- * the transfer is dead at im_sync.fanout_max_attempts.
+ * Mark applied, or failed with its error; returns the transfer's state
+ * now.  A failure on a 1.7 catalog is retried by the rule of fanout's
+ * outbox items (fanout.c record_failure): a transient one backs off and is
+ * never an attempt, any other is charged and the transfer is dead at
+ * im_sync.fanout_max_attempts.  Since 1.7 the applied record is NOT written
+ * here: applied_at stays NULL ("settled, record not written yet") and
+ * im_transfer_ack_release writes it in a later transaction, once this one
+ * is on the synchronous standby (transfer_ack.c: an ack written here was
+ * decoded and sent to the source while this commit still waited for the
+ * standby, so a failover lost a transfer the source had deleted).  On a 1.6
+ * catalog the record goes in this transaction, as before (a failed transfer
+ * is acknowledged too: this node holds its payload).
  */
-#define SETTLE_TAIL_SQL \
-	"  WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 RETURNING state), " \
-	"a AS (INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)" \
-	" SELECT $1, $2, im.shard_self() FROM s " \
-	" ON CONFLICT DO NOTHING RETURNING 1) " \
-	"SELECT s.state FROM s"
-
 static char *
 settle(const char *source, int64 transfer_id, const char *error, bool transient)
 {
@@ -364,22 +380,21 @@ settle(const char *source, int64 transfer_id, const char *error, bool transient)
 
 	if (retried)
 		im_prepare(&plan,
-				   "WITH s AS ("
-				   "  UPDATE im.transfer_in SET"
-				   "    state = CASE WHEN $3::pg_catalog.text IS NULL THEN 'applied'"
-				   "                 WHEN NOT $4 AND attempts" PLUS "1" GE "$5 THEN 'dead'"
-				   "                 ELSE 'quarantined' END,"
-				   "    last_error = $3, applied_at = pg_catalog.now(),"
-				   "    payload = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL ELSE payload END,"
-				   "    attempts = CASE WHEN $3::pg_catalog.text IS NULL OR $4 THEN attempts"
-				   "                    ELSE attempts" PLUS "1 END,"
-				   "    transient_failures = CASE WHEN $3::pg_catalog.text IS NOT NULL AND $4"
-				   "                              THEN transient_failures" PLUS "1 ELSE transient_failures END,"
-				   "    next_attempt_at = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL"
-				   "      WHEN $4 THEN pg_catalog.now()" PLUS IM_TRANSIENT_BACKOFF_SQL("transient_failures")
-				   "      WHEN attempts" PLUS "1" GE "$5 THEN NULL"
-				   "      ELSE pg_catalog.now()" PLUS IM_CHARGED_BACKOFF_SQL("attempts") " END"
-				   SETTLE_TAIL_SQL,
+				   "UPDATE im.transfer_in SET"
+				   "  state = CASE WHEN $3::pg_catalog.text IS NULL THEN 'applied'"
+				   "               WHEN NOT $4 AND attempts" PLUS "1" GE "$5 THEN 'dead'"
+				   "               ELSE 'quarantined' END,"
+				   "  last_error = $3, applied_at = NULL,"
+				   "  payload = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL ELSE payload END,"
+				   "  attempts = CASE WHEN $3::pg_catalog.text IS NULL OR $4 THEN attempts"
+				   "                  ELSE attempts" PLUS "1 END,"
+				   "  transient_failures = CASE WHEN $3::pg_catalog.text IS NOT NULL AND $4"
+				   "                            THEN transient_failures" PLUS "1 ELSE transient_failures END,"
+				   "  next_attempt_at = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL"
+				   "    WHEN $4 THEN pg_catalog.now()" PLUS IM_TRANSIENT_BACKOFF_SQL("transient_failures")
+				   "    WHEN attempts" PLUS "1" GE "$5 THEN NULL"
+				   "    ELSE pg_catalog.now()" PLUS IM_CHARGED_BACKOFF_SQL("attempts") " END"
+				   " WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 RETURNING state",
 				   5, TEXTOID, INT8OID, TEXTOID, BOOLOID, INT4OID);
 	else
 		im_prepare(&plan16,
@@ -388,7 +403,11 @@ settle(const char *source, int64 transfer_id, const char *error, bool transient)
 				   "    state = CASE WHEN $3::pg_catalog.text IS NULL THEN 'applied' ELSE 'quarantined' END,"
 				   "    last_error = $3, applied_at = pg_catalog.now(),"
 				   "    payload = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL ELSE payload END"
-				   SETTLE_TAIL_SQL,
+				   "  WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 RETURNING state), "
+				   "a AS (INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)"
+				   " SELECT $1, $2, im.shard_self() FROM s "
+				   " ON CONFLICT DO NOTHING RETURNING 1) "
+				   "SELECT s.state FROM s",
 				   3, TEXTOID, INT8OID, TEXTOID);
 	args[0] = CStringGetTextDatum(source);
 	args[1] = Int64GetDatum(transfer_id);
@@ -462,27 +481,49 @@ apply_one(const char *source, int64 transfer_id, Datum payload,
 	return ok;
 }
 
+/* the local transaction that last settled or marked transfers (im_transfer_apply) */
+static LocalTransactionId settled_in = InvalidLocalTransactionId;
+
 /*
  * A transfer held behind a quarantined one of its conversation is
  * acknowledged as a quarantined one is: this node holds it and its payload
  * (pending rows are never pruned), so its source need not keep it, and the
  * source's im.shard_pending() — the router's run_fanout — does not wait for
  * it, as one node's run_fanout does not wait for the items behind a failed
- * one.  Sent once per transfer (an ack pruned by maintenance while the hold
- * lasts goes again; its source drops an ack it has no transfer for).
+ * one.  Its arrival was committed by the apply worker without waiting for
+ * the synchronous standby, so, as for a settled transfer, the record goes
+ * in two steps (the failover window, transfer_ack.c): mark_held stamps
+ * held_at in this pass, whose commit waits for the standby; the next pass
+ * (ack_marked_held, beside im_transfer_ack_release) writes the records of
+ * the marks it sees.  Sent once per transfer (an ack pruned by maintenance
+ * while the hold lasts goes again; its source drops an ack it has no
+ * transfer for).  Returns the number of transfers marked.
  */
-static void
-ack_held(void)
+static uint64
+mark_held(void)
 {
 	static SPIPlanPtr plan;
 
 	im_prepare(&plan,
 			   "WITH blk AS (" IM_TRANSFER_BLOCKERS_SQL ") "
+			   "UPDATE im.transfer_in t SET held_at = pg_catalog.now() FROM blk b "
+			   "WHERE b.conversation_id" EQ "t.conversation_id"
+			   " AND (t.msg_seq, t.transfer_id)" GT "(b.msg_seq, b.transfer_id)"
+			   " AND t.state" EQ "'pending' AND t.held_at IS NULL",
+			   0);
+	return im_exec(plan, NULL, NULL, 0);
+}
+
+static void
+ack_marked_held(void)
+{
+	static SPIPlanPtr plan;
+
+	im_prepare(&plan,
 			   "INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) "
 			   "SELECT t.source_node, t.transfer_id, im.shard_self() FROM im.transfer_in t "
-			   "JOIN blk b ON b.conversation_id" EQ "t.conversation_id"
-			   " AND (t.msg_seq, t.transfer_id)" GT "(b.msg_seq, b.transfer_id) "
-			   "WHERE t.state" EQ "'pending' AND NOT EXISTS (SELECT 1 FROM im.transfer_ack a"
+			   "WHERE t.state" EQ "'pending' AND t.held_at IS NOT NULL"
+			   "  AND NOT EXISTS (SELECT 1 FROM im.transfer_ack a"
 			   "  WHERE a.source_node" EQ "t.source_node AND a.transfer_id" EQ "t.transfer_id) "
 			   "ORDER BY t.source_node, t.transfer_id "
 			   "ON CONFLICT DO NOTHING",
@@ -516,6 +557,16 @@ im_transfer_apply(int max_transfers)
 	if (!im_get_bool(0, 1, NULL))
 		return 0;				/* another applier is at it; it applies in order */
 	im_transfer_ack_settle_stored();	/* under the same lock: one settler */
+	/*
+	 * What earlier transactions settled or marked; never in a transaction
+	 * that settled some itself (two apply calls in one transaction): its own
+	 * settlements are visible to it before they are on the standby.
+	 */
+	if (im_catalog_at_least(1, 7) && settled_in != MyProc->lxid)
+	{
+		im_transfer_ack_release();
+		ack_marked_held();
+	}
 	if (im_catalog_at_least(1, 7))
 		im_prepare(&pending,
 				   IM_TRANSFERS_DUE_SQL("t.source_node, t.transfer_id, t.payload, t.conversation_id,"
@@ -560,10 +611,22 @@ im_transfer_apply(int max_transfers)
 			held_conversation = convs[i];
 		}
 	}
-	if (im_catalog_at_least(1, 7))
-		ack_held();
-	if (n > 0)
+	if ((im_catalog_at_least(1, 7) && mark_held() > 0) || n > 0)
+	{
+		settled_in = MyProc->lxid;
+		/*
+		 * This transaction settled or marked transfers: its commit must wait
+		 * for the synchronous standby before it becomes visible, since
+		 * visibility is what releases their applied records
+		 * (im_transfer_ack_release, ack_marked_held).
+		 * synchronous_commit off or local would make them visible at once.
+		 * The wake-up runs the pass that releases them after the commit.
+		 */
+		if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_WRITE)
+			(void) set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_LOCAL, true, 0, false);
 		im_wake_fanout_at_commit();
+	}
 	return applied;
 }
 

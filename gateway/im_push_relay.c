@@ -23,7 +23,9 @@
  *     the lease lapsed meanwhile);
  *   - it never hangs on a dead server: connect_timeout, TCP keepalives and a
  *     statement_timeout on its connection; a lost connection is re-made
- *     with backoff (1 s doubling to 30 s), a multi-host conninfo picks
+ *     with backoff (1 s doubling to RELAY_MAX_BACKOFF_S, 10 s: after a
+ *     failover pushes resume at most that long after the promotion, as the
+ *     per-node LISTEN connections do), a multi-host conninfo picks
  *     whichever host answers;
  *   - SIGTERM: no new claims, requests in flight finish and are reported,
  *     exit 0;
@@ -226,6 +228,9 @@ drop_connection(const char *why)
 		conn = NULL;
 	}
 }
+
+/* the longest wait between two connect tries (was 30 s: a failover could hold pushes that long) */
+#define RELAY_MAX_BACKOFF_S 10
 
 /* Issue 15: the router's nodes (none on a single node); re-read every NODES_REFRESH_S. */
 #define NODES_REFRESH_S 30
@@ -530,7 +535,7 @@ main(int argc, char **argv)
 			else
 			{
 				next_connect = t + backoff;
-				backoff = backoff * 2 > 30 ? 30 : backoff * 2;
+				backoff = backoff * 2 > RELAY_MAX_BACKOFF_S ? RELAY_MAX_BACKOFF_S : backoff * 2;
 			}
 		}
 		if (conn && t >= next_nodes_refresh)

@@ -109,7 +109,14 @@ SELECT transfer_id, state FROM im.transfer_in ORDER BY transfer_id;
 -- is quarantined with its error and acknowledged; the rest flows
 SELECT im.shard_apply_transfers();
 SELECT transfer_id, state, last_error FROM im.transfer_in ORDER BY transfer_id;
+-- issue 15, failover window: the applied records are not written by the
+-- applying transaction (logical decoding could send them before the
+-- synchronous standby has the apply) but by the next pass, which sees the
+-- apply committed (so on the standby)
+SELECT count(*) AS acks_in_the_applying_transaction FROM im.transfer_ack;
+SELECT im.shard_apply_transfers() AS applied_again;
 SELECT source_node, transfer_id, applied_by FROM im.transfer_ack ORDER BY transfer_id;
+SELECT count(*) AS settled_without_record FROM im.transfer_in WHERE state <> 'pending' AND applied_at IS NULL;
 SELECT im.run_fanout() > 0 AS fanned_out;
 SELECT user_id, conversation_id = 65 AS copy, msg_seq, kind FROM im.inbox WHERE conversation_id = 65 ORDER BY sync_seq;
 -- a copy is never written to as if it were authoritative

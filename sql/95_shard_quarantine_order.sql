@@ -98,6 +98,12 @@ SET im_sync.fanout_max_attempts = 1000;
 -- holds them), so their source and the router's run_fanout need not wait.
 INSERT INTO im.transfer_out SELECT * FROM wire WHERE source_event_id <> :dm ORDER BY transfer_id;
 SELECT im.shard_apply_transfers() AS applied;
+-- the records go at the next pass, once the pass that settled or marked
+-- them is on the synchronous standby (the failover window, transfer_ack.c):
+-- none was written by the pass that settled (applied, quarantined) or
+-- marked (held) them
+SELECT count(*) AS acks_in_settling_pass FROM im.transfer_ack;
+SELECT im.shard_apply_transfers() AS applied;
 SELECT * FROM transfers ORDER BY name, msg_seq;
 -- the held ones are not due work: nothing left to apply now
 SELECT inbound_unapplied FROM im.shard_pending();

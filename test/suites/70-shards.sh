@@ -167,7 +167,10 @@ fi
 if want standby; then
   # issue 15 known gap 4 (≈ 45 s): its own installation, node2 with a
   # synchronous standby behind a multi-host conninfo; kill -9, promote,
-  # test/shards.sh reattach node2, nothing lost or doubled, reconcile empty
+  # test/shards.sh reattach node2, nothing lost or doubled, reconcile empty;
+  # then the failover window of applied records (ack_window_check.py, node3:
+  # its standby stops receiving WAL while node1's transfers are applied on
+  # it; nothing it lacked was acknowledged, nothing lost after kill -9)
   echo "--- test/shards/standby_check.sh"
   IM_SHARDS_DIR= bash test/shards/standby_check.sh || rc=1
 fi
