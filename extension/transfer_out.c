@@ -27,8 +27,31 @@
 #include "im_sql.h"
 #include "shard_map.h"
 
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "utils/guc.h"
+
+/*
+ * A transfer id is its node's WAL timeline in the bits from 40 up, then
+ * im.transfer_id_seq.  Destinations drop a transfer whose (source, id) they
+ * already recorded, so an id must never name two items.  A promoted
+ * standby's sequence can stand behind ids the old primary used in fanout
+ * transactions the standby never received but a destination had already
+ * decoded (PostgreSQL 15 logical senders do not wait for the synchronous
+ * standby); after promotion the node writes on a new timeline, so its ids
+ * can never equal one the old primary sent (drill standby_check: the
+ * failed-over node's transfers carry two timelines).  2^40 transfers per
+ * timeline.
+ */
+static int64
+transfer_id_timeline_bits(void)
+{
+	TimeLineID	tli = GetWALInsertionTimeLine();
+
+	if (tli >= (1U << 22))
+		elog(ERROR, "im_sync: WAL timeline %u does not fit a transfer id", tli);
+	return (int64) tli << 40;
+}
 
 /*
  * A row as jsonb without its NULL columns (the destination's
@@ -57,7 +80,7 @@ void
 im_transfer_out_write(const int64 *outbox_ids, int n)
 {
 	static SPIPlanPtr plan;
-	Datum		args[1];
+	Datum		args[2];
 
 	if (n == 0 || !im_shard_configured())
 		return;
@@ -112,9 +135,10 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			   "   AND " IM_CARRIED_PERIOD_SQL("p", "o")
 			   "  CROSS JOIN LATERAL (VALUES (p.join_event_id), (p.leave_event_id)) pe(ev)"
 			   "  WHERE pe.ev IS NOT NULL)"
-			   "INSERT INTO im.transfer_out (source_node, dest_node, outbox_id, conversation_id,"
+			   "INSERT INTO im.transfer_out (transfer_id, source_node, dest_node, outbox_id, conversation_id,"
 			   "                             msg_seq, source_event_id, payload)"
-			   "SELECT cfg.self_name, d.node, o.outbox_id, o.conversation_id, o.msg_seq, o.source_event_id,"
+			   "SELECT $2 OPERATOR(pg_catalog.|) pg_catalog.nextval('im.transfer_id_seq'::pg_catalog.regclass),"
+			   "  cfg.self_name, d.node, o.outbox_id, o.conversation_id, o.msg_seq, o.source_event_id,"
 			   "  pg_catalog.jsonb_build_object("
 			   "   'conversation', (SELECT " IM_ROW_WITHOUT_NULLS_SQL("c") " FROM im.conversation c"
 			   "                    WHERE c.conversation_id" EQ "o.conversation_id),"
@@ -140,8 +164,9 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			   "               AND dep.node" EQ "d.node)))"
 			   "FROM d JOIN im.outbox o ON o.outbox_id" EQ "d.outbox_id, cfg "
 			   "ORDER BY o.msg_seq, d.node",
-			   1, INT8ARRAYOID);
+			   2, INT8ARRAYOID, INT8OID);
 	args[0] = im_int8_array(outbox_ids, n);
+	args[1] = Int64GetDatum(transfer_id_timeline_bits());
 	{
 		/*
 		 * No JIT for this statement: its estimate grows with tables that are

@@ -211,6 +211,23 @@ try:
 except psycopg2.Error as e:
     check(False, "run_fanout drains every node after the reattach", str(e)[:400])
 
+# ---- the promoted node's transfer ids carry its new WAL timeline (bits 40
+# and up, transfer_out.c), so none can equal an id the old primary sent
+# that a destination recorded before the failover: the other nodes have
+# transfers from FAILING on two timelines, the later above every earlier one
+prefixes = set()
+for name, conninfo in q("SELECT node_name, conninfo FROM im.shard_nodes()"):
+    if name == FAILING:
+        continue
+    c = psycopg2.connect(conninfo)
+    try:
+        prefixes |= {r[0] for r in q("SELECT DISTINCT transfer_id >> 40 FROM im.transfer_in WHERE source_node = %s",
+                                     (FAILING,), conn=c)}
+    finally:
+        c.close()
+check(len(prefixes) >= 2 and min(prefixes) >= 1,
+      f"transfers from {FAILING} carry its timelines before and after the promotion", f"{sorted(prefixes)}")
+
 # ---- nothing acknowledged lost, nothing applied twice
 acked_by_conv = {}
 for g, mid, seq, sender, _ in acked:
