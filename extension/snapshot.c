@@ -47,8 +47,11 @@
  * "Delivered to the user's log as of S": a fanout transaction that
  * delivered to this user is either in the cut — its outbox item reads
  * 'done' here — or not, and then its item reads 'pending' and its events
- * are above S.  A missing outbox item means processed and collected (items
- * are written with their event).  Deciding from the outbox rather than
+ * are above S.  A missing outbox item means processed and collected when
+ * the event is older than the collection cutoff (IM_ITEM_PROCESSED_SQL:
+ * items are written with their event; on a copy an event that came only as
+ * a dependency of a later transfer has none and was not delivered here,
+ * issue 15).  Deciding from the outbox rather than
  * from inbox rows keeps the rule true after GC of the log.  A position
  * counts for the user by contract §1 (periods; recall and edit by their
  * target; the leaver's own leave).
@@ -97,12 +100,12 @@
 	"            WHERE p.conversation_id" EQ "e.conversation_id " \
 	"              AND " IM_PERIOD_COVERS_SQL("p", "t.msg_seq") \
 	"              AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ")) " \
+	/* its item processed here (a copy's dependency has none: not delivered) */ \
+	"    AND " IM_ITEM_PROCESSED_SQL("(SELECT o.state FROM im.outbox o WHERE o.source_event_id" EQ "e.message_id)", \
+									 "e.created_at") " " \
 	"    AND NOT EXISTS (SELECT 1 FROM im.outbox o " \
-	"            WHERE o.source_event_id" EQ "e.message_id " \
-	"              AND (o.state" NE "'done' " \
-	"                   OR EXISTS (SELECT 1 FROM im.fanout_quarantine q " \
-	"                              WHERE q.outbox_id" EQ "o.outbox_id " \
-	"                                AND q.user_id" EQ "$1)))), " \
+	"            JOIN im.fanout_quarantine q ON q.outbox_id" EQ "o.outbox_id AND q.user_id" EQ "$1 " \
+	"            WHERE o.source_event_id" EQ "e.message_id)), " \
 	"conv AS (" \
 	"  SELECT p.conversation_id, " \
 	"         pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(" \

@@ -168,5 +168,31 @@ SELECT * FROM unread2 ORDER BY name;
 SELECT state, count(*) FROM im.transfer_in GROUP BY 1;
 SELECT check_name, user_id, detail FROM im.reconcile();
 
+-- 6. an event with no outbox item here counts as delivered only once it is
+-- older than the collection cutoff (IM_ITEM_PROCESSED_SQL): a copy's event
+-- that came only as a dependency of a later transfer has no item and was
+-- not delivered.  Simulated on b's last message: its item removed, it is in
+-- neither the snapshot nor the sync scope; once older than the cutoff (as
+-- an item collected after processing) it is in both.
+SELECT message_id AS bm, msg_seq AS bseq FROM im.event
+ WHERE conversation_id = :b AND kind = 'message' ORDER BY msg_seq DESC LIMIT 1 \gset
+SELECT state FROM im.register_device(2, 'qphone');
+CREATE FUNCTION pg_temp.snapshot_last(conv bigint) RETURNS bigint LANGUAGE sql AS $$
+  SELECT (x->>'last_msg_seq')::bigint
+    FROM im.begin_snapshot(2, 'qphone') b, im.fetch_snapshot(2, 'qphone', b.snapshot_token, 0) f,
+         jsonb_array_elements(f.items) x
+   WHERE (x->>'conversation_id')::bigint = conv $$;
+SELECT :bseq AS b_last, pg_temp.snapshot_last(:b) AS in_snapshot,
+       (SELECT bool_and(in_sync_scope) FROM im.shard_message_status(:bm, ARRAY[2]::bigint[])) AS in_scope;
+BEGIN;
+DELETE FROM im.outbox WHERE source_event_id = :bm;
+SELECT pg_temp.snapshot_last(:b) AS in_snapshot_without_item,
+       (SELECT bool_and(in_sync_scope) FROM im.shard_message_status(:bm, ARRAY[2]::bigint[])) AS in_scope_without_item;
+INSERT INTO im.maintenance_state (name, at) VALUES ('outbox_collected_before', now() + interval '1 minute')
+  ON CONFLICT (name) DO UPDATE SET at = EXCLUDED.at;
+SELECT pg_temp.snapshot_last(:b) AS in_snapshot_collected,
+       (SELECT bool_and(in_sync_scope) FROM im.shard_message_status(:bm, ARRAY[2]::bigint[])) AS in_scope_collected;
+ROLLBACK;
+
 \c im_regress
 DROP DATABASE im_shard_qorder;
