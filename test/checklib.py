@@ -2,6 +2,9 @@
 test/maintenance share: ok/FAIL lines that are collected, one autocommit
 session with query helpers, and bounded polling for a condition (never a
 timed assertion)."""
+import os
+import signal
+import subprocess
 import time
 
 import psycopg2
@@ -52,3 +55,25 @@ def wait_for(pred, timeout, step=0.1):
             return v
         time.sleep(step)
     return pred()
+
+
+def kill9_postmaster(datadir, grace=10):
+    """kill -9 of the postmaster of datadir and, as a machine crash would, any
+    child still alive after `grace` seconds: only children of that very
+    postmaster pid (failover and standby drills)."""
+    with open(os.path.join(datadir, "postmaster.pid")) as f:
+        pid = int(f.readline())
+    kids = [int(p) for p in subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)],
+                                           capture_output=True, text=True).stdout.split()]
+    os.kill(pid, signal.SIGKILL)
+
+    def gone():
+        return not [k for k in kids if os.path.exists(f"/proc/{k}")
+                    and open(f"/proc/{k}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+    if not wait_for(gone, grace):
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        wait_for(gone, 30)

@@ -37,13 +37,12 @@ stage the fault and to read the two positions the window is made of
 (FAILING's WAL flush position, its slots' confirmed positions) and
 SOURCE's transfer rows for check 4."""
 import os
-import signal
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklib import check, failures, wait_for  # noqa: E402
+from checklib import check, failures, kill9_postmaster, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
 
@@ -134,27 +133,10 @@ check(unacked >= unacked_before + WINDOW_SENDS,
 
 
 # ---- 5. kill -9, promote, reattach
-def kill9(datadir, grace=10):
-    with open(os.path.join(datadir, "postmaster.pid")) as f:
-        pid = int(f.readline())
-    kids = [int(p) for p in subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)],
-                                           capture_output=True, text=True).stdout.split()]
-    os.kill(pid, signal.SIGKILL)
-
-    def gone():
-        return not [k for k in kids if os.path.exists(f"/proc/{k}")
-                    and open(f"/proc/{k}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
-    if not wait_for(gone, grace):
-        for k in kids:
-            try:
-                os.kill(k, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        wait_for(gone, 30)
 
 
 F.close()
-kill9(primary_data)
+kill9_postmaster(primary_data)
 subprocess.run(AS_SERVER + [f"{PGBIN}/pg_ctl", "-D", standby_data, "-w", "-t", "60", "promote"],
                check=True, stdout=subprocess.DEVNULL)
 q(SB, "ALTER SYSTEM RESET primary_conninfo")

@@ -20,7 +20,6 @@ Usage: standby_check.py ROUTER_CONNINFO SHARDS_DIR FAILING
 Every figure is read through the router's API (or the gateway's /metrics);
 the nodes are touched only to stage the fault (kill -9, promote)."""
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -28,7 +27,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklib import check, failures, wait_for  # noqa: E402
+from checklib import check, failures, kill9_postmaster, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
 
@@ -137,27 +136,10 @@ version = q1("SELECT im_router.cluster_version()")
 # ---- kill -9 of the failing node's primary postmaster (and, as a machine
 # crash would, any child still alive after a grace period: only children of
 # that very postmaster pid)
-def kill9(datadir, grace=10):
-    with open(os.path.join(datadir, "postmaster.pid")) as f:
-        pid = int(f.readline())
-    kids = [int(p) for p in subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)],
-                                           capture_output=True, text=True).stdout.split()]
-    os.kill(pid, signal.SIGKILL)
-
-    def gone():
-        return not [k for k in kids if os.path.exists(f"/proc/{k}")
-                    and open(f"/proc/{k}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
-    if not wait_for(gone, grace):
-        for k in kids:
-            try:
-                os.kill(k, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        wait_for(gone, 30)
 
 
 killed_at = time.time()
-kill9(primary_data)
+kill9_postmaster(primary_data)
 
 
 def outage_seen():
