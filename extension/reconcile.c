@@ -153,6 +153,18 @@ static const ReconcileCheck checks[] = {
 	 "      WHERE m.name" EQ "'outbox_collected_before'), '-infinity') "
 	 "ORDER BY e.conversation_id, e.msg_seq"},
 	/*
+	 * An outbox item is a position's (msg_seq set) or a private event's
+	 * (its user set, no msg_seq).  No CHECK says so since 1.8 (it was
+	 * planned at every send's outbox insert, under the conversation lock):
+	 * the three statements that write the outbox give each item its shape.
+	 */
+	{"outbox_item_malformed",
+	 "SELECT 'outbox_item_malformed', 'error', o.conversation_id, o.private_user_id, "
+	 "  pg_catalog.jsonb_build_object('outbox_id', o.outbox_id, 'msg_seq', o.msg_seq, "
+	 "    'source_event_id', o.source_event_id) "
+	 "FROM im.outbox o WHERE (o.msg_seq IS NULL)" NE "(o.private_user_id IS NOT NULL) "
+	 "ORDER BY o.conversation_id, o.outbox_id"},
+	/*
 	 * Every event belongs to a conversation.  No foreign key says so since
 	 * 1.2 (its check cost every send a query): append.c writes an event only
 	 * under its conversation's row lock, and conversations are never deleted.

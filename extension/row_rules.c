@@ -2,7 +2,10 @@
  * row_rules.c — the cross-column rules of the send path's rows, as the
  * immutable C functions their one CHECK constraint per table calls
  * (issue 10, 1.6): im.event_fields_valid (CHECK event_kind_fields) and
- * im.conversation_pair_valid (CHECK conversation_direct_pair).
+ * im.conversation_pair_valid (the 1.6 CHECK conversation_direct_pair; since
+ * 1.8 the trigger of that name, im.conversation_pair_check, applies the same
+ * rule, because a CHECK was planned again at every head UPDATE of every
+ * send, under the conversation's row lock, for columns it never writes).
  *
  * Why C: PostgreSQL reads every CHECK of a table from its stored node text,
  * plans and compiles it again at the start of each INSERT or UPDATE
@@ -22,16 +25,25 @@
  */
 #include "im_sync.h"
 
+#include "commands/trigger.h"
+#include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/rel.h"
 
-/* text argument argno equals the NUL-terminated word w */
+/* t equals the NUL-terminated word w */
 static bool
-arg_is(FunctionCallInfo fcinfo, int argno, const char *w)
+text_is(const text *t, const char *w)
 {
-	text	   *t = PG_GETARG_TEXT_PP(argno);
 	size_t		len = strlen(w);
 
 	return VARSIZE_ANY_EXHDR(t) == len && memcmp(VARDATA_ANY(t), w, len) == 0;
+}
+
+/* text argument argno equals w */
+static bool
+arg_is(FunctionCallInfo fcinfo, int argno, const char *w)
+{
+	return text_is(PG_GETARG_TEXT_PP(argno), w);
 }
 
 static bool
@@ -70,6 +82,23 @@ im_event_fields_valid(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The pair rule on one row, three-valued as the CHECK was: 1 true, 0 false,
+ * -1 NULL (passes).  kind NULL answers NULL.
+ */
+static int
+pair_rule(const text *kind, bool lo_null, int64 lo, bool hi_null, int64 hi)
+{
+	bool		pair_set = !lo_null && !hi_null;
+	if (kind == NULL)
+		return -1;
+	if (text_is(kind, "direct") != pair_set)
+		return 0;
+	if (!pair_set)
+		return -1;
+	return lo < hi;
+}
+
+/*
  * im.conversation_pair_valid(kind, direct_user_lo, direct_user_hi) -> boolean
  * The 1.5 CHECK conversation_direct_pair:
  *   ((kind = 'direct') = (lo IS NOT NULL AND hi IS NOT NULL)) AND lo < hi
@@ -80,13 +109,60 @@ PG_FUNCTION_INFO_V1(im_conversation_pair_valid);
 Datum
 im_conversation_pair_valid(PG_FUNCTION_ARGS)
 {
-	bool		pair_set = !PG_ARGISNULL(1) && !PG_ARGISNULL(2);
+	int			r = pair_rule(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
+							  PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1),
+							  PG_ARGISNULL(2), PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2));
 
-	if (PG_ARGISNULL(0))
+	if (r < 0)
 		PG_RETURN_NULL();
-	if (arg_is(fcinfo, 0, "direct") != pair_set)
-		PG_RETURN_BOOL(false);
-	if (!pair_set)
-		PG_RETURN_NULL();
-	PG_RETURN_BOOL(PG_GETARG_INT64(1) < PG_GETARG_INT64(2));
+	PG_RETURN_BOOL(r == 1);
+}
+
+/* int8 column `name` of the trigger's row; *isnull set */
+static int64
+row_int8(TriggerData *td, HeapTuple row, const char *name, bool *isnull)
+{
+	TupleDesc	desc = RelationGetDescr(td->tg_relation);
+	Datum		d = heap_getattr(row, SPI_fnumber(desc, name), desc, isnull);
+
+	return *isnull ? 0 : DatumGetInt64(d);
+}
+
+/*
+ * im.conversation_pair_check() — trigger conversation_direct_pair (1.8):
+ * AFTER INSERT OR UPDATE OF kind, direct_user_lo, direct_user_hi, FOR EACH
+ * ROW, enabled ALWAYS.  Refuses the row the CHECK refused, with the CHECK's
+ * SQLSTATE and message; a head UPDATE names none of the three columns, so
+ * it never runs (nor does any row lock or node text with it).
+ */
+PG_FUNCTION_INFO_V1(im_conversation_pair_check);
+Datum
+im_conversation_pair_check(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	HeapTuple	row;
+	TupleDesc	desc;
+	Datum		kind;
+	bool		kind_null,
+				lo_null,
+				hi_null;
+	int64		lo,
+				hi;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event))
+		elog(ERROR, "im_sync: im.conversation_pair_check must run as an AFTER ROW trigger");
+	row = TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple : td->tg_trigtuple;
+	desc = RelationGetDescr(td->tg_relation);
+	kind = heap_getattr(row, SPI_fnumber(desc, "kind"), desc, &kind_null);
+	lo = row_int8(td, row, "direct_user_lo", &lo_null);
+	hi = row_int8(td, row, "direct_user_hi", &hi_null);
+	if (pair_rule(kind_null ? NULL : DatumGetTextPP(kind), lo_null, lo, hi_null, hi) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CHECK_VIOLATION),
+				 errmsg("new row for relation \"%s\" violates check constraint \"%s\"",
+						RelationGetRelationName(td->tg_relation), "conversation_direct_pair"),
+				 errdetail("A direct conversation names its ordered pair (direct_user_lo < direct_user_hi), a group none."),
+				 errtableconstraint(td->tg_relation, "conversation_direct_pair")));
+	return PointerGetDatum(NULL);
 }

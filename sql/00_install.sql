@@ -3,18 +3,18 @@ SELECT extname, extversion FROM pg_extension WHERE extname = 'im_sync';
 SELECT count(*) AS api_functions FROM pg_proc WHERE pronamespace = 'im'::regnamespace;
 -- every API function is SECURITY DEFINER with a pinned search_path, no PUBLIC execute
 SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'im'::regnamespace
-  AND p.proname NOT IN ('set_extension_owner', 'event_fields_valid', 'conversation_pair_valid')
+  AND p.proname NOT IN ('set_extension_owner', 'event_fields_valid', 'conversation_pair_valid', 'conversation_pair_check')
   AND (NOT p.prosecdef OR p.proconfig IS NULL OR has_function_privilege('public', p.oid, 'EXECUTE'))
 ORDER BY 1;
 -- the exception set_extension_owner runs as its (superuser) caller; no PUBLIC execute
 SELECT p.proname, p.prosecdef, has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
 FROM pg_proc p WHERE p.pronamespace = 'im'::regnamespace AND p.proname = 'set_extension_owner';
--- issue 10: the row rules the CHECKs call (row_rules.c) run no SQL: C, immutable, not SECURITY
+-- issue 10: the row rules the CHECK and the trigger call (row_rules.c) run no SQL: C (the CHECK's immutable), not SECURITY
 -- DEFINER (no per-row GUC save and restore), no PUBLIC execute
 SELECT p.proname, l.lanname AS language, p.provolatile, p.prosecdef,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
 FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-WHERE p.pronamespace = 'im'::regnamespace AND p.proname IN ('event_fields_valid', 'conversation_pair_valid')
+WHERE p.pronamespace = 'im'::regnamespace AND p.proname IN ('event_fields_valid', 'conversation_pair_valid', 'conversation_pair_check')
 ORDER BY 1;
 -- no rows in any data table
 SELECT c.relname FROM pg_class c WHERE c.relnamespace = 'im'::regnamespace AND c.relkind = 'r'

@@ -2,6 +2,9 @@
 -- call C functions (row_rules.c).  They must answer exactly as the 1.5 SQL
 -- rules they replace, for every kind and every NULL pattern (a CHECK passes
 -- on true and on NULL), and the constraints must reject real bad rows.
+-- 1.8: the conversation's rule is the AFTER trigger conversation_direct_pair
+-- on the columns it reads (a head UPDATE never runs it), and the outbox's
+-- shape rule is a reconcile check instead of a CHECK.
 WITH k(kind) AS (
     VALUES ('message'), ('create'), ('join'), ('leave'), ('recall'), ('edit'), ('mode'),
            ('reaction'), ('pin'), ('other')),
@@ -38,11 +41,15 @@ SELECT count(*) AS combinations, count(*) FILTER (WHERE c_passes) AS passing,
        count(*) FILTER (WHERE c_passes IS DISTINCT FROM sql_passes) AS differing
 FROM judged;
 
--- each table keeps one CHECK on its cross-column rules
+-- the event keeps one CHECK on its cross-column rules; the conversation and
+-- the outbox have none (1.8), the conversation has its column trigger
 SELECT conrelid::regclass AS tbl, conname, pg_get_constraintdef(oid) AS def
 FROM pg_constraint
-WHERE conrelid IN ('im.event'::regclass, 'im.conversation'::regclass) AND contype = 'c'
+WHERE conrelid IN ('im.event'::regclass, 'im.conversation'::regclass, 'im.outbox'::regclass)
+  AND contype = 'c'
 ORDER BY 1, 2;
+SELECT tgname, tgenabled, pg_get_triggerdef(oid) AS def
+FROM pg_trigger WHERE tgrelid = 'im.conversation'::regclass AND NOT tgisinternal;
 
 -- real bad rows are refused by the constraints
 \set VERBOSITY terse
@@ -68,6 +75,30 @@ ROLLBACK;
 BEGIN;
 INSERT INTO im.conversation (kind, direct_user_lo, direct_user_hi) VALUES ('group', 4, 5);
 ROLLBACK;
+BEGIN;
+UPDATE im.conversation SET kind = 'direct' WHERE conversation_id = :g;   -- a group made direct
+ROLLBACK;
+-- the trigger runs for the columns it reads, never for a head update: a bad
+-- row written past it (trigger disabled) takes head updates, not pair updates
+BEGIN;
+ALTER TABLE im.conversation DISABLE TRIGGER conversation_direct_pair;
+INSERT INTO im.conversation (kind, direct_user_lo, direct_user_hi) VALUES ('direct', 9, 6)
+RETURNING conversation_id AS bad \gset
+ALTER TABLE im.conversation ENABLE ALWAYS TRIGGER conversation_direct_pair;
+UPDATE im.conversation SET head_msg_seq = head_msg_seq + 1 WHERE conversation_id = :bad
+RETURNING head_msg_seq;
+SAVEPOINT pair;
+UPDATE im.conversation SET direct_user_hi = 7 WHERE conversation_id = :bad;
+ROLLBACK TO pair;
+ROLLBACK;
+-- an outbox item of neither shape is reported by reconcile
+BEGIN;
+INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id, private_user_id)
+VALUES (:g, 1, -1, 5);   -- a position that also names a private user
+SELECT check_name, severity, detail->>'source_event_id' AS source_event_id
+FROM im.reconcile() WHERE check_name = 'outbox_item_malformed';
+ROLLBACK;
+SELECT count(*) AS malformed_after_rollback FROM im.reconcile() WHERE check_name = 'outbox_item_malformed';
 -- and good ones pass
 SELECT created FROM im.send_message(1, :g, 'row-rules-1', '{"text": "hi"}');
 SELECT im.create_conversation('direct', ARRAY[8, 3]::bigint[]) IS NOT NULL AS direct_created;
