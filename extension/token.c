@@ -28,6 +28,7 @@
 #include "device_state.h"
 #include "im_sql.h"
 #include "token.h"
+#include "token_layout.h"
 
 #include "catalog/pg_type.h"
 #include "common/base64.h"
@@ -37,9 +38,10 @@
 
 #define IM_KEY_LEN		32
 #define IM_MAC_LEN		PG_SHA256_DIGEST_LENGTH
-/* purpose(1) + 3 x int32 + 8 x int64 + device id length(1) */
-#define IM_CLAIMS_FIXED (1 + 4 * 3 + 8 * 8 + 1)
-#define IM_TOKEN_MAX_BYTES (IM_CLAIMS_FIXED + 64 + IM_MAC_LEN)
+/* the claims layout and sizes (token_layout.h; with key id and MAC:
+ * IM_TOKEN_MAX_BYTES) are also read by the gateway's hello order */
+#define IM_CLAIMS_FIXED IM_TOKEN_CLAIMS_FIXED
+StaticAssertDecl(IM_MAC_LEN == IM_TOKEN_MAC_LEN, "token MAC length");
 #define IM_TOKEN_VERSION 1
 
 static void
@@ -295,7 +297,7 @@ signing_key(const ImTokenClaims *claims, uint8 *key)
 static char *
 encode_signed(const ImTokenClaims *claims, int32 key_id, const uint8 *key)
 {
-	uint8		buf[IM_TOKEN_MAX_BYTES + 4];
+	uint8		buf[IM_TOKEN_MAX_BYTES];
 	uint8	   *p = buf;
 	size_t		devlen = strnlen(claims->device_id, 64);
 	int			enclen;
@@ -305,6 +307,7 @@ encode_signed(const ImTokenClaims *claims, int32 key_id, const uint8 *key)
 	put32(&p, IM_TOKEN_VERSION);
 	put32(&p, claims->registration);
 	put32(&p, claims->sync_generation);
+	Assert(p - buf == IM_TOKEN_USER_ID_AT);
 	put64(&p, claims->user_id);
 	put64(&p, claims->resume_from);
 	put64(&p, claims->watermark);
@@ -313,6 +316,7 @@ encode_signed(const ImTokenClaims *claims, int32 key_id, const uint8 *key)
 	put64(&p, claims->snapshot_id);
 	put64(&p, claims->issued_at);
 	put64(&p, claims->expires_at);
+	Assert(p - buf == IM_TOKEN_DEVLEN_AT);
 	*p++ = (uint8) devlen;
 	memcpy(p, claims->device_id, devlen);
 	p += devlen;
@@ -370,7 +374,7 @@ im_token_verify(const char *token, char purpose, ImTokenClaims *out)
 	size_t		len;
 	char	   *std;
 	char	   *canon;
-	uint8		buf[IM_TOKEN_MAX_BYTES + 4 + 3];
+	uint8		buf[IM_TOKEN_MAX_BYTES + 3];
 	int			n;
 	const uint8 *p;
 	uint8		key[IM_KEY_LEN];

@@ -17,13 +17,12 @@
 #include <libwebsockets.h>
 #include <string.h>
 
-/* extension/token.c: purpose(1) version(4) registration(4)
- * sync_generation(4) user_id(8) resume_from, watermark,
- * recovery_session_id, position, snapshot_id (8 each) issued_at(8)
- * expires_at(8) devlen(1) device_id(devlen) key_id(4) mac(32) */
-#define CLAIM_USER_ID 13
-#define CLAIM_DEVLEN 77
-#define TOKEN_MAX_BYTES (CLAIM_DEVLEN + 1 + 64 + 4 + 32)
+/* the token's claims as extension/token.c writes them (one definition) */
+#include "../extension/token_layout.h"
+
+#define CLAIM_USER_ID IM_TOKEN_USER_ID_AT
+#define CLAIM_DEVLEN IM_TOKEN_DEVLEN_AT
+#define TOKEN_MAX_BYTES IM_TOKEN_MAX_BYTES
 #define SLOTS (1 << 16)
 
 static uint16_t held[SLOTS];	/* running hellos per slot */
@@ -44,7 +43,7 @@ im_hello_device_key(const char *token)
 	if (n <= CLAIM_DEVLEN)
 		return 0;
 	devlen = (unsigned char) raw[CLAIM_DEVLEN];
-	if (devlen < 1 || devlen > 64 || n < CLAIM_DEVLEN + 1 + devlen)
+	if (devlen < 1 || devlen > IM_TOKEN_DEVICE_MAX || n < CLAIM_DEVLEN + 1 + devlen)
 		return 0;
 	for (i = CLAIM_USER_ID; i < CLAIM_USER_ID + 8; i++)
 		h = (h ^ (unsigned char) raw[i]) * 1099511628211ULL;

@@ -17,9 +17,13 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import psycopg2
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklib import kill9_postmaster  # noqa: E402
 
 PGBIN = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
 AS_SERVER = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -41,15 +45,6 @@ def free_port():
     p = s.getsockname()[1]
     s.close()
     return p
-
-
-def running(pid):
-    """pid exists and is not a zombie waiting to be reaped."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
 
 
 def run(cmd, **kw):
@@ -139,30 +134,10 @@ class Node:
         self.pg_ctl("-m", "immediate", "stop")
 
     def kill9_postmaster(self, grace=10):
-        """SIGKILL the postmaster alone; its children notice the
-        postmaster's death and exit by themselves.  One that is still busy
-        after `grace` seconds (a checkpointer in a long fsync, say) is
-        SIGKILLed too, as the machine crash this stands for would: an
-        orphan would hold the data directory and its shared memory.  Only
-        children of this node's own postmaster are signalled.  Returns the
-        number of children that had to be killed."""
-        pid = self.postmaster_pid()
-        kids = self.children(pid)
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.time() + grace
-        while time.time() < deadline:
-            if not [k for k in kids if running(k)]:
-                return 0
-            time.sleep(0.1)
-        alive = [k for k in kids if running(k)]
-        for k in alive:
-            try:
-                os.kill(k, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        while [k for k in alive if running(k)]:
-            time.sleep(0.05)
-        return len(alive)
+        """kill -9 of this node's postmaster, as a machine crash
+        (checklib.kill9_postmaster); the number of children that had to be
+        killed too."""
+        return kill9_postmaster(self.data, grace)
 
     def wait_ready(self, timeout=90, primary=None):
         """Until the node answers (and, when primary is given, is or is not in recovery)."""
