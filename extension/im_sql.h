@@ -121,6 +121,9 @@
 	"          WHERE m.name" EQ "'outbox_collected_before'), '-infinity'::pg_catalog.timestamptz)"
 #define IM_ITEM_PROCESSED_SQL(state, created) \
 	"COALESCE(" state EQ "'done', " created LT IM_OUTBOX_COLLECTED_BEFORE_SQL ", false)"
+/* The same for the event whose message_id is `event_id`, its item looked up. */
+#define IM_EVENT_PROCESSED_SQL(event_id, created) \
+	IM_ITEM_PROCESSED_SQL("(SELECT o.state FROM im.outbox o WHERE o.source_event_id" EQ event_id ")", created)
 
 /*
  * Unread recount of contract §3 for fanout conversations: $1 user_id,
@@ -136,15 +139,12 @@
 	"WHERE e.conversation_id" EQ "$2 AND e.kind" EQ "'message' " \
 	"  AND e.msg_seq" GT "$3 " \
 	"  AND e.sender_id" NE "$1 " \
-	"  AND " IM_ITEM_PROCESSED_SQL("(SELECT o.state FROM im.outbox o WHERE o.source_event_id" EQ "e.message_id)", \
-								  "e.created_at") " " \
+	"  AND " IM_EVENT_PROCESSED_SQL("e.message_id", "e.created_at") " " \
 	"  AND EXISTS (SELECT 1 FROM im.membership_period p WHERE p.conversation_id" EQ "e.conversation_id " \
 	"              AND p.user_id" EQ "$1 AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
 	"  AND NOT EXISTS (SELECT 1 FROM im.event r WHERE r.target_message_id" EQ "e.message_id " \
 	"              AND r.kind" EQ "'recall' " \
-	"              AND " IM_ITEM_PROCESSED_SQL("(SELECT ro.state FROM im.outbox ro" \
-	"                                            WHERE ro.source_event_id" EQ "r.message_id)", \
-										  "r.created_at") ") " \
+	"              AND " IM_EVENT_PROCESSED_SQL("r.message_id", "r.created_at") ") " \
 	"  AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "$1 " \
 	"              AND d.message_id" EQ "e.message_id)"
 

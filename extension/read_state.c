@@ -432,8 +432,7 @@ im_message_status(PG_FUNCTION_ARGS)
 	"WITH e AS (SELECT e.* FROM im.event e WHERE e.message_id" EQ "$1), " \
 	"s AS (" \
 	"  SELECT w.u AS user_id, " \
-	"    (" IM_ITEM_PROCESSED_SQL("(SELECT o.state FROM im.outbox o WHERE o.source_event_id" EQ "$1)", \
-								  "(SELECT e.created_at FROM e)") " " \
+	"    (" IM_EVENT_PROCESSED_SQL("$1", "(SELECT e.created_at FROM e)") " " \
 	"     AND NOT EXISTS (SELECT 1 FROM im.outbox o JOIN im.fanout_quarantine q " \
 	"               ON q.outbox_id" EQ "o.outbox_id " \
 	"             WHERE o.source_event_id" EQ "$1 AND q.user_id" EQ "w.u)) AS in_scope " \

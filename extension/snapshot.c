@@ -101,8 +101,7 @@
 	"              AND " IM_PERIOD_COVERS_SQL("p", "t.msg_seq") \
 	"              AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ")) " \
 	/* its item processed here (a copy's dependency has none: not delivered) */ \
-	"    AND " IM_ITEM_PROCESSED_SQL("(SELECT o.state FROM im.outbox o WHERE o.source_event_id" EQ "e.message_id)", \
-									 "e.created_at") " " \
+	"    AND " IM_EVENT_PROCESSED_SQL("e.message_id", "e.created_at") " " \
 	"    AND NOT EXISTS (SELECT 1 FROM im.outbox o " \
 	"            JOIN im.fanout_quarantine q ON q.outbox_id" EQ "o.outbox_id AND q.user_id" EQ "$1 " \
 	"            WHERE o.source_event_id" EQ "e.message_id)), " \

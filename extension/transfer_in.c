@@ -497,7 +497,10 @@ static LocalTransactionId settled_in = InvalidLocalTransactionId;
  * (ack_marked_held, beside im_transfer_ack_release) writes the records of
  * the marks it sees.  Sent once per transfer (an ack pruned by maintenance
  * while the hold lasts goes again; its source drops an ack it has no
- * transfer for).  Returns the number of transfers marked.
+ * transfer for).  Runs after this pass's applies and reads the blockers
+ * again (IM_TRANSFER_BLOCKERS_SQL, as the due query did before them): a
+ * transfer that failed in this pass holds its conversation from now on.
+ * Returns the number of transfers marked.
  */
 static uint64
 mark_held(void)
@@ -538,6 +541,7 @@ im_transfer_apply(int max_transfers)
 	static SPIPlanPtr pending;
 	static SPIPlanPtr pending16;
 	Datum		args[2];
+	bool		ordered;		/* a 1.7 catalog: retries and holds (transfer.h) */
 	bool		held = false;
 	int64		held_conversation = 0;
 	uint64		n;
@@ -557,17 +561,18 @@ im_transfer_apply(int max_transfers)
 	if (!im_get_bool(0, 1, NULL))
 		return 0;				/* another applier is at it; it applies in order */
 	im_transfer_ack_settle_stored();	/* under the same lock: one settler */
+	ordered = im_catalog_at_least(1, 7);
 	/*
 	 * What earlier transactions settled or marked; never in a transaction
 	 * that settled some itself (two apply calls in one transaction): its own
 	 * settlements are visible to it before they are on the standby.
 	 */
-	if (im_catalog_at_least(1, 7) && settled_in != MyProc->lxid)
+	if (ordered && settled_in != MyProc->lxid)
 	{
 		im_transfer_ack_release();
 		ack_marked_held();
 	}
-	if (im_catalog_at_least(1, 7))
+	if (ordered)
 		im_prepare(&pending,
 				   IM_TRANSFERS_DUE_SQL("t.source_node, t.transfer_id, t.payload, t.conversation_id,"
 										" t.msg_seq, t.source_event_id")
@@ -580,7 +585,7 @@ im_transfer_apply(int max_transfers)
 				   "ORDER BY conversation_id, msg_seq, transfer_id LIMIT $1",
 				   1, INT4OID);
 	args[0] = Int32GetDatum(max_transfers);
-	n = im_exec(im_catalog_at_least(1, 7) ? pending : pending16, args, NULL, 0);
+	n = im_exec(ordered ? pending : pending16, args, NULL, 0);
 	sources = palloc(sizeof(char *) * Max(n, 1));
 	ids = palloc(sizeof(int64) * Max(n, 1));
 	convs = palloc(sizeof(int64) * Max(n, 1));
@@ -601,7 +606,7 @@ im_transfer_apply(int max_transfers)
 	for (uint64 i = 0; i < n; i++)
 	{
 		/* a failure holds the rest of its conversation (1.7: by its state too) */
-		if (held && convs[i] == held_conversation && im_catalog_at_least(1, 7))
+		if (held && convs[i] == held_conversation && ordered)
 			continue;
 		if (apply_one(sources[i], ids[i], payloads[i], convs[i], seqs[i], events[i]))
 			applied++;
@@ -611,7 +616,7 @@ im_transfer_apply(int max_transfers)
 			held_conversation = convs[i];
 		}
 	}
-	if ((im_catalog_at_least(1, 7) && mark_held() > 0) || n > 0)
+	if ((ordered && mark_held() > 0) || n > 0)
 	{
 		settled_in = MyProc->lxid;
 		/*

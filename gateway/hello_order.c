@@ -20,9 +20,6 @@
 /* the token's claims as extension/token.c writes them (one definition) */
 #include "../extension/token_layout.h"
 
-#define CLAIM_USER_ID IM_TOKEN_USER_ID_AT
-#define CLAIM_DEVLEN IM_TOKEN_DEVLEN_AT
-#define TOKEN_MAX_BYTES IM_TOKEN_MAX_BYTES
 #define SLOTS (1 << 16)
 
 static uint16_t held[SLOTS];	/* running hellos per slot */
@@ -30,24 +27,24 @@ static uint16_t held[SLOTS];	/* running hellos per slot */
 uint64_t
 im_hello_device_key(const char *token)
 {
-	char		raw[TOKEN_MAX_BYTES + 4];
+	char		raw[IM_TOKEN_MAX_BYTES + 4];
 	size_t		len = token ? strlen(token) : 0;
 	uint64_t	h = 1469598103934665603ULL;	/* FNV-1a */
 	int			n,
 				devlen,
 				i;
 
-	if (len == 0 || len > (TOKEN_MAX_BYTES + 2) / 3 * 4)
+	if (len == 0 || len > (IM_TOKEN_MAX_BYTES + 2) / 3 * 4)
 		return 0;
 	n = lws_b64_decode_string_len(token, (int) len, raw, sizeof(raw));
-	if (n <= CLAIM_DEVLEN)
+	if (n <= IM_TOKEN_DEVLEN_AT)
 		return 0;
-	devlen = (unsigned char) raw[CLAIM_DEVLEN];
-	if (devlen < 1 || devlen > IM_TOKEN_DEVICE_MAX || n < CLAIM_DEVLEN + 1 + devlen)
+	devlen = (unsigned char) raw[IM_TOKEN_DEVLEN_AT];
+	if (devlen < 1 || devlen > IM_TOKEN_DEVICE_MAX || n < IM_TOKEN_DEVLEN_AT + 1 + devlen)
 		return 0;
-	for (i = CLAIM_USER_ID; i < CLAIM_USER_ID + 8; i++)
+	for (i = IM_TOKEN_USER_ID_AT; i < IM_TOKEN_USER_ID_AT + 8; i++)
 		h = (h ^ (unsigned char) raw[i]) * 1099511628211ULL;
-	for (i = CLAIM_DEVLEN; i <= CLAIM_DEVLEN + devlen; i++)
+	for (i = IM_TOKEN_DEVLEN_AT; i <= IM_TOKEN_DEVLEN_AT + devlen; i++)
 		h = (h ^ (unsigned char) raw[i]) * 1099511628211ULL;
 	return h ? h : 1;
 }

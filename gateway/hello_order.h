@@ -20,7 +20,7 @@ typedef struct im_job im_job;
 
 /*
  * The device a hello's token names, as a nonzero 64-bit key, read from the
- * token's claims without verifying them (extension/token.c's layout); 0 when
+ * token's claims without verifying them (extension/token_layout.h); 0 when
  * the token is not readable (the node refuses it anyway).  Only the order
  * of hellos depends on it: a forged token naming another device delays that
  * device's hello by one refused call at most.  Any thread.

@@ -133,8 +133,6 @@ check(unacked >= unacked_before + WINDOW_SENDS,
 
 
 # ---- 5. kill -9, promote, reattach
-
-
 F.close()
 kill9_postmaster(primary_data)
 subprocess.run(AS_SERVER + [f"{PGBIN}/pg_ctl", "-D", standby_data, "-w", "-t", "60", "promote"],

@@ -135,9 +135,7 @@ version = q1("SELECT im_router.cluster_version()")
 
 # ---- kill -9 of the failing node's primary postmaster (and, as a machine
 # crash would, any child still alive after a grace period: only children of
-# that very postmaster pid)
-
-
+# that very postmaster pid: checklib.kill9_postmaster)
 killed_at = time.time()
 kill9_postmaster(primary_data)
 
