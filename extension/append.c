@@ -7,15 +7,16 @@
  *     assigned as head + 1 while the caller holds the conversation row lock,
  *     and the event, the new head and its outbox item are written in one
  *     statement (a member's message: the head by the statement that takes
- *     the lock, event and outbox item by the next);
+ *     the lock, event and outbox item by the direct inserts of
+ *     direct_append.c, in the same transaction);
  *   - a position suppressed by its idempotency key writes nothing (no gap;
  *     a taken position is given back);
  *   - every position gets its outbox item, and the fanout workers are woken
  *     at commit (never by NOTIFY, which would serialize every send);
- *   - a member's message (im_append_member_message) is checked against the
- *     sender's open period by a statement that starts after the
- *     conversation row lock is held, so a concurrent leave is either before
- *     it (seen, the send is refused) or after it (inside the period).
+ *   - a member's message (im_append_member_message, direct_append.c) is
+ *     checked against the sender's open period on a snapshot taken after
+ *     the conversation row lock is held, so a concurrent leave is either
+ *     before it (seen, the send is refused) or after it (inside the period).
  */
 #include "im_sync.h"
 #include "common.h"
@@ -228,63 +229,4 @@ im_give_back_position(const ImConversation *conv)
 	if (im_exec(plan, args, NULL, 0) != 1)
 		elog(ERROR, "im_sync: head of conversation " INT64_FORMAT " moved under its row lock",
 			 conv->conversation_id);
-}
-
-bool
-im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
-						 int64 *message_id, int64 *msg_seq)
-{
-	static SPIPlanPtr plan;
-	Datum		args[10];
-	char		nulls[10];
-
-	Assert(strcmp(ev->kind, "message") == 0 && ev->target_message_id == 0 &&
-		   ev->sender_id != 0 && ev->client_msg_id != NULL);
-
-	/*
-	 * The caller took the position with im_take_next_position, its own
-	 * statement, so this one has a new snapshot in READ COMMITTED: it sees
-	 * every leave committed before the lock was granted.  If the sender is
-	 * no member or the idempotency key is taken, the event CTE inserts
-	 * nothing, the outbox insert (the statement itself) sees no row and the
-	 * statement returns none: nothing is written here and the position is
-	 * given back.  A returned row is the outbox item of the written event
-	 * (im.outbox has no trigger that could drop it), so a written position
-	 * always has its item.  The key is probed here (an index lookup, no
-	 * statement of its own) so a retry draws no message_id; ON CONFLICT
-	 * still catches a concurrent duplicate.  The head is not written here
-	 * (the lock statement did), and no CTE is read back twice: that keeps a
-	 * write node, im.conversation's indexes and CHECK, a join and an
-	 * aggregate out of the statement run under the lock.
-	 */
-	im_prepare(&plan,
-			   "WITH ins AS ("
-			   "  INSERT INTO im.event (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_id,"
-			   "                        request_digest, content_type, body, mode)"
-			   "  SELECT " PLACED_EVENT_ID_SQL("$10") ", $1, $2, $3, $4, $5, $6, $7, $8, $9"
-			   "  WHERE EXISTS (SELECT 1 FROM im.membership_period p"
-			   "    WHERE p.conversation_id" EQ "$1 AND p.user_id" EQ "$4 AND p.leave_seq IS NULL)"
-			   "    AND NOT EXISTS (SELECT 1 FROM im.event e"
-			   "    WHERE e.sender_id" EQ "$4 AND e.client_msg_id" EQ "$5 AND e.request_digest IS NOT NULL)"
-			   "  ON CONFLICT (sender_id, client_msg_id) WHERE request_digest IS NOT NULL DO NOTHING"
-			   "  RETURNING message_id, msg_seq)"
-			   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)"
-			   "  SELECT $1, ins.msg_seq, ins.message_id FROM ins"
-			   "  RETURNING source_event_id",
-			   10, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
-			   JSONBOID, TEXTOID, INT8OID);
-	memset(nulls, ' ', sizeof(nulls));
-	set_event_args(conv, ev, args, nulls);
-	args[8] = CStringGetTextDatum(conv->mode);
-	args[9] = Int64GetDatum(im_shard_id_factor());
-	if (im_exec(plan, args, nulls, 0) == 0)
-	{
-		im_give_back_position(conv);
-		return false;
-	}
-	*message_id = im_get_int64(0, 1, NULL);
-	conv->head_msg_seq++;
-	im_wake_fanout_at_commit();
-	*msg_seq = conv->head_msg_seq;
-	return true;
 }

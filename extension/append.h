@@ -43,15 +43,21 @@ extern bool im_take_next_position(int64 conversation_id, ImConversation *conv);
 extern void im_give_back_position(const ImConversation *conv);
 
 /*
- * The fast path of a member's message (ev->kind 'message', no target),
- * after im_take_next_position: checks the sender's open period and the
- * idempotency key and writes event and outbox item at the taken position in
- * one statement.  False: nothing written (no member, or the key exists),
+ * The fast path of a member's message (ev->kind 'message', no target;
+ * direct_append.c).  im_direct_append_begin, before the lock, opens and
+ * checks what the writes need; NULL when this catalog's tables are not the
+ * layout the direct path writes (then take the general path).  After
+ * im_take_next_position, im_append_member_message checks the sender's open
+ * period and the idempotency key and writes event and outbox item at the
+ * taken position.  False: nothing written (no member, or the key exists),
  * the position given back; the caller then takes the general path for the
  * right answer or error.  Wakes the workers at commit when true.
  */
-extern bool im_append_member_message(ImConversation *conv, const ImNewEvent *ev,
-									 int64 *message_id, int64 *msg_seq);
+typedef struct ImDirectAppend ImDirectAppend;
+extern ImDirectAppend *im_direct_append_begin(void);
+extern bool im_append_member_message(ImDirectAppend *da, ImConversation *conv,
+									 const ImNewEvent *ev, int64 *message_id, int64 *msg_seq);
+extern void im_direct_append_end(ImDirectAppend *da);
 /* jsonb Datum from C text (for system event bodies). */
 extern Datum im_jsonb_from_cstring(const char *json);
 

@@ -376,6 +376,7 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 {
 	ImConversation conv;
 	ImNewEvent	ev;
+	ImDirectAppend *direct;
 	int64		message_id = 0;
 	int64		msg_seq = 0;
 	bool		created = false;
@@ -399,16 +400,21 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 	/*
 	 * A message that is not a reply takes the fast path: lock the
 	 * conversation by taking its next position, then check the period and
-	 * the key and write in one statement.  A retry, a non-member (position
-	 * given back) or an unknown conversation wrote nothing and goes through
-	 * the general path below, which gives the answer or error the contract names (the
-	 * original for a retry, IS409, 42501, P0002), in the same order.
+	 * the key and write (direct_append.c, set up before the lock).  A retry,
+	 * a non-member (position given back), an unknown conversation or a
+	 * catalog the direct path does not serve wrote nothing and goes through
+	 * the general path below, which gives the answer or error the contract
+	 * names (the original for a retry, IS409, 42501, P0002), in the same
+	 * order.
 	 */
 	if (req->target_message_id == 0 && req->reply_to_message_id == 0 &&
-		im_take_next_position(req->conversation_id, &conv) &&
-		im_append_member_message(&conv, &ev, &message_id, &msg_seq))
-		created = true;
-	else if (!lookup_existing(req, &message_id, &msg_seq))
+		(direct = im_direct_append_begin()) != NULL)
+	{
+		created = im_take_next_position(req->conversation_id, &conv) &&
+			im_append_member_message(direct, &conv, &ev, &message_id, &msg_seq);
+		im_direct_append_end(direct);
+	}
+	if (!created && !lookup_existing(req, &message_id, &msg_seq))
 	{
 		im_lock_conversation(req->conversation_id, &conv);
 		require_active_member(req->conversation_id, req->sender_id);

@@ -1,0 +1,582 @@
+/*
+ * direct_append.c — issue 10: a member's message written without a
+ * statement under the conversation lock.  Everything a statement would set
+ * up (relations and their indexes opened, privileges checked, the rows'
+ * column layout read) is done before the lock is taken; under the lock are
+ * left the two index probes, the two sequence draws and the two row inserts
+ * through the executor's own single-row insert (ExecSimpleRelationInsert,
+ * as logical replication applies a row: the tables' CHECK and NOT NULL
+ * constraints and every index entry, unique checks included).
+ *
+ * Invariants protected here (design §2.3, contract §1/§3), the same the
+ * append statement of the general path keeps (append.c):
+ *   - the period probe runs on a snapshot taken after the conversation row
+ *     lock was granted, so a concurrent leave is either before it (seen,
+ *     nothing written) or after it (the message is inside the period);
+ *   - the idempotency key probe sees every committed event of the key; a
+ *     same-key request of this conversation waited for the lock, so only a
+ *     racing one of another conversation can get past it, and the key's
+ *     unique index meets that one (IS409, is_key_race);
+ *   - a written event always gets its outbox item in the same transaction,
+ *     and nothing is written when either probe says no.
+ * The direct path serves only the table layout it knows (event_columns,
+ * outbox_columns): anything else — a column it cannot fill, an INSERT
+ * trigger (a foreign key of the row included), a rule, row security, a
+ * partitioned table — makes im_direct_append_begin return NULL, and the
+ * caller takes the general path, whose statements obey all of them.  The
+ * domain checks of kind, msg_seq and state are not run: the values written
+ * are 'message', head + 1 >= 1 and 'pending'.
+ */
+#include "im_sync.h"
+#include "common.h"
+#include "append.h"
+#include "shard_map.h"
+#include "shmem.h"
+
+#include "access/genam.h"
+#include "access/stratnum.h"
+#include "access/relscan.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_collation.h"
+#include "commands/sequence.h"
+#include "common/int.h"
+#include "executor/executor.h"
+#include "nodes/makefuncs.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+/* What fills a column of a direct insert. */
+typedef enum DirectFill
+{
+	FILL_NULL,					/* a nullable column without default */
+	FILL_MESSAGE_ID,
+	FILL_OUTBOX_ID,
+	FILL_CONVERSATION_ID,
+	FILL_MSG_SEQ,
+	FILL_KIND,
+	FILL_SENDER_ID,
+	FILL_CLIENT_MSG_ID,
+	FILL_REQUEST_DIGEST,
+	FILL_CONTENT_TYPE,
+	FILL_BODY,
+	FILL_MODE,
+	FILL_FALSE,
+	FILL_ZERO,
+	FILL_NOW,
+	FILL_PENDING
+} DirectFill;
+
+/* A known column: its name, what fills it and its physical shape. */
+typedef struct DirectColumn
+{
+	const char *name;
+	DirectFill	fill;
+	int16		len;			/* attlen: -1 varlena */
+	bool		byval;
+} DirectColumn;
+
+/* bigint and timestamptz are 8 bytes by value; text, bytea, jsonb varlena */
+#define WORD_COL(n, f)		{n, f, 8, true}
+#define VARLENA_COL(n, f)	{n, f, -1, false}
+
+/* im.event's columns at every catalog version (1.3 added the last two). */
+static const DirectColumn event_columns[] = {
+	WORD_COL("message_id", FILL_MESSAGE_ID),
+	WORD_COL("conversation_id", FILL_CONVERSATION_ID),
+	WORD_COL("msg_seq", FILL_MSG_SEQ),
+	VARLENA_COL("kind", FILL_KIND),
+	WORD_COL("sender_id", FILL_SENDER_ID),
+	VARLENA_COL("client_msg_id", FILL_CLIENT_MSG_ID),
+	VARLENA_COL("request_digest", FILL_REQUEST_DIGEST),
+	VARLENA_COL("content_type", FILL_CONTENT_TYPE),
+	VARLENA_COL("body", FILL_BODY),
+	WORD_COL("target_message_id", FILL_NULL),
+	WORD_COL("subject_user_id", FILL_NULL),
+	VARLENA_COL("mode", FILL_MODE),
+	{"recalled", FILL_FALSE, 1, true},
+	WORD_COL("created_at", FILL_NOW),
+	WORD_COL("reply_to_message_id", FILL_NULL),
+	WORD_COL("pin_message_id", FILL_NULL),
+	{NULL}
+};
+
+/* im.outbox's columns: a conversation position's item. */
+static const DirectColumn outbox_columns[] = {
+	WORD_COL("outbox_id", FILL_OUTBOX_ID),
+	WORD_COL("conversation_id", FILL_CONVERSATION_ID),
+	WORD_COL("msg_seq", FILL_MSG_SEQ),
+	WORD_COL("source_event_id", FILL_MESSAGE_ID),
+	WORD_COL("private_user_id", FILL_NULL),
+	VARLENA_COL("state", FILL_PENDING),
+	{"attempts", FILL_ZERO, 4, true},
+	{"transient_failures", FILL_ZERO, 4, true},
+	VARLENA_COL("last_error", FILL_NULL),
+	WORD_COL("next_attempt_at", FILL_NOW),
+	WORD_COL("created_at", FILL_NOW),
+	WORD_COL("processed_at", FILL_NULL),
+	{NULL}
+};
+
+/* One table written directly: opened, its indexes open, its layout read. */
+typedef struct DirectTable
+{
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	int			natts;
+	DirectFill *fill;			/* per attribute (dropped: FILL_NULL) */
+} DirectTable;
+
+/* An index probed under the lock, opened before it. */
+typedef struct DirectProbe
+{
+	Relation	heap;
+	Relation	index;
+	TupleTableSlot *slot;
+	AttrNumber	null_attno;		/* the heap column that must be NULL (leave_seq) or */
+	AttrNumber	notnull_attno;	/* NOT NULL (request_digest) in a matching row */
+} DirectProbe;
+
+struct ImDirectAppend
+{
+	EState	   *estate;
+	DirectTable event;
+	DirectTable outbox;
+	DirectProbe period;			/* membership_period_one_open (conversation_id, user_id) */
+	DirectProbe key;			/* event_sender_id_client_msg_id_key (sender_id, client_msg_id) */
+	Oid			event_seq;
+	Oid			outbox_seq;
+};
+
+static Oid
+im_relid(Oid nsp, const char *name)
+{
+	return get_relname_relid(name, nsp);
+}
+
+/*
+ * A relation the direct path may read or write: a plain table without
+ * rules or row security, and, if written, without an INSERT trigger of any
+ * kind (im.event and im.outbox have triggers only as the referenced side of
+ * foreign keys, which an insert does not fire).
+ */
+static bool
+plain_table(Relation rel, bool written)
+{
+	TriggerDesc *trig = rel->trigdesc;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rules != NULL ||
+		rel->rd_rel->relrowsecurity)
+		return false;
+	return !written || trig == NULL ||
+		!(trig->trig_insert_before_row || trig->trig_insert_after_row ||
+		  trig->trig_insert_instead_row || trig->trig_insert_before_statement ||
+		  trig->trig_insert_after_statement || trig->trig_insert_new_table);
+}
+
+/*
+ * Reads rel's layout against cols: every live column must be a known one of
+ * the same physical shape, and a column filled with NULL must have no
+ * default.  False: the direct path does not serve this table.
+ */
+static bool
+read_layout(Relation rel, const DirectColumn *cols, DirectTable *t)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	t->natts = desc->natts;
+	t->fill = palloc(sizeof(DirectFill) * desc->natts);
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		const DirectColumn *c;
+
+		t->fill[i] = FILL_NULL;
+		if (att->attisdropped)
+			continue;
+		for (c = cols; c->name != NULL; c++)
+			if (strcmp(NameStr(att->attname), c->name) == 0)
+				break;
+		if (c->name == NULL || att->attlen != c->len || att->attbyval != c->byval ||
+			(c->fill == FILL_NULL && att->atthasdef) || att->attgenerated)
+			return false;
+		t->fill[i] = c->fill;
+	}
+	return true;
+}
+
+static RangeTblEntry *
+table_rte(Relation rel, AclMode perms)
+{
+	RangeTblEntry *rte = makeNode(RangeTblEntry);
+
+	rte->rtekind = RTE_RELATION;
+	rte->relid = RelationGetRelid(rel);
+	rte->relkind = rel->rd_rel->relkind;
+	rte->rellockmode = perms == ACL_SELECT ? AccessShareLock : RowExclusiveLock;
+	rte->requiredPerms = perms;
+	return rte;
+}
+
+/*
+ * A probe's index: the one named, on heap, whose leading columns are the
+ * heap's attnos a and b.
+ */
+static bool
+open_probe(Oid nsp, const char *index_name, Relation heap, AttrNumber a, AttrNumber b,
+		   DirectProbe *p)
+{
+	Oid			indexid = im_relid(nsp, index_name);
+
+	if (!OidIsValid(indexid) || a == InvalidAttrNumber || b == InvalidAttrNumber)
+		return false;
+	p->heap = heap;
+	p->index = index_open(indexid, AccessShareLock);
+	if (p->index->rd_index->indrelid != RelationGetRelid(heap) ||
+		p->index->rd_rel->relam != BTREE_AM_OID ||
+		IndexRelationGetNumberOfKeyAttributes(p->index) != 2 ||
+		p->index->rd_index->indkey.values[0] != a || p->index->rd_index->indkey.values[1] != b)
+		return false;
+	p->slot = table_slot_create(heap, NULL);
+	return true;
+}
+
+static void
+close_probe(DirectProbe *p)
+{
+	if (p->slot)
+		ExecDropSingleTupleTableSlot(p->slot);
+	if (p->index)
+		index_close(p->index, NoLock);
+}
+
+static AttrNumber
+attno_of(Relation rel, const char *name)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped &&
+			strcmp(NameStr(TupleDescAttr(desc, i)->attname), name) == 0)
+			return i + 1;
+	return InvalidAttrNumber;
+}
+
+void
+im_direct_append_end(ImDirectAppend *da)
+{
+	if (da == NULL)
+		return;
+	close_probe(&da->period);
+	close_probe(&da->key);
+	if (da->period.heap)
+		table_close(da->period.heap, NoLock);
+	if (da->event.rri)
+	{
+		ExecCloseIndices(da->event.rri);
+		table_close(da->event.rri->ri_RelationDesc, NoLock);
+	}
+	if (da->outbox.rri)
+	{
+		ExecCloseIndices(da->outbox.rri);
+		table_close(da->outbox.rri->ri_RelationDesc, NoLock);
+	}
+	if (da->estate)
+	{
+		ExecResetTupleTable(da->estate->es_tupleTable, false);
+		FreeExecutorState(da->estate);
+	}
+	pfree(da);
+}
+
+/*
+ * rel as result relation rti of estate with its indexes open and their
+ * predicates prepared (ExecInsertIndexTuples would prepare them at the
+ * first insert, under the lock).
+ */
+static void
+open_table(EState *estate, Relation rel, Index rti, const DirectColumn *cols, DirectTable *t,
+		   bool *ok)
+{
+	t->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(t->rri, rel, rti, NULL, 0);
+	ExecOpenIndices(t->rri, false);
+	for (int i = 0; i < t->rri->ri_NumIndices; i++)
+	{
+		IndexInfo  *info = t->rri->ri_IndexRelationInfo[i];
+
+		if (info->ii_Predicate != NIL && info->ii_PredicateState == NULL)
+			info->ii_PredicateState = ExecPrepareQual(info->ii_Predicate, estate);
+	}
+	t->slot = table_slot_create(rel, &estate->es_tupleTable);
+	if (!plain_table(rel, true) || !read_layout(rel, cols, t))
+		*ok = false;
+}
+
+ImDirectAppend *
+im_direct_append_begin(void)
+{
+	ImDirectAppend *da = palloc0(sizeof(ImDirectAppend));
+	Oid			nsp = get_namespace_oid("im", false);
+	Oid			event_id = im_relid(nsp, "event");
+	Oid			outbox_id = im_relid(nsp, "outbox");
+	Oid			period_id = im_relid(nsp, "membership_period");
+	Oid			conversation_id = im_relid(nsp, "conversation");
+	Relation	event;
+	Relation	outbox;
+	bool		ok = OidIsValid(event_id) && OidIsValid(outbox_id) && OidIsValid(period_id) &&
+		OidIsValid(conversation_id);
+
+	da->event_seq = im_relid(nsp, "event_id_seq");
+	da->outbox_seq = im_relid(nsp, "outbox_id_seq");
+	if (!ok || !OidIsValid(da->event_seq) || !OidIsValid(da->outbox_seq))
+	{
+		pfree(da);
+		return NULL;
+	}
+
+	/*
+	 * The relation locks in the order a statement under the conversation
+	 * lock took them (conversation first), so DDL that locks the tables in
+	 * that order meets no new deadlock.
+	 */
+	LockRelationOid(conversation_id, RowExclusiveLock);
+	event = table_open(event_id, RowExclusiveLock);
+	outbox = table_open(outbox_id, RowExclusiveLock);
+	da->period.heap = table_open(period_id, AccessShareLock);
+
+	/*
+	 * The privileges a statement would need, checked as the executor does
+	 * (the API runs as the extension's owner, SECURITY DEFINER).
+	 */
+	da->estate = CreateExecutorState();
+	ExecInitRangeTable(da->estate,
+					   list_make3(table_rte(event, ACL_INSERT | ACL_SELECT),
+								  table_rte(outbox, ACL_INSERT),
+								  table_rte(da->period.heap, ACL_SELECT)));
+	ExecCheckRTPerms(da->estate->es_range_table, true);
+
+	open_table(da->estate, event, 1, event_columns, &da->event, &ok);
+	open_table(da->estate, outbox, 2, outbox_columns, &da->outbox, &ok);
+	ok = ok && plain_table(da->period.heap, false) &&
+		open_probe(nsp, "membership_period_one_open", da->period.heap,
+				   attno_of(da->period.heap, "conversation_id"),
+				   attno_of(da->period.heap, "user_id"), &da->period) &&
+		open_probe(nsp, "event_sender_id_client_msg_id_key", event,
+				   attno_of(event, "sender_id"), attno_of(event, "client_msg_id"), &da->key);
+	da->period.null_attno = attno_of(da->period.heap, "leave_seq");
+	da->key.notnull_attno = attno_of(event, "request_digest");
+	if (!ok || da->period.null_attno == InvalidAttrNumber ||
+		da->key.notnull_attno == InvalidAttrNumber)
+	{
+		im_direct_append_end(da);
+		return NULL;
+	}
+	return da;
+}
+
+/*
+ * Whether the probe's index holds a row visible to snap with keys (a, b)
+ * whose null_attno is NULL and notnull_attno is not (the index predicates,
+ * checked on the row too: an older catalog's key index has none).
+ */
+static bool
+probe_finds(DirectProbe *p, Snapshot snap, Datum a, Datum b, RegProcedure b_eq)
+{
+	ScanKeyData keys[2];
+	IndexScanDesc scan;
+	bool		found = false;
+
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   p->index->rd_indcollation[0], F_INT8EQ, a);
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   p->index->rd_indcollation[1], b_eq, b);
+	scan = index_beginscan(p->heap, p->index, snap, 2, 0);
+	index_rescan(scan, keys, 2, NULL, 0);
+	while (!found && index_getnext_slot(scan, ForwardScanDirection, p->slot))
+	{
+		bool		isnull;
+
+		if (p->null_attno != InvalidAttrNumber)
+		{
+			(void) slot_getattr(p->slot, p->null_attno, &isnull);
+			if (!isnull)
+				continue;
+		}
+		if (p->notnull_attno != InvalidAttrNumber)
+		{
+			(void) slot_getattr(p->slot, p->notnull_attno, &isnull);
+			if (isnull)
+				continue;
+		}
+		found = true;
+	}
+	index_endscan(scan);
+	ExecClearTuple(p->slot);
+	return found;
+}
+
+/* The row of t for ev at conv's next position. */
+static void
+fill_row(DirectTable *t, const ImConversation *conv, const ImNewEvent *ev,
+		 int64 message_id, int64 outbox_id)
+{
+	TupleTableSlot *slot = t->slot;
+
+	ExecClearTuple(slot);
+	for (int i = 0; i < t->natts; i++)
+	{
+		Datum		v = (Datum) 0;
+		bool		isnull = false;
+
+		switch (t->fill[i])
+		{
+			case FILL_NULL:
+				isnull = true;
+				break;
+			case FILL_MESSAGE_ID:
+				v = Int64GetDatum(message_id);
+				break;
+			case FILL_OUTBOX_ID:
+				v = Int64GetDatum(outbox_id);
+				break;
+			case FILL_CONVERSATION_ID:
+				v = Int64GetDatum(conv->conversation_id);
+				break;
+			case FILL_MSG_SEQ:
+				v = Int64GetDatum(conv->head_msg_seq + 1);
+				break;
+			case FILL_KIND:
+				v = CStringGetTextDatum(ev->kind);
+				break;
+			case FILL_SENDER_ID:
+				v = Int64GetDatum(ev->sender_id);
+				break;
+			case FILL_CLIENT_MSG_ID:
+				v = CStringGetTextDatum(ev->client_msg_id);
+				break;
+			case FILL_REQUEST_DIGEST:
+				v = PointerGetDatum(ev->request_digest);
+				break;
+			case FILL_CONTENT_TYPE:
+				v = CStringGetTextDatum(ev->content_type);
+				break;
+			case FILL_BODY:
+				v = ev->body;
+				break;
+			case FILL_MODE:
+				v = CStringGetTextDatum(conv->mode);
+				break;
+			case FILL_FALSE:
+				v = BoolGetDatum(false);
+				break;
+			case FILL_ZERO:
+				v = Int32GetDatum(0);
+				break;
+			case FILL_NOW:
+				v = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+				break;
+			case FILL_PENDING:
+				v = CStringGetTextDatum("pending");
+				break;
+		}
+		slot->tts_values[i] = v;
+		slot->tts_isnull[i] = isnull;
+	}
+	ExecStoreVirtualTuple(slot);
+}
+
+/*
+ * The raced key (module comment): the unique index raised 23505 after the
+ * other request committed; the contract's answer is IS409.
+ */
+static bool
+is_key_race(const ErrorData *edata)
+{
+	return edata->sqlerrcode == ERRCODE_UNIQUE_VIOLATION && edata->constraint_name != NULL &&
+		strcmp(edata->constraint_name, "event_sender_id_client_msg_id_key") == 0;
+}
+
+static void
+insert_event(ImDirectAppend *da, const ImNewEvent *ev)
+{
+	MemoryContext caller = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		ExecSimpleRelationInsert(da->event.rri, da->estate, da->event.slot);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(caller);
+		if (!is_key_race(CopyErrorData()))
+			PG_RE_THROW();
+		/* replaced by another ERROR: the transaction aborts as it would have */
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_IM_CONFLICT),
+				 errmsg("client_msg_id \"%s\" of sender " INT64_FORMAT " was already used for a different request",
+						ev->client_msg_id, ev->sender_id),
+				 errdetail("A concurrent request with the same key in another conversation committed first."),
+				 errhint("Use a new client_msg_id for a new message; reuse one only to retry the same request.")));
+	}
+	PG_END_TRY();
+}
+
+bool
+im_append_member_message(ImDirectAppend *da, ImConversation *conv, const ImNewEvent *ev,
+						 int64 *message_id, int64 *msg_seq)
+{
+	Snapshot	snap;
+	bool		member;
+	bool		key_taken;
+	int64		factor = im_shard_id_factor();
+	int64		id;
+
+	Assert(strcmp(ev->kind, "message") == 0 && ev->target_message_id == 0 &&
+		   ev->sender_id != 0 && ev->client_msg_id != NULL);
+
+	/* a statement's start: earlier writes visible, a snapshot after the lock */
+	CommandCounterIncrement();
+	da->estate->es_output_cid = GetCurrentCommandId(true);
+	snap = RegisterSnapshot(GetTransactionSnapshot());
+	PushActiveSnapshot(snap);
+	member = probe_finds(&da->period, snap, Int64GetDatum(conv->conversation_id),
+						 Int64GetDatum(ev->sender_id), F_INT8EQ);
+	key_taken = member &&
+		probe_finds(&da->key, snap, Int64GetDatum(ev->sender_id),
+					CStringGetTextDatum(ev->client_msg_id), F_TEXTEQ);
+	if (!member || key_taken)
+	{
+		PopActiveSnapshot();
+		UnregisterSnapshot(snap);
+		im_give_back_position(conv);
+		return false;
+	}
+
+	/* issue 15: the id carries the conversation's bucket (append.c) */
+	if (pg_mul_s64_overflow(nextval_internal(da->event_seq, true), factor, &id) ||
+		pg_add_s64_overflow(id, conv->conversation_id % factor, &id))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("bigint out of range")));
+	fill_row(&da->event, conv, ev, id, 0);
+	insert_event(da, ev);
+	fill_row(&da->outbox, conv, ev, id, nextval_internal(da->outbox_seq, true));
+	ExecSimpleRelationInsert(da->outbox.rri, da->estate, da->outbox.slot);
+	PopActiveSnapshot();
+	UnregisterSnapshot(snap);
+
+	*message_id = id;
+	conv->head_msg_seq++;
+	im_wake_fanout_at_commit();
+	*msg_seq = conv->head_msg_seq;
+	return true;
+}
