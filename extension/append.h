@@ -58,6 +58,16 @@ extern ImDirectAppend *im_direct_append_begin(void);
 extern bool im_append_member_message(ImDirectAppend *da, ImConversation *conv,
 									 const ImNewEvent *ev, int64 *message_id, int64 *msg_seq);
 extern void im_direct_append_end(ImDirectAppend *da);
+/*
+ * IS409 for a key reused for another request (send.c's lookup, the direct
+ * path's raced insert): the message and hint, with client_msg_id and
+ * sender_id as arguments of the message.
+ */
+#define IM_KEY_REUSED_ERRMSG \
+	"client_msg_id \"%s\" of sender " INT64_FORMAT " was already used for a different request"
+#define IM_KEY_REUSED_ERRHINT \
+	"Use a new client_msg_id for a new message; reuse one only to retry the same request."
+
 /* jsonb Datum from C text (for system event bodies). */
 extern Datum im_jsonb_from_cstring(const char *json);
 

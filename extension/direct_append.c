@@ -522,10 +522,10 @@ insert_event(ImDirectAppend *da, const ImNewEvent *ev)
 		FlushErrorState();
 		ereport(ERROR,
 				(errcode(ERRCODE_IM_CONFLICT),
-				 errmsg("client_msg_id \"%s\" of sender " INT64_FORMAT " was already used for a different request",
+				 errmsg(IM_KEY_REUSED_ERRMSG,
 						ev->client_msg_id, ev->sender_id),
 				 errdetail("A concurrent request with the same key in another conversation committed first."),
-				 errhint("Use a new client_msg_id for a new message; reuse one only to retry the same request.")));
+				 errhint(IM_KEY_REUSED_ERRHINT)));
 	}
 	PG_END_TRY();
 }

@@ -240,12 +240,12 @@ lookup_existing(SendRequest *req, int64 *message_id, int64 *msg_seq)
 			   PG_SHA256_DIGEST_LENGTH) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_IM_CONFLICT),
-				 errmsg("client_msg_id \"%s\" of sender " INT64_FORMAT " was already used for a different request",
+				 errmsg(IM_KEY_REUSED_ERRMSG,
 						req->client_msg_id, req->sender_id),
 				 errdetail("The key was first used for message " INT64_FORMAT " (kind %s) in conversation " INT64_FORMAT ".",
 						   *message_id, im_get_text(0, Anum_existing_kind),
 						   im_get_int64(0, Anum_existing_conversation_id, NULL)),
-				 errhint("Use a new client_msg_id for a new message; reuse one only to retry the same request.")));
+				 errhint(IM_KEY_REUSED_ERRHINT)));
 
 	/*
 	 * A retry is confirmed only once the original is as durable as a new

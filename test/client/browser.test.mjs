@@ -18,6 +18,13 @@ const profile = fs.mkdtempSync(path.join(TMP, 'chromium-profile-'));
 const A = newUser(); const B = newUser();
 let conv; let pa; let pb; let tokB;
 
+// The list is drawn again as the first sync pages arrive: a locator waits for
+// the item to be attached, visible and still, and clicks it again if it was
+// replaced in between (a bare click of the item found first can meet a
+// detached node).
+const openConversation = (page) =>
+  page.locator(`#conversations li[data-conv="${conv}"]`).setTimeout(30000).click();
+
 async function open(tok) {
   // a context (window) of its own per device: both stay visible and running
   const context = await browser.createBrowserContext();
@@ -28,8 +35,7 @@ async function open(tok) {
   await page.goto(`${gw.httpUrl}#token=${encodeURIComponent(tok)}`);
   await page.waitForFunction(() => document.getElementById('status').dataset.state === 'online', { timeout: 30000, polling: 100 })
     .catch(async (e) => { throw new Error(`${e.message}; status: ${await page.$eval('#status', (x) => x.textContent).catch(() => '?')}`); });
-  await page.waitForSelector(`#conversations li[data-conv="${conv}"]`, { timeout: 30000, polling: 100 });
-  await page.click(`#conversations li[data-conv="${conv}"]`);
+  await openConversation(page);
   return page;
 }
 const texts = (page) => page.$$eval('#messages li.message:not(.queued) .body', (els) => els.map((e) => e.textContent));
@@ -107,20 +113,22 @@ test('offline switch: messages sent meanwhile arrive exactly, in order, with unr
 
 test('the four facts move from accepted to read as the other side reads', async () => {
   await pa.waitForFunction(() => document.querySelectorAll('#messages li.mine .facts-btn').length > 0, { polling: 100 });
-  const last = (await pa.$$('#messages li.mine .facts-btn')).pop();
-  await last.click();
+  // A's last own message's facts button, found again for every click: the
+  // message list is drawn anew as receipts arrive
+  const openFacts = async () => { await (await pa.$$('#messages li.mine .facts-btn')).pop().click(); return true; };
+  await waitFor('A opens the facts of its last message', openFacts);
   await pa.waitForSelector(`#facts-rows tr[data-user="${B}"]`);
   const facts = () => pa.$eval(`#facts-rows tr[data-user="${B}"]`, (tr) =>
     ['accepted', 'in-scope', 'synced', 'read'].map((c) => tr.querySelector(`.${c}`).textContent).join(','));
   await waitFor('accepted, in scope and on B\'s device, not read', async () => {
-    await last.click();
+    await openFacts();
     await new Promise((r) => setTimeout(r, 100));
     return (await facts()) === 'yes,yes,yes,no' || facts();
   });
   await pb.click('#mark-read');
   await waitFor('B read on the server', () => serverUnread(B) === 0);
   await waitFor('A sees it read', async () => {
-    await last.click();
+    await openFacts();
     await new Promise((r) => setTimeout(r, 100));
     return (await facts()) === 'yes,yes,yes,yes' || facts();
   });
@@ -132,8 +140,7 @@ test('a reload resumes from IndexedDB without a snapshot', async () => {
   const shown = await texts(pb);
   await pb.reload();
   await pb.waitForFunction(() => window.imClient && document.getElementById('status').dataset.state === 'online', { timeout: 30000, polling: 100 });
-  await pb.waitForSelector(`#conversations li[data-conv="${conv}"]`);
-  await pb.click(`#conversations li[data-conv="${conv}"]`);
+  await openConversation(pb);
   await send(pa, 'after the reload');
   const want = [...shown, 'after the reload'];
   await waitFor('B shows the new message', async () => JSON.stringify(await texts(pb)) === JSON.stringify(want) || await texts(pb));
