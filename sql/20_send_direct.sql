@@ -2,8 +2,10 @@
 -- (direct_append.c): its key index is scanned once, by the direct probe
 -- (the general path scans it twice: the idempotency lookup before the lock
 -- and ON CONFLICT's arbiter check), and its rows equal, column for column,
--- the ones the general path writes.  A table the direct path does not serve (an INSERT trigger, a
--- column it cannot fill) sends through the general path, which obeys it.
+-- the ones the general path writes; a body it stores out of line (TOAST)
+-- reads back whole.  A table the direct path does not serve (an INSERT
+-- trigger, a column it cannot fill) sends through the general path, which
+-- obeys it.
 CREATE DATABASE im_h1_send_direct;
 \c im_h1_send_direct
 SET client_min_messages = warning;
@@ -71,6 +73,16 @@ SELECT msg_seq, created FROM im.send_message(2, 1, 'general-2', '{"text": "new c
 SELECT key_index_scans FROM send_writes WHERE relname = 'event';
 SELECT local_note FROM im.event WHERE client_msg_id = 'general-2';
 ROLLBACK;
+
+-- a body stored out of line (TOAST) by the direct insert reads back whole
+SELECT msg_seq, created FROM im.send_message(1, 1, 'direct-big',
+  jsonb_build_object('t', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 300) g)));
+SELECT pg_catalog.length(body->>'t') AS chars,
+       body->>'t' = (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 300) g) AS same
+  FROM im.event WHERE client_msg_id = 'direct-big';
+-- (no other body here is that large, so the TOAST table holds this one)
+SELECT pg_catalog.pg_relation_size(c.reltoastrelid) > 0 AS stored_out_of_line
+  FROM pg_catalog.pg_class c WHERE c.oid = 'im.event'::regclass;
 
 -- the direct path's refusals write nothing: a non-member (42501), a retry
 -- (the original), a key reused for another request (IS409)
