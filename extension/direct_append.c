@@ -53,6 +53,9 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+/* The idempotency key's unique index: probed, and named by a raced insert's 23505. */
+#define KEY_INDEX_NAME "event_sender_id_client_msg_id_key"
+
 /* What fills a column of a direct insert. */
 typedef enum DirectFill
 {
@@ -155,12 +158,6 @@ struct ImDirectAppend
 	Oid			outbox_seq;
 };
 
-static Oid
-im_relid(Oid nsp, const char *name)
-{
-	return get_relname_relid(name, nsp);
-}
-
 /*
  * A relation the direct path may read or write: a plain table without
  * rules or row security, and, if written, without an INSERT trigger of any
@@ -233,7 +230,7 @@ static bool
 open_probe(Oid nsp, const char *index_name, Relation heap, AttrNumber a, AttrNumber b,
 		   DirectProbe *p)
 {
-	Oid			indexid = im_relid(nsp, index_name);
+	Oid			indexid = get_relname_relid(index_name, nsp);
 
 	if (!OidIsValid(indexid) || a == InvalidAttrNumber || b == InvalidAttrNumber)
 		return false;
@@ -255,18 +252,6 @@ close_probe(DirectProbe *p)
 		ExecDropSingleTupleTableSlot(p->slot);
 	if (p->index)
 		index_close(p->index, NoLock);
-}
-
-static AttrNumber
-attno_of(Relation rel, const char *name)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-
-	for (int i = 0; i < desc->natts; i++)
-		if (!TupleDescAttr(desc, i)->attisdropped &&
-			strcmp(NameStr(TupleDescAttr(desc, i)->attname), name) == 0)
-			return i + 1;
-	return InvalidAttrNumber;
 }
 
 void
@@ -325,17 +310,17 @@ im_direct_append_begin(void)
 {
 	ImDirectAppend *da = palloc0(sizeof(ImDirectAppend));
 	Oid			nsp = get_namespace_oid("im", false);
-	Oid			event_id = im_relid(nsp, "event");
-	Oid			outbox_id = im_relid(nsp, "outbox");
-	Oid			period_id = im_relid(nsp, "membership_period");
-	Oid			conversation_id = im_relid(nsp, "conversation");
+	Oid			event_id = get_relname_relid("event", nsp);
+	Oid			outbox_id = get_relname_relid("outbox", nsp);
+	Oid			period_id = get_relname_relid("membership_period", nsp);
+	Oid			conversation_id = get_relname_relid("conversation", nsp);
 	Relation	event;
 	Relation	outbox;
 	bool		ok = OidIsValid(event_id) && OidIsValid(outbox_id) && OidIsValid(period_id) &&
 		OidIsValid(conversation_id);
 
-	da->event_seq = im_relid(nsp, "event_id_seq");
-	da->outbox_seq = im_relid(nsp, "outbox_id_seq");
+	da->event_seq = get_relname_relid("event_id_seq", nsp);
+	da->outbox_seq = get_relname_relid("outbox_id_seq", nsp);
 	if (!ok || !OidIsValid(da->event_seq) || !OidIsValid(da->outbox_seq))
 	{
 		pfree(da);
@@ -367,12 +352,13 @@ im_direct_append_begin(void)
 	open_table(da->estate, outbox, 2, outbox_columns, &da->outbox, &ok);
 	ok = ok && plain_table(da->period.heap, false) &&
 		open_probe(nsp, "membership_period_one_open", da->period.heap,
-				   attno_of(da->period.heap, "conversation_id"),
-				   attno_of(da->period.heap, "user_id"), &da->period) &&
-		open_probe(nsp, "event_sender_id_client_msg_id_key", event,
-				   attno_of(event, "sender_id"), attno_of(event, "client_msg_id"), &da->key);
-	da->period.null_attno = attno_of(da->period.heap, "leave_seq");
-	da->key.notnull_attno = attno_of(event, "request_digest");
+				   get_attnum(period_id, "conversation_id"),
+				   get_attnum(period_id, "user_id"), &da->period) &&
+		open_probe(nsp, KEY_INDEX_NAME, event,
+				   get_attnum(event_id, "sender_id"),
+				   get_attnum(event_id, "client_msg_id"), &da->key);
+	da->period.null_attno = get_attnum(period_id, "leave_seq");
+	da->key.notnull_attno = get_attnum(event_id, "request_digest");
 	if (!ok || da->period.null_attno == InvalidAttrNumber ||
 		da->key.notnull_attno == InvalidAttrNumber)
 	{
@@ -501,7 +487,7 @@ static bool
 is_key_race(const ErrorData *edata)
 {
 	return edata->sqlerrcode == ERRCODE_UNIQUE_VIOLATION && edata->constraint_name != NULL &&
-		strcmp(edata->constraint_name, "event_sender_id_client_msg_id_key") == 0;
+		strcmp(edata->constraint_name, KEY_INDEX_NAME) == 0;
 }
 
 static void
