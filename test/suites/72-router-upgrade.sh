@@ -53,7 +53,7 @@ q postgres -c "DROP ROLE IF EXISTS im_router_nobody" -c "CREATE ROLE im_router_n
 for db in $dbs; do q postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"; done
 
 # --- 2. the release, configured, then updated
-q im_router_up -c "CREATE EXTENSION im_sync_router VERSION '$release' CASCADE" -c "$configure" 2>/dev/null >/dev/null
+q im_router_up -c "CREATE EXTENSION im_sync_router VERSION '$release' CASCADE" -c "$configure" >/dev/null
 [ "$(q im_router_up -c "SELECT count(*) FROM pg_foreign_server s, unnest(s.srvoptions) o
      WHERE s.srvname = 'im_sync' AND o LIKE '%user=%'")" -gt 0 ] \
   || fail "the $release map was expected to hold \"user=\" in a partition (the test's premise)"
@@ -62,8 +62,8 @@ q im_router_up -c "ALTER EXTENSION im_sync_router UPDATE"
   || fail "ALTER EXTENSION im_sync_router UPDATE did not reach $latest"
 
 # --- 3. fresh installs of the latest version, configured the same
-q im_router_fresh -c "CREATE EXTENSION im_sync_router CASCADE" -c "$configure" 2>/dev/null >/dev/null
-q im_router_dblink_first -c "CREATE EXTENSION dblink" -c "CREATE EXTENSION im_sync_router CASCADE" -c "$configure" 2>/dev/null >/dev/null
+q im_router_fresh -c "CREATE EXTENSION im_sync_router CASCADE" -c "$configure" >/dev/null
+q im_router_dblink_first -c "CREATE EXTENSION dblink" -c "CREATE EXTENSION im_sync_router CASCADE" -c "$configure" >/dev/null
 for db in $dbs; do
   q $db -f test/upgrade/router_catalog_description.sql >"$work/catalog-$db.txt"
 done
