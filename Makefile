@@ -7,10 +7,11 @@ EXTENSION   = im_sync
 MODULE_big  = im_sync
 OBJS        = $(patsubst %.c,%.o,$(wildcard extension/*.c))
 DATA        = $(wildcard extension/im_sync--*.sql)
-# The router extension (issue 15, contract §15): SQL only, over PL/Proxy.
-# PGXS installs only EXTENSION's control from the top directory, so the
-# router's control file and script go with DATA into the same extension
-# directory; `make install` installs both extensions.
+# The router extension (contract §15): SQL over PL/Proxy, and its own
+# library built in extension/router/ (linked with libpq).  PGXS installs
+# only EXTENSION's control from the top directory, so the router's control
+# file and scripts go with DATA into the same extension directory; `make`,
+# `make install` and `make clean` also run in extension/router/.
 DATA       += extension/im_sync_router.control $(wildcard extension/im_sync_router--*.sql)
 PG_CPPFLAGS = -Iextension -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
 # The catalog version the library serves is im_sync.control's default_version
@@ -44,15 +45,23 @@ include $(PGXS)
 CONTRIB_TESTDB   = im_regress
 ISOLATION_TESTDB = im_isolation
 
-all: gateway
+all: gateway router
 # the version is compiled in from the control file
 extension/version_check.o: im_sync.control
 .PHONY: gateway
 gateway:
 	$(MAKE) -C gateway PG_CONFIG=$(PG_CONFIG)
-clean: clean-gateway
+clean: clean-gateway clean-router
 clean-gateway:
 	-$(MAKE) -C gateway clean
+.PHONY: router install-router clean-router
+router:
+	$(MAKE) -C extension/router PG_CONFIG=$(PG_CONFIG)
+install: install-router
+install-router: router
+	$(MAKE) -C extension/router install PG_CONFIG=$(PG_CONFIG)
+clean-router:
+	-$(MAKE) -C extension/router clean PG_CONFIG=$(PG_CONFIG)
 else
 .PHONY: $(DRIVER_GOALS)
 # Installs missing Debian packages (sudo only when not root).

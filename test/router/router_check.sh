@@ -2,7 +2,8 @@
 # test/router/router_check.sh — the router extension's check (issue 15):
 # brings up a sharded installation (test/shards.sh up 3: three nodes and a
 # router with im_sync_router configured), runs test/router/router_check.py
-# against the router, and stops everything, pass or fail.  The entry point
+# and then test/router/router_security.py (what a plain login role can reach
+# through the router) against it, and stops everything, pass or fail.  The entry point
 # of the router part of the 70-shards suite.  Needs im_sync and
 # im_sync_router installed in the PostgreSQL that pg_config names.
 set -euo pipefail
@@ -18,4 +19,7 @@ router=$(bash "$SHARDS" up 3 | tail -n 1)
 # The distribution's python has psycopg2 (python3-psycopg2 in test/deps.txt).
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
-"$PY" test/router/router_check.py "$router" "$IM_SHARDS_DIR"
+rc=0
+"$PY" test/router/router_check.py "$router" "$IM_SHARDS_DIR" || rc=1
+"$PY" test/router/router_security.py "$router" "$IM_SHARDS_DIR" || rc=1
+exit $rc
