@@ -209,6 +209,10 @@ def check_relay_follows(pair, stub, sender, conv):
           "pushed to the offline member's phone" % (mid, seq)
           + ("" if pushed else " (its job after the send — state, attempts, message, due in s: %s; now: %s)"
              % (first, job())))
+    if not pushed:      # what the relay did meanwhile: its log without the per-push lines
+        with open(os.path.join(pair.base, "relay.log"), errors="replace") as f:
+            lines = [ln.rstrip() for ln in f if "event=sent" not in ln and "event=completed" not in ln]
+        print("    relay log (last 25 lines without sent/completed):\n      " + "\n      ".join(lines[-25:]), flush=True)
     check(wait_drained(pair.primary), "fanout drained the outbox after that message")
 
 
