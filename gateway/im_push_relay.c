@@ -30,12 +30,20 @@
  *   - SIGTERM: no new claims, requests in flight finish and are reported,
  *     exit 0;
  *   - logs are key=value lines without tokens or bodies; targets appear as
- *     keyed hashes (--log-key, else a random key per process).
+ *     keyed hashes (--log-key, else a random key per process);
+ *   - clear tokens stay in the process: no core dump (RLIMIT_CORE 0, not
+ *     dumpable, so no ptrace by the same uid either), every heap block that
+ *     held one is wiped when freed (ours explicitly, jansson's, libcurl's
+ *     and OpenSSL's through push_wipe.c), and requests go to http:// or
+ *     https:// only (--url, and any redirect, which is never followed);
+ *   - a Retry-After answer is honoured up to an hour
+ *     (PUSH_RETRY_AFTER_MAX_S); a malformed one is ignored.
  */
 #include "log_hash.h"
 #include "push_http.h"
 #include "push_nodes.h"
 #include "push_unseal.h"
+#include "push_wipe.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,8 +54,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <curl/curl.h>
 #include <libpq-fe.h>
 
@@ -203,6 +214,12 @@ parse_args(int argc, char **argv)
 	}
 	if (!cfg.db || !cfg.url || push_key_count() == 0)
 		usage();
+	/* the tokens go to an HTTP(S) push gateway only (each request enforces it too) */
+	if (strncasecmp(cfg.url, "http://", 7) != 0 && strncasecmp(cfg.url, "https://", 8) != 0)
+	{
+		fprintf(stderr, "im_push_relay: --url must be an http:// or https:// URL\n");
+		exit(2);
+	}
 	if (log_key ? im_log_key_load(log_key, err, sizeof(err)) != 0 : im_log_key_random() != 0)
 	{
 		fprintf(stderr, "im_push_relay: %s\n", log_key ? err : "no random log key");
@@ -494,7 +511,24 @@ main(int argc, char **argv)
 	double		next_poll = 0;
 	int			wake = 1;
 	int			backlog = 0;
+	struct rlimit no_core = {0, 0};
+	char		err[256];
 
+	/*
+	 * Before a key is read or a token opened: no core file, and no
+	 * ptrace or /proc/PID/mem by processes of our uid (not dumpable).
+	 */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 || setrlimit(RLIMIT_CORE, &no_core) != 0)
+	{
+		fprintf(stderr, "im_push_relay: cannot disable core dumps: %s\n", strerror(errno));
+		return 1;
+	}
+	/* every block jansson, libcurl and OpenSSL free is wiped (also initialises libcurl) */
+	if (push_wipe_install(err, sizeof(err)) != 0)
+	{
+		fprintf(stderr, "im_push_relay: %s\n", err);
+		return 1;
+	}
 	parse_args(argc, argv);
 	if (pipe(sigpipe) != 0 || fcntl(sigpipe[0], F_SETFL, O_NONBLOCK) != 0 ||
 		fcntl(sigpipe[1], F_SETFL, O_NONBLOCK) != 0)
@@ -505,7 +539,7 @@ main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(multi = curl_multi_init()))
+	if (!(multi = curl_multi_init()))
 		return 1;
 	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) cfg.concurrency);
 	curl_multi_setopt(multi, CURLMOPT_PIPELINING, (long) CURLPIPE_MULTIPLEX);

@@ -28,6 +28,11 @@ push_now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/*
+ * The answer can name the token (a "rejected" list): grown by moving to a
+ * new block and wiping the old one, never by realloc, which would leave
+ * the old bytes in freed heap.
+ */
 static size_t
 on_body(char *data, size_t size, size_t nmemb, void *arg)
 {
@@ -39,10 +44,16 @@ on_body(char *data, size_t size, size_t nmemb, void *arg)
 		take = MAX_ANSWER - r->answer_len;
 	if (take > 0)
 	{
-		char	   *grown = realloc(r->answer, r->answer_len + take + 1);
+		char	   *grown = malloc(r->answer_len + take + 1);
 
 		if (!grown)
 			return 0;
+		if (r->answer)
+		{
+			memcpy(grown, r->answer, r->answer_len);
+			OPENSSL_cleanse(r->answer, r->answer_len + 1);
+			free(r->answer);
+		}
 		r->answer = grown;
 		memcpy(r->answer + r->answer_len, data, take);
 		r->answer_len += take;
@@ -51,7 +62,55 @@ on_body(char *data, size_t size, size_t nmemb, void *arg)
 	return n;
 }
 
-/* Retry-After: delay-seconds or an HTTP-date */
+long
+push_retry_after_ms(const char *value, size_t len, time_t now)
+{
+	const char *p = value;
+	const char *end = value + len;
+	long		secs = 0;
+
+	while (p < end && (*p == ' ' || *p == '\t'))
+		p++;
+	while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n'))
+		end--;
+	if (p == end || memchr(p, '\0', (size_t) (end - p)))
+		return -1;
+	if (*p >= '0' && *p <= '9')
+	{
+		/* delay-seconds: 1*DIGIT, saturating at the cap (never overflows) */
+		for (; p < end; p++)
+		{
+			if (*p < '0' || *p > '9')
+				return -1;
+			if (secs < PUSH_RETRY_AFTER_MAX_S)
+				secs = secs * 10 + (*p - '0');
+		}
+	}
+	else if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z'))
+	{
+		/* an HTTP-date ("Sun, 06 Nov 1994 08:49:37 GMT" and the two obsolete forms) */
+		char		date[64];
+		time_t		at;
+
+		if ((size_t) (end - p) >= sizeof(date))
+			return -1;
+		memcpy(date, p, (size_t) (end - p));
+		date[end - p] = '\0';
+		at = curl_getdate(date, NULL);
+		if (at == -1)
+			return -1;
+		if (at <= now)
+			return 0;
+		secs = at - now > PUSH_RETRY_AFTER_MAX_S ? PUSH_RETRY_AFTER_MAX_S : (long) (at - now);
+	}
+	else
+		return -1;
+	if (secs > PUSH_RETRY_AFTER_MAX_S)
+		secs = PUSH_RETRY_AFTER_MAX_S;
+	return secs * 1000;
+}
+
+/* Retry-After of the final answer (a status line starts each answer: 1xx ones come first) */
 static size_t
 on_header(char *data, size_t size, size_t nmemb, void *arg)
 {
@@ -60,30 +119,10 @@ on_header(char *data, size_t size, size_t nmemb, void *arg)
 	const char *name = "retry-after:";
 	size_t		nl = strlen(name);
 
-	if (n > nl && strncasecmp(data, name, nl) == 0)
-	{
-		char		value[128];
-		size_t		vl = n - nl;
-		char	   *end;
-		long		secs;
-
-		if (vl >= sizeof(value))
-			vl = sizeof(value) - 1;
-		memcpy(value, data + nl, vl);
-		value[vl] = '\0';
-		secs = strtol(value, &end, 10);
-		while (*end == ' ' || *end == '\r' || *end == '\n')
-			end++;
-		if (end != value && *end == '\0' && secs >= 0)
-			r->retry_after_ms = secs * 1000;
-		else
-		{
-			time_t		at = curl_getdate(value, NULL);
-
-			if (at > 0)
-				r->retry_after_ms = at > time(NULL) ? (long) (at - time(NULL)) * 1000 : 0;
-		}
-	}
+	if (n >= 5 && strncmp(data, "HTTP/", 5) == 0)
+		r->retry_after_ms = -1;
+	else if (n > nl && strncasecmp(data, name, nl) == 0)
+		r->retry_after_ms = push_retry_after_ms(data + nl, n - nl, time(NULL));
 	return n;
 }
 
@@ -96,6 +135,7 @@ push_request_new(const char *url, int64_t job_id, int64_t push_target_id, const 
 	json_t	   *devices;
 	json_t	   *device;
 	PushRequest *r;
+	size_t		need;
 
 	if (!doc || !(devices = json_object_get(json_object_get(doc, "notification"), "devices")) ||
 		!json_is_array(devices) || json_array_size(devices) != 1 ||
@@ -105,7 +145,6 @@ push_request_new(const char *url, int64_t job_id, int64_t push_target_id, const 
 		snprintf(err, errlen, "notification is not a Matrix push notification with one device");
 		return NULL;
 	}
-	json_object_set_new(device, "pushkey", json_stringn(token, token_len));
 	r = calloc(1, sizeof(*r));
 	if (!r)
 	{
@@ -115,19 +154,45 @@ push_request_new(const char *url, int64_t job_id, int64_t push_target_id, const 
 	}
 	r->job_id = job_id;
 	r->push_target_id = push_target_id;
-	r->pushkey = token;
-	r->pushkey_len = token_len;
 	r->retry_after_ms = -1;
-	r->body = json_dumps(doc, JSON_COMPACT);
+
+	/*
+	 * jansson's copy of the token (and every block of the document) comes
+	 * from the wiping allocator (push_wipe.h); the body is serialised
+	 * straight into a buffer of ours (json_dumpb: no intermediate copy),
+	 * wiped in push_request_free.
+	 */
+	if (json_object_set_new(device, "pushkey", json_stringn(token, token_len)) != 0 ||
+		(need = json_dumpb(doc, NULL, 0, JSON_COMPACT)) == 0 || !(r->body = malloc(need)) ||
+		json_dumpb(doc, r->body, need, JSON_COMPACT) != need)
+	{
+		json_decref(doc);
+		push_request_free(r);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	r->body_len = need;
 	json_decref(doc);
 	r->easy = curl_easy_init();
-	if (!r->body || !r->easy)
+	if (!r->easy)
 	{
 		push_request_free(r);
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	r->body_len = strlen(r->body);
+	/*
+	 * http and https only, redirects included (none is followed): a --url
+	 * or a Location naming file://, gopher://, ftp:// … is refused by curl
+	 * before any connection.
+	 */
+	if (curl_easy_setopt(r->easy, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK ||
+		curl_easy_setopt(r->easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https") != CURLE_OK ||
+		curl_easy_setopt(r->easy, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK)
+	{
+		push_request_free(r);
+		snprintf(err, errlen, "libcurl cannot restrict the request to http and https");
+		return NULL;
+	}
 	r->headers = curl_slist_append(NULL, "Content-Type: application/json");
 	curl_easy_setopt(r->easy, CURLOPT_URL, url);
 	curl_easy_setopt(r->easy, CURLOPT_POST, 1L);
@@ -146,6 +211,9 @@ push_request_new(const char *url, int64_t job_id, int64_t push_target_id, const 
 	curl_easy_setopt(r->easy, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 5000 ? timeout_ms : 5000L);
 	curl_easy_setopt(r->easy, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(r->easy, CURLOPT_TCP_KEEPALIVE, 1L);
+	/* the request owns the token from here on (on NULL above it stays the caller's) */
+	r->pushkey = token;
+	r->pushkey_len = token_len;
 	r->started = push_now();
 	return r;
 }
@@ -168,7 +236,11 @@ push_request_free(PushRequest *r)
 		OPENSSL_cleanse(r->pushkey, r->pushkey_len);
 		free(r->pushkey);
 	}
-	free(r->answer);
+	if (r->answer)
+	{
+		OPENSSL_cleanse(r->answer, r->answer_len);
+		free(r->answer);
+	}
 	free(r);
 }
 

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 #include <curl/curl.h>
 
 typedef struct PushRequest
@@ -37,7 +38,9 @@ typedef struct PushOutcome
 
 /*
  * A request for notification (the claimed jsonb text) with pushkey filled
- * in; NULL with err on a notification that is not the expected shape.
+ * in; it then owns token (wiped and freed with the request).  NULL with err
+ * on a notification that is not the expected shape; token is then still
+ * the caller's.
  */
 extern PushRequest *push_request_new(const char *url, int64_t job_id, int64_t push_target_id,
 									 const char *notification, char *token, size_t token_len,
@@ -46,6 +49,16 @@ extern void push_request_free(PushRequest *r);
 
 /* Classify a finished request (curl result code and the answer). */
 extern PushOutcome push_classify(PushRequest *r, CURLcode code);
+
+/*
+ * A Retry-After value (the header's field value, len bytes, surrounding
+ * blanks and CRLF allowed) in milliseconds: delay-seconds or an HTTP-date
+ * (a date gone by: 0), capped at PUSH_RETRY_AFTER_MAX_S; -1 for anything
+ * else (negative, fractional, signed, trailing garbage), which the relay
+ * ignores (the database's backoff applies).
+ */
+#define PUSH_RETRY_AFTER_MAX_S 3600
+extern long push_retry_after_ms(const char *value, size_t len, time_t now);
 
 /* Monotonic seconds: request start times, poll and reconnect deadlines. */
 extern double push_now(void);

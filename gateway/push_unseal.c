@@ -220,6 +220,9 @@ push_unseal(const char *sealed, char **token, size_t *token_len, char *err, size
 	if (!out || open_token(aes_key, p, p + NONCE_LEN, ctlen, p + NONCE_LEN + ctlen, (unsigned char *) out) != 0)
 	{
 		OPENSSL_cleanse(aes_key, sizeof(aes_key));
+		/* GCM decrypts before the tag is checked: out holds the would-be token */
+		if (out)
+			OPENSSL_cleanse(out, ctlen + 1);
 		free(out);
 		free(buf);
 		snprintf(err, errlen, "sealed token does not open (AES-256-GCM tag)");

@@ -5,7 +5,12 @@ and answers by the pushkey's prefix, so one run exercises every class:
 
   ok…     200 {"rejected": []}            (anything else, too)
   rej…    200 {"rejected": [pushkey]}      (Sygnal's answer for a dead token)
-  r429…   429 with Retry-After: 7
+  r429…   429 with Retry-After: 7, except
+    r429huge…  Retry-After: 18446744073709552 (seconds: times 1000 wraps a 64-bit long)
+    r429neg…   Retry-After: -5           r429junk…  Retry-After: 12abc
+    r429date…  Retry-After: an HTTP-date 40 s ahead
+    r429past…  Retry-After: an HTTP-date an hour ago
+  redir…  302 to file:///etc/passwd (a relay follows no redirect)
   r500…   500, r502… 502 (Sygnal's error answers), r400… 400, r410… 410
   slow…   waits --slow seconds, then 200 (the relay's timeout fires first)
   close…  closes the connection without an answer
@@ -15,13 +20,20 @@ page; POST /_stub/reset forgets it.  --log FILE appends one JSON line per
 request.  Prints "listening on PORT" once it is ready (--port 0: any port).
 """
 import argparse
+import email.utils
 import json
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-ANSWERS = [("rej", 200), ("r429", 429), ("r500", 500), ("r502", 502), ("r400", 400), ("r410", 410)]
+ANSWERS = [("rej", 200), ("r429", 429), ("r500", 500), ("r502", 502), ("r400", 400), ("r410", 410),
+           ("redir", 302)]
+# Retry-After by pushkey prefix (longest first), else "7"
+RETRY_AFTER = [("r429huge", lambda: "18446744073709552"), ("r429neg", lambda: "-5"),
+               ("r429junk", lambda: "12abc"),
+               ("r429date", lambda: email.utils.formatdate(time.time() + 40, usegmt=True)),
+               ("r429past", lambda: email.utils.formatdate(time.time() - 3600, usegmt=True))]
 
 
 class Stub:
@@ -114,7 +126,10 @@ def make_handler(stub):
             if status == 200:
                 self.send(200, {"rejected": [pushkey] if pushkey.startswith("rej") else []})
             elif status == 429:
-                self.send(429, {"errcode": "M_LIMIT_EXCEEDED"}, [("Retry-After", "7")])
+                after = next((v() for prefix, v in RETRY_AFTER if pushkey.startswith(prefix)), "7")
+                self.send(429, {"errcode": "M_LIMIT_EXCEEDED"}, [("Retry-After", after)])
+            elif status == 302:
+                self.send(302, {}, [("Location", "file:///etc/passwd")])
             else:
                 self.send(status, {"errcode": "M_UNKNOWN"})
 

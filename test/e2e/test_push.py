@@ -15,6 +15,7 @@ timing.
 import asyncio
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -161,13 +162,21 @@ class StubGateway:
 
 
 class Relay:
-    def __init__(self, url, name, keys=(KEY,), db=None, extra=()):
+    def __init__(self, url, name, keys=(KEY,), db=None, extra=(), user=None):
         self.log = os.path.join(TMP, "push-relay-%s.log" % name)
         args = [RELAY, "--db", db or RELAY_DSN, "--url", url, "--relay-id", name, "--timeout", "1500",
                 "--lease", "3", "--poll", "1"]
         for k in keys:
             args += ["--key", k]
-        self.p = subprocess.Popen(args + list(extra), stderr=open(self.log, "w"))
+        become = None
+        if user:
+            pw = pwd.getpwnam(user)
+
+            def become():
+                os.setgid(pw.pw_gid)
+                os.setgroups([])
+                os.setuid(pw.pw_uid)
+        self.p = subprocess.Popen(args + list(extra), stderr=open(self.log, "w"), preexec_fn=become)
         PROCS.append(self.p)
 
     def stop(self):
@@ -250,6 +259,7 @@ def test_result_classes():
              "r500": ("retry", "transient", 500, (0, False)),
              "r502": ("retry", "transient", 502, (0, False)),
              "r400": ("dead", "permanent", 400, (0, False)),
+             "redir": ("dead", "permanent", 302, (0, False)),     # to file://, not followed
              "slow": ("retry", "transient", None, (0, False)),
              "close": ("retry", "transient", None, (0, False))}
     for prefix in cases:
@@ -264,6 +274,65 @@ def test_result_classes():
     wait = s.one("SELECT extract(epoch FROM not_before - now()) FROM im.push_job WHERE user_id = %s "
                  "AND device_id = 'r429'", b)
     assert 5 < wait <= 10.5, wait
+
+
+def test_retry_after_forms():
+    """Retry-After: delay-seconds that overflow a long once multiplied by 1000
+    are capped at an hour (they wrapped to 384 ms, so the 10 s backoff
+    ruled), negative or malformed values are ignored (the backoff), an
+    HTTP-date ahead is honoured and one gone by leaves the backoff."""
+    s = Session()
+    a, b = s.users(2)
+    conv = s.conversation([a, b])
+    cases = {"r429huge": (3500, 3600.5), "r429neg": (5, 10.5), "r429junk": (5, 10.5),
+             "r429past": (5, 10.5), "r429date": (20, 40.5)}
+    for prefix in cases:
+        s.device(b, prefix, "%s-ra-%d" % (prefix, b))
+    s.send(a, conv)
+    for prefix, (low, high) in cases.items():
+        wait_for("the %s job's result" % prefix, lambda: (s.job(b, prefix) or [None, None])[1] is not None)
+        assert s.job(b, prefix)[:3] == ("retry", "rate_limited", 429), (prefix, s.job(b, prefix))
+        wait = s.one("SELECT extract(epoch FROM not_before - now()) FROM im.push_job WHERE user_id = %s "
+                     "AND device_id = %s", b, prefix)
+        assert low < wait <= high, (prefix, wait)
+
+
+def test_relay_refuses_other_schemes():
+    """--url naming another scheme than http or https: the relay does not
+    start (exit 2), so no token goes to a file, gopher, ftp or dict URL
+    (each request is limited to http and https by libcurl too: make
+    relay-test)."""
+    for url in ("file:///etc/passwd", "gopher://127.0.0.1:%d/" % STUB.port,
+                "ftp://127.0.0.1:%d/" % STUB.port, "dict://127.0.0.1:%d/" % STUB.port):
+        relay = Relay(url, "scheme")
+        try:
+            rc = relay.p.wait(30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the relay runs with --url %s" % url)
+        assert rc == 2, (url, rc)
+        assert "--url must be an http:// or https:// URL" in relay.text(), relay.text()
+
+
+def test_relay_not_dumpable():
+    """The relay holds clear tokens: its core file size is 0 (soft and hard)
+    and it is not dumpable, so no process of its uid may ptrace it or read
+    its memory; the kernel shows that by giving its /proc/PID files to
+    root.  Run as nobody when the test is root, so the owner tells."""
+    user = "nobody" if os.geteuid() == 0 else None
+    relay = Relay(STUB.url, "nodump", user=user,
+                  db="host=127.0.0.1 port=%d user=im_relay_e2e dbname=%s" % (free_port(), DB))
+    try:
+        wait_for("the relay's start", lambda: "event=start" in relay.text())
+        with open("/proc/%d/limits" % relay.p.pid) as f:
+            core = [line.split() for line in f if line.startswith("Max core file size")][0]
+        assert core[4:6] == ["0", "0"], core
+        with open("/proc/%d/status" % relay.p.pid) as f:
+            uid = int([line.split()[1] for line in f if line.startswith("Uid:")][0])
+        assert uid != 0, "the relay runs as root: its /proc owner tells nothing"
+        owner = os.stat("/proc/%d/status" % relay.p.pid).st_uid
+        assert owner == 0, "the relay (uid %d) is dumpable: /proc/PID is owned by uid %d" % (uid, owner)
+    finally:
+        relay.stop()
 
 
 def test_three_rejections_disable():
@@ -520,6 +589,7 @@ def main():
     start_main_relay()
     try:
         rc = run_tests([test_offline_push_one_per_window, test_preview_sender_and_full, test_result_classes,
+                        test_retry_after_forms, test_relay_refuses_other_schemes, test_relay_not_dumpable,
                         test_three_rejections_disable, test_two_relays_send_each_job_once,
                         test_killed_relay_jobs_go_out_after_lease, test_rolled_back_fanout_and_controls_queue_nothing,
                         test_online_device_gets_no_push, test_recalled_before_claim_suppressed,
