@@ -185,39 +185,38 @@ test('the token leaves the URL and every history entry at once; no window proper
   await pb.evaluate(() => { delete window.__probe; });
 });
 
-test('a re-issued token of the same device, after a reload and on a fresh load, finds its database: no snapshot, one database', async () => {
+test('a re-issued token of the same device, on a fresh load and after a reload, finds its database: no snapshot, one database', async () => {
   const shown = await texts(pb);
   const dbs = await databases(pb);
   assert.equal(dbs.length, 1, JSON.stringify(dbs));
-  const store = await pb.$eval('#status', (e) => e.dataset.store);
-  assert.equal(dbs[0], store);
-  // a reload: the token is gone with the fragment, so the page asks for one
+  // a fresh load (a new document) with a re-issued token of the device
+  const tok2 = token(B, 'web-b');
+  await pb.goto('about:blank');
+  await pb.goto(`${gw.httpUrl}web/#token=${tok2}`);
+  await online(pb);
+  assert.deepEqual(await databases(pb), dbs);
+  await openConversation(pb);
+  await send(pa, 'after a fresh load');
+  let want = [...shown, 'after a fresh load'];
+  await waitFor('B shows the new message', async () => JSON.stringify(await texts(pb)) === JSON.stringify(want) || await texts(pb));
+  assert.equal(await pb.$eval('#status', (e) => e.dataset.snapshots), '0');
+  assert.equal(await pb.$eval('#status', (e) => e.dataset.store), dbs[0]);
+  // a reload: the token went with the fragment, so the page asks for one
   await pb.reload();
   await pb.waitForSelector('#token-form:not([hidden])');
   assert.equal(await pb.$eval('#status', (e) => e.dataset.state), 'stopped');
-  // a link with a re-issued token opened on that page
-  const tok2 = token(B, 'web-b');
-  await pb.goto(`${gw.httpUrl}web/#token=${tok2}`);
-  await online(pb);
-  await openConversation(pb);
-  await send(pa, 'after the reload');
-  let want = [...shown, 'after the reload'];
-  await waitFor('B shows the new message', async () => JSON.stringify(await texts(pb)) === JSON.stringify(want) || await texts(pb));
-  assert.equal(await pb.$eval('#status', (e) => e.dataset.snapshots), '0');
-  assert.equal(await pb.$eval('#status', (e) => e.dataset.store), store);
-  await shot(pb, '6-after-reload');
-  // a fresh load (a new document) with yet another token of the device
+  // a link with yet another token of the device opened on that page
   const tok3 = token(B, 'web-b');
-  await pb.goto('about:blank');
   await pb.goto(`${gw.httpUrl}web/#token=${tok3}`);
   await online(pb);
   await openConversation(pb);
-  await send(pa, 'after a fresh load');
-  want = [...want, 'after a fresh load'];
+  await send(pa, 'after the reload');
+  want = [...want, 'after the reload'];
   await waitFor('B shows the newer message', async () => JSON.stringify(await texts(pb)) === JSON.stringify(want) || await texts(pb));
   assert.equal(await pb.$eval('#status', (e) => e.dataset.snapshots), '0');
   await cleanedUp(pb);
-  assert.deepEqual(await databases(pb), [store]);
+  assert.deepEqual(await databases(pb), dbs);
+  await shot(pb, '6-after-reload');
   const urls = await historyUrls(pb);
   for (const t of [tokB, tok2, tok3]) assert.ok(urls.every((u) => !u.includes(t)), JSON.stringify(urls));
   assert.deepEqual(await windowHolding(pb, tok3), []);
@@ -251,12 +250,14 @@ test('old token-named databases are deleted; the one of this very token is taken
   await makeDb(page, tokenDb(token(A, 'web-a-older')), [['meta', { user_id: A, device_id: 'web-a-older' }]]);
   await makeDb(page, 'im_sync:999:gone', [['meta', { user_id: 999, device_id: 'gone' }]]);
   await makeDb(page, 'another-app', [['x', 1]]);
+  await page.goto('about:blank');
   await page.goto(`${gw.httpUrl}web/#token=${tok}`);
   await online(page);
+  const store = `im_sync:${A}:web-a-old`;
+  await waitFor('only this device\'s database and another app\'s are left', async () =>
+    JSON.stringify(await databases(page)) === JSON.stringify(['another-app', store]) || databases(page));
   await cleanedUp(page);
-  const store = await page.$eval('#status', (e) => e.dataset.store);
-  assert.equal(store, `im_sync:${A}:web-a-old`);
-  assert.deepEqual(await databases(page), ['another-app', store]);
+  assert.equal(await page.$eval('#status', (e) => e.dataset.store), store);
   await waitFor('the queued send reached the server', () =>
     Number(sql(`SELECT count(*) FROM im.event WHERE conversation_id = ${conv} AND client_msg_id = '${cmid}'`)) === 1);
   await openConversation(page);
