@@ -1,12 +1,31 @@
 // The web page of contract §16 on the reference client.  Every body and
 // name is put into the page with textContent, never as HTML, so a message
 // cannot add markup or run code (the CSP forbids inline script as well).
-import { ImSyncClient, IndexedDBStorage } from './im_sync_client.js';
+//
+// The device token: taken from the URL fragment once and removed from it at
+// once (history.replaceState), so no history entry, bookmark or session
+// restore holds it; after that it lives only in the client inside this
+// module, never on window (a reload asks for it again; the local database
+// stays).  The local database is named after the user and device the token
+// names, so a re-issued token of the same device finds its history; after
+// the server confirmed who this is (welcome), every other database of this
+// page's naming is deleted — see forgetOtherDatabases.
+import { ImSyncClient, IndexedDBStorage, deviceTokenClaims } from './im_sync_client.js';
 
 const $ = (id) => document.getElementById(id);
 let client = null;
+let store = null;       // the current client's database name
 let selected = null;
 let replyTo = null;
+
+const DB_PREFIX = 'im_sync:';
+// an earlier page's naming: 'im_sync_' + 8 bytes of SHA-256(token) in hex
+const TOKEN_DB = /^im_sync_[0-9a-f]{16}$/;
+const dbName = (claims) => `${DB_PREFIX}${claims.userId}:${encodeURIComponent(claims.deviceId)}`;
+// A page holds its database's lock (shared) as long as it uses it; deleting
+// a database takes the lock exclusively, so an open tab's database is never
+// deleted under it (and a tab opening one waits for a delete under way).
+const lockName = (db) => `im_sync.db:${db}`;
 
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -26,9 +45,54 @@ function bodyText(body) {
   return JSON.stringify(body);
 }
 
-async function storeName(token) {
+async function tokenDbName(token) {
   const d = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(token));
   return 'im_sync_' + Array.from(new Uint8Array(d).slice(0, 8), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+const databaseNames = async () => (indexedDB.databases ? (await indexedDB.databases()).map((d) => d.name) : []);
+
+function holdLock(db) {
+  if (!navigator.locks) return Promise.resolve(() => {});
+  return new Promise((granted) => {
+    navigator.locks.request(lockName(db), { mode: 'shared' }, () => new Promise((release) => granted(release)));
+  });
+}
+
+// The database an earlier page kept for this very token (named after its
+// hash) is copied into the user's and device's one when that one is new, so
+// its history and queued operations carry over (queued operations keep their
+// client_msg_id: sent once).  Only a database whose meta names the token's
+// user and device is taken.  It is deleted after the welcome like the rest.
+async function adoptTokenDatabase(token, db, claims) {
+  const names = await databaseNames();
+  const old = await tokenDbName(token);
+  if (!names.includes(old) || names.includes(db)) return;
+  const from = new IndexedDBStorage(old);
+  const rows = await from.load();
+  await from.close();
+  const meta = (rows.find(([k]) => k === 'meta') || [])[1];
+  if (meta && meta.user_id != null && (meta.user_id !== claims.userId ||
+                                        meta.device_id != null && meta.device_id !== claims.deviceId)) return;
+  const to = new IndexedDBStorage(db);
+  await to.load();
+  await to.commit({ puts: rows });
+  await to.close();
+}
+
+// Deletes every database of this page's naming except `keep`: the
+// token-named ones of earlier pages and the user-and-device ones of other
+// devices and other users.  A browser profile is one place: whoever uses it
+// can read each database in it, so one the page no longer uses is plaintext
+// history left behind, whoever it belonged to (another user on a shared
+// browser signs in again with a snapshot).  A database another open tab
+// uses (its lock is held) stays; a later load deletes it.  Runs only after
+// the welcome, so a link with a token the server refuses deletes nothing.
+async function forgetOtherDatabases(keep) {
+  const doomed = (await databaseNames()).filter((n) => n !== keep && (TOKEN_DB.test(n) || n.startsWith(DB_PREFIX)));
+  await Promise.all(doomed.map((n) => (navigator.locks
+    ? navigator.locks.request(lockName(n), { ifAvailable: true }, (lock) => (lock ? IndexedDBStorage.wipe(n) : null))
+    : IndexedDBStorage.wipe(n))));
 }
 
 function report(err) {
@@ -37,6 +101,9 @@ function report(err) {
 
 function render() {
   if (!client) return;
+  // observable page state for tests and people: never the token
+  $('status').dataset.store = store;
+  $('status').dataset.snapshots = String(client.stats.snapshots);
   $('who').textContent = client.userId != null ? `user ${client.userId}` : '';
   const pending = client.outboxItems().length;
   $('pending').textContent = pending ? `${pending} queued` : '';
@@ -132,28 +199,86 @@ async function showFacts(m) {
   $('facts').dataset.loaded = String(Date.now());
 }
 
-async function start(token) {
+function showStatus(state, detail) {
+  $('status').dataset.state = state;
+  const words = { needs_token: 'the token was refused: paste a new one', revoked: 'this device was revoked',
+                  superseded: 'this device connected elsewhere', not_a_token: 'that is not a device token' };
+  $('status').textContent = words[state] || state + (detail && typeof detail === 'string' ? `: ${detail}` : '');
+  if (['needs_token', 'not_a_token', 'wrong_account'].includes(state)) $('token-form').hidden = false;
+}
+
+let release = () => {};
+
+async function start(token, claims) {
   const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/`;
-  client = new ImSyncClient({
-    url, token, storage: new IndexedDBStorage(await storeName(token)),
-    onChange: render,
+  const db = dbName(claims);
+  release = await holdLock(db);
+  await adoptTokenDatabase(token, db, claims).catch(report);
+  let welcomed = false;
+  const c = new ImSyncClient({
+    url, token, storage: new IndexedDBStorage(db),
+    onChange: () => { if (c === client) render(); },
     onStatus: ({ state, detail }) => {
-      $('status').dataset.state = state;
-      const words = { needs_token: 'the token was refused: paste a new one', revoked: 'this device was revoked',
-                      superseded: 'this device connected elsewhere' };
-      $('status').textContent = words[state] || state + (detail && typeof detail === 'string' ? `: ${detail}` : '');
-      if (state === 'needs_token') $('token-form').hidden = false;
+      if (c !== client) return;
+      showStatus(state, detail);
+      if (state !== 'online' || welcomed) return;
+      welcomed = true;
+      // the welcome is the server's word on who this is; the database was
+      // chosen by the token's unverified claims
+      if (c.userId !== claims.userId || c.deviceId !== claims.deviceId) {
+        c.stop().finally(() => showStatus('error', 'the token names another user or device than the server'));
+        return;
+      }
+      forgetOtherDatabases(db)
+        .then(() => { $('status').dataset.cleanup = 'done'; }, report);
     },
   });
-  window.imClient = client;     // for the browser tests and the console
-  client.start().then(render).catch(report);
+  client = c;
+  store = db;
+  delete $('status').dataset.cleanup;
+  c.start().then(render).catch(report);
   render();
+}
+
+async function stopClient() {
+  if (!client) return;
+  const c = client;
+  client = null;
+  await c.stop().catch(() => {});
+  release();
+  release = () => {};
+}
+
+// A token from the form or the fragment: the same device goes on with it;
+// another user or device gets a client (and database) of its own.
+let switching = Promise.resolve();
+function useToken(token) {
+  switching = switching.then(async () => {
+    const claims = deviceTokenClaims(token);
+    if (!claims || claims.userId == null) { showStatus('not_a_token'); return; }
+    if (client && store === dbName(claims) && client.state !== 'wrong_account') { client.setToken(token); return; }
+    await stopClient();
+    selected = null;
+    $('conversation').hidden = true;
+    await start(token, claims);
+  }).catch(report);
+}
+
+// Takes the token out of the fragment and out of this history entry.
+function tokenFromFragment() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  if (!fragment.has('token')) return null;
+  const token = fragment.get('token');
+  fragment.delete('token');
+  const rest = fragment.toString();
+  history.replaceState(history.state, '', location.pathname + location.search + (rest ? `#${rest}` : ''));
+  return token;
 }
 
 $('composer').addEventListener('submit', (ev) => {
   ev.preventDefault();
   const text = $('text').value;
-  if (!text || selected == null) return;
+  if (!client || !text || selected == null) return;
   $('text').value = '';
   const opts = replyTo != null ? { replyTo } : {};
   replyTo = null;
@@ -163,6 +288,7 @@ $('composer').addEventListener('submit', (ev) => {
 });
 $('reply-cancel').addEventListener('click', () => { replyTo = null; $('reply-to').hidden = true; });
 $('mark-read').addEventListener('click', () => {
+  if (!client) return;
   const c = client.conversations().find((x) => x.conversation_id === selected);
   if (c) client.read(selected, c.last_msg_seq).catch(report);
 });
@@ -170,12 +296,17 @@ $('offline').addEventListener('change', (ev) => client && client.setOffline(ev.t
 $('token-form').addEventListener('submit', (ev) => {
   ev.preventDefault();
   const token = $('token').value.trim();
+  $('token').value = '';
   if (!token) return;
   $('token-form').hidden = true;
-  if (client) client.setToken(token);
-  else start(token);
+  useToken(token);
+});
+// a link with a token opened on this page already (no reload)
+window.addEventListener('hashchange', () => {
+  const token = tokenFromFragment();
+  if (token) useToken(token);
 });
 
-const fragment = new URLSearchParams(location.hash.slice(1));
-if (fragment.get('token')) start(fragment.get('token'));
+const first = tokenFromFragment();
+if (first) useToken(first);
 else $('token-form').hidden = false;

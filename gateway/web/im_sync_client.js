@@ -65,6 +65,40 @@ async function sha256Hex(text) {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
+// The user and device a device token names, read from its claims without
+// verifying them (the server does, at hello); null if it is not a device
+// token.  The layout is extension/token_layout.h: purpose 'D', version 1,
+// user_id (int64, big-endian) at byte 13, the device id's length at byte 77
+// and its bytes after it; base64url without padding.  A storage can be
+// chosen by these before connecting (the page keys its database by them);
+// the welcome then confirms them.
+export function deviceTokenClaims(token) {
+  // no regular expression touches the token: RegExp.input and RegExp.$_
+  // would keep it on a global
+  if (typeof token !== 'string' || token.length < 4 || token.length % 4 === 1 || token.length > 300) return null;
+  let b64 = '';
+  for (const ch of token) {
+    if (ch === '-') b64 += '+';
+    else if (ch === '_') b64 += '/';
+    else if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9')) b64 += ch;
+    else return null;
+  }
+  let bin;
+  try { bin = atob(b64 + '='.repeat((4 - token.length % 4) % 4)); } catch { return null; }
+  const b = Uint8Array.from(bin, (ch) => ch.charCodeAt(0));
+  const USER_AT = 13; const DEVLEN_AT = USER_AT + 8 * 8;
+  if (b.length <= DEVLEN_AT || b[0] !== 0x44 /* 'D' */) return null;
+  const view = new DataView(b.buffer);
+  if (view.getUint32(1) !== 1) return null;
+  const devlen = b[DEVLEN_AT];
+  if (devlen < 1 || devlen > 64 || b.length < DEVLEN_AT + 1 + devlen + 4 + 32) return null;
+  const user = view.getBigInt64(USER_AT);
+  let deviceId;
+  try { deviceId = new TextDecoder('utf-8', { fatal: true }).decode(b.subarray(DEVLEN_AT + 1, DEVLEN_AT + 1 + devlen)); } catch { return null; }
+  return { userId: user <= BigInt(Number.MAX_SAFE_INTEGER) && user >= -BigInt(Number.MAX_SAFE_INTEGER) ? Number(user) : null,
+           deviceId };
+}
+
 // ---------------------------------------------------------------------------
 // Storage: a key/value store whose commit(change) applies puts, deletes and
 // prefix clears together or not at all.  The client keeps its whole state in
@@ -622,11 +656,12 @@ export class ImSyncClient {
 
   async onWelcome(f) {
     this.attempt = 0;
-    if (this.meta.user_id != null && this.meta.user_id !== f.user_id) {
-      // a token of another account on this storage: never mix two views
+    if (this.meta.user_id != null && (this.meta.user_id !== f.user_id ||
+                                      this.meta.device_id != null && this.meta.device_id !== f.device_id)) {
+      // a token of another account or device on this storage: never mix two views
       this.stopped = true;
       if (this.ws) this.ws.close(1000);
-      this.setState('wrong_account', `storage belongs to user ${this.meta.user_id}`);
+      this.setState('wrong_account', `storage belongs to user ${this.meta.user_id}, device ${this.meta.device_id}`);
       if (this.readyWaiter) { this.readyWaiter.reject(new ImSyncError('WRONG_ACCOUNT', 'storage belongs to another user')); this.readyWaiter = null; }
       return;
     }
@@ -1048,6 +1083,7 @@ export class ImSyncClient {
   }
 
   get userId() { return this.meta.user_id; }
+  get deviceId() { return this.meta.device_id; }
 
   // Local view: conversations by id.
   conversations() {

@@ -134,7 +134,13 @@ await pb.evaluate(() => {
 const lat = [];
 for (let i = 0; i < MESSAGES; i++) {
   const text = `latency ${i}`;
-  const t0 = await pa.evaluate((t, c) => { const now = Date.now(); window.imClient.send(c, { text: t }); return now; }, text, c2);
+  // sent through the page's composer (the page keeps its client off window)
+  const t0 = await pa.evaluate((t) => {
+    const now = Date.now();
+    document.getElementById('text').value = t;
+    document.getElementById('composer').requestSubmit();
+    return now;
+  }, text);
   await pb.waitForFunction((t) => t in window.__seen, { polling: 5, timeout: 30000 }, text);
   lat.push((await pb.evaluate((t) => window.__seen[t], text)) - t0);
 }

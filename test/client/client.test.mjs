@@ -11,6 +11,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { sql, newUser, token, serverView, clientView, converge, waitFor, Gateway, client, prng,
          FileStorage, MemoryStorage, TMP } from './harness.mjs';
+import { deviceTokenClaims } from '../../gateway/web/im_sync_client.js';
 
 const gw = new Gateway();
 const started = [];
@@ -275,6 +276,34 @@ test('close codes: a revoked device stops, a superseded one stops, a bad token a
   const bad = track(client(gw, 'not-a-token', new MemoryStorage()));
   await assert.rejects(bad.start(), (e) => e.code === 'NEEDS_TOKEN');
   assert.equal(bad.state, 'needs_token');
+});
+
+// The page keys its database by the user and device a token names, read
+// before connecting: the reading must agree with the server's.
+test('deviceTokenClaims reads the user and device the server authenticates; anything else is null', () => {
+  const A = newUser();
+  for (const dev of ['web', 'd'.repeat(64), 'Tablet.2_x-Y']) {
+    const tok = token(A, dev);
+    const [u, d] = sql(`SELECT user_id || '|' || device_id FROM im.authenticate('${tok}')`).split('|');
+    assert.deepEqual(deviceTokenClaims(tok), { userId: Number(u), deviceId: d });
+    assert.deepEqual(deviceTokenClaims(tok), { userId: A, deviceId: dev });
+  }
+  const tok = token(A, 'web');
+  const raw = Buffer.from(tok, 'base64url');
+  raw[0] = 'B'.charCodeAt(0);                      // a batch token's purpose
+  assert.equal(deviceTokenClaims(raw.toString('base64url')), null);
+  for (const bad of ['', 'not-a-token', tok.slice(0, 60), `${tok}!`, null, 42]) assert.equal(deviceTokenClaims(bad), null, String(bad));
+});
+
+test('a storage of another device of the same user refuses the welcome: two devices never share a view', async () => {
+  const A = newUser();
+  const storage = new MemoryStorage();
+  const a = track(client(gw, token(A, 'one'), storage));
+  await a.start();
+  await a.stop();
+  const b = track(client(gw, token(A, 'two'), storage));
+  await assert.rejects(b.start(), (e) => e.code === 'WRONG_ACCOUNT');
+  assert.equal(b.state, 'wrong_account');
 });
 
 test('the command-line client: send, list, messages, read, follow', async () => {
