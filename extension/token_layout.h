@@ -1,9 +1,11 @@
 /*
  * token_layout.h — the byte layout of a token's claims, the one definition
- * both readers use: extension/token.c writes and verifies tokens, and the
+ * the C readers use: extension/token.c writes and verifies tokens, and the
  * gateway (gateway/hello_order.c) reads a device token's user and device to
  * keep a device's hellos in order, without verifying it (the database
- * does).  Plain C, no PostgreSQL headers.
+ * does).  Plain C, no PostgreSQL headers.  The JS client's
+ * deviceTokenClaims (gateway/web/im_sync_client.js) reads the same offsets
+ * to name the page's local database before it connects; keep it in step.
  *
  * claims: purpose(1) version(4) registration(4) sync_generation(4)
  *         user_id(8) resume_from(8) watermark(8) recovery_session_id(8)
