@@ -20,12 +20,15 @@
  *   - a written event always gets its outbox item in the same transaction,
  *     and nothing is written when either probe says no.
  * The direct path serves only the table layout it knows (event_columns,
- * outbox_columns): anything else — a column it cannot fill, an INSERT
- * trigger (a foreign key of the row included), a rule, row security, a
- * partitioned table — makes im_direct_append_begin return NULL, and the
- * caller takes the general path, whose statements obey all of them.  The
- * domain checks of kind, msg_seq and state are not run: the values written
- * are 'message', head + 1 >= 1 and 'pending'.
+ * outbox_columns): anything else — a column it cannot fill or of another
+ * type, an INSERT trigger (a foreign key of the row included), a rule, row
+ * security, a partitioned table, a probed index that is not complete and
+ * in force (being built or dropped concurrently, open_probe), an owner
+ * short of a column privilege the general path's statements need
+ * (table_rte) — makes im_direct_append_begin return NULL, and the caller
+ * takes the general path, whose statements obey all of them or raise what
+ * they raise.  The domain checks of kind, msg_seq and state are not run:
+ * the values written are 'message', head + 1 >= 1 and 'pending'.
  */
 #include "im_sync.h"
 #include "common.h"
