@@ -20,12 +20,15 @@
  *   - a written event always gets its outbox item in the same transaction,
  *     and nothing is written when either probe says no.
  * The direct path serves only the table layout it knows (event_columns,
- * outbox_columns): anything else — a column it cannot fill, an INSERT
- * trigger (a foreign key of the row included), a rule, row security, a
- * partitioned table — makes im_direct_append_begin return NULL, and the
- * caller takes the general path, whose statements obey all of them.  The
- * domain checks of kind, msg_seq and state are not run: the values written
- * are 'message', head + 1 >= 1 and 'pending'.
+ * outbox_columns): anything else — a column it cannot fill or of another
+ * type, an INSERT trigger (a foreign key of the row included), a rule, row
+ * security, a partitioned table, a probed index that is not complete and
+ * in force (being built or dropped concurrently, open_probe), an owner
+ * short of a column privilege the general path's statements need
+ * (table_rte) — makes im_direct_append_begin return NULL, and the caller
+ * takes the general path, whose statements obey all of them or raise what
+ * they raise.  The domain checks of kind, msg_seq and state are not run:
+ * the values written are 'message', head + 1 >= 1 and 'pending'.
  */
 #include "im_sync.h"
 #include "common.h"
@@ -34,14 +37,19 @@
 #include "shmem.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/relscan.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
+#include "commands/defrem.h"
 #include "commands/sequence.h"
 #include "common/int.h"
 #include "executor/executor.h"
@@ -52,6 +60,7 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 /* The idempotency key's unique index: probed, and named by a raced insert's 23505. */
 #define KEY_INDEX_NAME "event_sender_id_client_msg_id_key"
@@ -77,54 +86,77 @@ typedef enum DirectFill
 	FILL_PENDING
 } DirectFill;
 
-/* A known column: its name, what fills it and its physical shape. */
+/*
+ * What the general path's statements do with a column (DirectColumn.stmt):
+ * the privileges the direct path must find are exactly the ones they need.
+ */
+#define STMT_READ	0x01		/* read: key lookup, ON CONFLICT arbiter, RETURNING */
+#define STMT_WRITE	0x02		/* named in the INSERT (the others take defaults) */
+
+/*
+ * A known column: its name, what fills it, its type and what the general
+ * path's statements do with it.  The datum written is of type `type`
+ * exactly (no typmod); `domain`, when set, names the im domain over `type`
+ * the column has had since 1.2 (the direct path does not run its check,
+ * module comment).
+ */
 typedef struct DirectColumn
 {
 	const char *name;
 	DirectFill	fill;
-	int16		len;			/* attlen: -1 varlena */
-	bool		byval;
+	Oid			type;
+	const char *domain;
+	int			stmt;
 } DirectColumn;
 
-/* bigint and timestamptz are 8 bytes by value; text, bytea, jsonb varlena */
-#define WORD_COL(n, f)		{n, f, 8, true}
-#define VARLENA_COL(n, f)	{n, f, -1, false}
+#define RW	(STMT_READ | STMT_WRITE)
 
 /* im.event's columns at every catalog version (1.3 added the last two). */
 static const DirectColumn event_columns[] = {
-	WORD_COL("message_id", FILL_MESSAGE_ID),
-	WORD_COL("conversation_id", FILL_CONVERSATION_ID),
-	WORD_COL("msg_seq", FILL_MSG_SEQ),
-	VARLENA_COL("kind", FILL_KIND),
-	WORD_COL("sender_id", FILL_SENDER_ID),
-	VARLENA_COL("client_msg_id", FILL_CLIENT_MSG_ID),
-	VARLENA_COL("request_digest", FILL_REQUEST_DIGEST),
-	VARLENA_COL("content_type", FILL_CONTENT_TYPE),
-	VARLENA_COL("body", FILL_BODY),
-	WORD_COL("target_message_id", FILL_NULL),
-	WORD_COL("subject_user_id", FILL_NULL),
-	VARLENA_COL("mode", FILL_MODE),
-	{"recalled", FILL_FALSE, 1, true},
-	WORD_COL("created_at", FILL_NOW),
-	WORD_COL("reply_to_message_id", FILL_NULL),
-	WORD_COL("pin_message_id", FILL_NULL),
+	{"message_id", FILL_MESSAGE_ID, INT8OID, NULL, RW},
+	{"conversation_id", FILL_CONVERSATION_ID, INT8OID, NULL, RW},
+	{"msg_seq", FILL_MSG_SEQ, INT8OID, "event_seq", RW},
+	{"kind", FILL_KIND, TEXTOID, "event_kind", RW},
+	{"sender_id", FILL_SENDER_ID, INT8OID, NULL, RW},
+	{"client_msg_id", FILL_CLIENT_MSG_ID, TEXTOID, NULL, RW},
+	{"request_digest", FILL_REQUEST_DIGEST, BYTEAOID, NULL, RW},
+	{"content_type", FILL_CONTENT_TYPE, TEXTOID, NULL, STMT_WRITE},
+	{"body", FILL_BODY, JSONBOID, NULL, STMT_WRITE},
+	{"target_message_id", FILL_NULL, INT8OID, NULL, STMT_WRITE},
+	{"subject_user_id", FILL_NULL, INT8OID, NULL, STMT_WRITE},
+	{"mode", FILL_MODE, TEXTOID, NULL, STMT_WRITE},
+	{"recalled", FILL_FALSE, BOOLOID, NULL, 0},
+	{"created_at", FILL_NOW, TIMESTAMPTZOID, NULL, 0},
+	{"reply_to_message_id", FILL_NULL, INT8OID, NULL, 0},
+	{"pin_message_id", FILL_NULL, INT8OID, NULL, 0},
 	{NULL}
 };
 
 /* im.outbox's columns: a conversation position's item. */
 static const DirectColumn outbox_columns[] = {
-	WORD_COL("outbox_id", FILL_OUTBOX_ID),
-	WORD_COL("conversation_id", FILL_CONVERSATION_ID),
-	WORD_COL("msg_seq", FILL_MSG_SEQ),
-	WORD_COL("source_event_id", FILL_MESSAGE_ID),
-	WORD_COL("private_user_id", FILL_NULL),
-	VARLENA_COL("state", FILL_PENDING),
-	{"attempts", FILL_ZERO, 4, true},
-	{"transient_failures", FILL_ZERO, 4, true},
-	VARLENA_COL("last_error", FILL_NULL),
-	WORD_COL("next_attempt_at", FILL_NOW),
-	WORD_COL("created_at", FILL_NOW),
-	WORD_COL("processed_at", FILL_NULL),
+	{"outbox_id", FILL_OUTBOX_ID, INT8OID, NULL, 0},
+	{"conversation_id", FILL_CONVERSATION_ID, INT8OID, NULL, STMT_WRITE},
+	{"msg_seq", FILL_MSG_SEQ, INT8OID, NULL, STMT_WRITE},
+	{"source_event_id", FILL_MESSAGE_ID, INT8OID, NULL, STMT_WRITE},
+	{"private_user_id", FILL_NULL, INT8OID, NULL, 0},
+	{"state", FILL_PENDING, TEXTOID, "outbox_state", 0},
+	{"attempts", FILL_ZERO, INT4OID, NULL, 0},
+	{"transient_failures", FILL_ZERO, INT4OID, NULL, 0},
+	{"last_error", FILL_NULL, TEXTOID, NULL, 0},
+	{"next_attempt_at", FILL_NOW, TIMESTAMPTZOID, NULL, 0},
+	{"created_at", FILL_NOW, TIMESTAMPTZOID, NULL, 0},
+	{"processed_at", FILL_NULL, TIMESTAMPTZOID, NULL, 0},
+	{NULL}
+};
+
+/*
+ * im.membership_period's columns the general path's membership check reads
+ * (the period probe reads the same; fill and type unused: not written).
+ */
+static const DirectColumn period_columns[] = {
+	{"conversation_id", FILL_NULL, INT8OID, NULL, STMT_READ},
+	{"user_id", FILL_NULL, INT8OID, NULL, STMT_READ},
+	{"leave_seq", FILL_NULL, INT8OID, NULL, STMT_READ},
 	{NULL}
 };
 
@@ -179,12 +211,34 @@ plain_table(Relation rel, bool written)
 }
 
 /*
- * Reads rel's layout against cols: every live column must be a known one of
- * the same physical shape, and a column filled with NULL must have no
- * default.  False: the direct path does not serve this table.
+ * Whether att holds c's datum as written: c's type itself, or the im domain
+ * c names when that is a domain over c's type, without a typmod either way.
+ * A column of another type with the same length and by-value flag (json for
+ * jsonb, varchar for text, timestamp for timestamptz) would be given bytes
+ * of the wrong type; the general path's INSERT coerces instead.
  */
 static bool
-read_layout(Relation rel, const DirectColumn *cols, DirectTable *t)
+column_type_ok(Form_pg_attribute att, const DirectColumn *c, Oid nsp)
+{
+	int32		base_typmod = -1;
+
+	if (att->atttypmod != -1)
+		return false;
+	if (att->atttypid == c->type)
+		return true;
+	return c->domain != NULL &&
+		att->atttypid == GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+										 CStringGetDatum(c->domain), ObjectIdGetDatum(nsp)) &&
+		getBaseTypeAndTypmod(att->atttypid, &base_typmod) == c->type && base_typmod == -1;
+}
+
+/*
+ * Reads rel's layout against cols: every live column must be a known one of
+ * its type, and a column filled with NULL must have no default.  False: the
+ * direct path does not serve this table.
+ */
+static bool
+read_layout(Relation rel, const DirectColumn *cols, Oid nsp, DirectTable *t)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 
@@ -201,7 +255,7 @@ read_layout(Relation rel, const DirectColumn *cols, DirectTable *t)
 		for (c = cols; c->name != NULL; c++)
 			if (strcmp(NameStr(att->attname), c->name) == 0)
 				break;
-		if (c->name == NULL || att->attlen != c->len || att->attbyval != c->byval ||
+		if (c->name == NULL || !column_type_ok(att, c, nsp) ||
 			(c->fill == FILL_NULL && att->atthasdef) || att->attgenerated)
 			return false;
 		t->fill[i] = c->fill;
@@ -209,8 +263,39 @@ read_layout(Relation rel, const DirectColumn *cols, DirectTable *t)
 	return true;
 }
 
+/*
+ * The columns of rel that cols marks with the stmt bit, as a range table
+ * entry's column set; a missing one sets *ok false (the general path's
+ * statement would name it and fail).
+ */
+static Bitmapset *
+stmt_columns(Relation rel, const DirectColumn *cols, int bit, bool *ok)
+{
+	Bitmapset  *set = NULL;
+
+	for (const DirectColumn *c = cols; c->name != NULL; c++)
+	{
+		AttrNumber	attno;
+
+		if (!(c->stmt & bit))
+			continue;
+		attno = get_attnum(RelationGetRelid(rel), c->name);
+		if (attno == InvalidAttrNumber)
+			*ok = false;
+		else
+			set = bms_add_member(set, attno - FirstLowInvalidHeapAttributeNumber);
+	}
+	return set;
+}
+
+/*
+ * rel's range table entry as the general path's statements would plan it:
+ * perms on the columns they read and name in their INSERT, so a grant on
+ * some other column does not stand in for them (with empty column sets
+ * the executor would accept any column's grant).
+ */
 static RangeTblEntry *
-table_rte(Relation rel, AclMode perms)
+table_rte(Relation rel, AclMode perms, const DirectColumn *cols, bool *ok)
 {
 	RangeTblEntry *rte = makeNode(RangeTblEntry);
 
@@ -219,28 +304,93 @@ table_rte(Relation rel, AclMode perms)
 	rte->relkind = rel->rd_rel->relkind;
 	rte->rellockmode = perms == ACL_SELECT ? AccessShareLock : RowExclusiveLock;
 	rte->requiredPerms = perms;
+	if (perms & ACL_SELECT)
+		rte->selectedCols = stmt_columns(rel, cols, STMT_READ, ok);
+	if (perms & ACL_INSERT)
+		rte->insertedCols = stmt_columns(rel, cols, STMT_WRITE, ok);
 	return rte;
 }
 
 /*
- * A probe's index: the one named, on heap, whose leading columns are the
- * heap's attnos a and b.
+ * Whether index's predicate is none or exactly the probe's own row filter
+ * (attno IS [NOT] NULL, checked on every row found): either way the index
+ * holds every row the probe must find.
  */
 static bool
-open_probe(Oid nsp, const char *index_name, Relation heap, AttrNumber a, AttrNumber b,
-		   DirectProbe *p)
+predicate_is_filter(Relation index, AttrNumber attno, NullTestType filter)
+{
+	List	   *pred = RelationGetIndexPredicate(index);
+	NullTest   *nt;
+
+	if (pred == NIL)
+		return true;
+	if (list_length(pred) != 1 || !IsA(linitial(pred), NullTest))
+		return false;
+	nt = linitial_node(NullTest, pred);
+	return nt->nulltesttype == filter && !nt->argisrow && IsA(nt->arg, Var) &&
+		((Var *) nt->arg)->varattno == attno;
+}
+
+/*
+ * Whether the heap's column attno is of type and is the index's key column
+ * i in the type's default btree family and the column's collation, so the
+ * probe's equality scan keys mean what the general path's `=` means.
+ */
+static bool
+probe_column(Relation heap, Relation index, int i, AttrNumber attno, Oid type)
+{
+	Form_pg_attribute att;
+
+	if (attno == InvalidAttrNumber || index->rd_index->indkey.values[i] != attno)
+		return false;
+	att = TupleDescAttr(RelationGetDescr(heap), attno - 1);
+	return att->atttypid == type &&
+		index->rd_opfamily[i] == get_opclass_family(GetDefaultOpClass(type, BTREE_AM_OID)) &&
+		index->rd_indcollation[i] == att->attcollation;
+}
+
+/*
+ * A probe's index: the one named, on heap, a btree whose key columns are
+ * the heap's a (bigint) and b (b_type), that holds every row the probe must
+ * find.  It must be valid, ready and live — not one a concurrent CREATE
+ * INDEX or DROP INDEX is still building or already dropping, which lacks
+ * rows (a dead index takes no new entries) — without expressions, with no
+ * predicate but the probe's filter (filter_attno IS [NOT] NULL, remembered
+ * in p), and usable by this transaction's snapshots (indcheckxmin, as the
+ * planner checks).  unique: it must also be the arbiter the general path's
+ * ON CONFLICT infers and the check a raced insert meets (is_key_race):
+ * unique and checked at once, not deferred.  False: the general path
+ * serves the send, and its statements decide (no arbiter: 42P10).
+ */
+static bool
+open_probe(Oid nsp, const char *index_name, Relation heap, AttrNumber a, AttrNumber b, Oid b_type,
+		   AttrNumber filter_attno, NullTestType filter, bool unique, DirectProbe *p)
 {
 	Oid			indexid = get_relname_relid(index_name, nsp);
+	Form_pg_index ix;
 
-	if (!OidIsValid(indexid) || a == InvalidAttrNumber || b == InvalidAttrNumber)
+	if (!OidIsValid(indexid) || filter_attno == InvalidAttrNumber)
 		return false;
 	p->heap = heap;
 	p->index = index_open(indexid, AccessShareLock);
-	if (p->index->rd_index->indrelid != RelationGetRelid(heap) ||
+	ix = p->index->rd_index;
+	if (ix->indrelid != RelationGetRelid(heap) ||
 		p->index->rd_rel->relam != BTREE_AM_OID ||
+		!ix->indisvalid || !ix->indisready || !ix->indislive ||
+		(unique && (!ix->indisunique || !ix->indimmediate)) ||
+		(ix->indcheckxmin &&
+		 !TransactionIdPrecedes(HeapTupleHeaderGetXmin(p->index->rd_indextuple->t_data),
+								TransactionXmin)) ||
 		IndexRelationGetNumberOfKeyAttributes(p->index) != 2 ||
-		p->index->rd_index->indkey.values[0] != a || p->index->rd_index->indkey.values[1] != b)
+		!probe_column(heap, p->index, 0, a, INT8OID) ||
+		!probe_column(heap, p->index, 1, b, b_type) ||
+		RelationGetIndexExpressions(p->index) != NIL ||
+		!predicate_is_filter(p->index, filter_attno, filter))
 		return false;
+	if (filter == IS_NULL)
+		p->null_attno = filter_attno;
+	else
+		p->notnull_attno = filter_attno;
 	p->slot = table_slot_create(heap, NULL);
 	return true;
 }
@@ -287,8 +437,8 @@ im_direct_append_end(ImDirectAppend *da)
  * first insert, under the lock).
  */
 static void
-open_table(EState *estate, Relation rel, Index rti, const DirectColumn *cols, DirectTable *t,
-		   bool *ok)
+open_table(EState *estate, Relation rel, Index rti, const DirectColumn *cols, Oid nsp,
+		   DirectTable *t, bool *ok)
 {
 	t->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(t->rri, rel, rti, NULL, 0);
@@ -301,7 +451,7 @@ open_table(EState *estate, Relation rel, Index rti, const DirectColumn *cols, Di
 			info->ii_PredicateState = ExecPrepareQual(info->ii_Predicate, estate);
 	}
 	t->slot = table_slot_create(rel, &estate->es_tupleTable);
-	if (!plain_table(rel, true) || !read_layout(rel, cols, t))
+	if (!plain_table(rel, true) || !read_layout(rel, cols, nsp, t))
 		*ok = false;
 }
 
@@ -338,29 +488,30 @@ im_direct_append_begin(void)
 	da->period.heap = table_open(period_id, AccessShareLock);
 
 	/*
-	 * The privileges a statement would need, checked as the executor does
-	 * (the API runs as the extension's owner, SECURITY DEFINER).
+	 * The privileges the general path's statements would need, checked as
+	 * the executor checks theirs (the API runs as the extension's owner,
+	 * SECURITY DEFINER).  Short of them the general path runs, and its
+	 * statements raise the error they raise.
 	 */
 	da->estate = CreateExecutorState();
 	ExecInitRangeTable(da->estate,
-					   list_make3(table_rte(event, ACL_INSERT | ACL_SELECT),
-								  table_rte(outbox, ACL_INSERT),
-								  table_rte(da->period.heap, ACL_SELECT)));
-	ExecCheckRTPerms(da->estate->es_range_table, true);
+					   list_make3(table_rte(event, ACL_INSERT | ACL_SELECT, event_columns, &ok),
+								  table_rte(outbox, ACL_INSERT, outbox_columns, &ok),
+								  table_rte(da->period.heap, ACL_SELECT, period_columns, &ok)));
+	ok = ok && ExecCheckRTPerms(da->estate->es_range_table, false);
 
-	open_table(da->estate, event, 1, event_columns, &da->event, &ok);
-	open_table(da->estate, outbox, 2, outbox_columns, &da->outbox, &ok);
+	open_table(da->estate, event, 1, event_columns, nsp, &da->event, &ok);
+	open_table(da->estate, outbox, 2, outbox_columns, nsp, &da->outbox, &ok);
 	ok = ok && plain_table(da->period.heap, false) &&
 		open_probe(nsp, "membership_period_one_open", da->period.heap,
 				   get_attnum(period_id, "conversation_id"),
-				   get_attnum(period_id, "user_id"), &da->period) &&
+				   get_attnum(period_id, "user_id"), INT8OID,
+				   get_attnum(period_id, "leave_seq"), IS_NULL, false, &da->period) &&
 		open_probe(nsp, KEY_INDEX_NAME, event,
 				   get_attnum(event_id, "sender_id"),
-				   get_attnum(event_id, "client_msg_id"), &da->key);
-	da->period.null_attno = get_attnum(period_id, "leave_seq");
-	da->key.notnull_attno = get_attnum(event_id, "request_digest");
-	if (!ok || da->period.null_attno == InvalidAttrNumber ||
-		da->key.notnull_attno == InvalidAttrNumber)
+				   get_attnum(event_id, "client_msg_id"), TEXTOID,
+				   get_attnum(event_id, "request_digest"), IS_NOT_NULL, true, &da->key);
+	if (!ok)
 	{
 		im_direct_append_end(da);
 		return NULL;

@@ -4,8 +4,10 @@
 -- and ON CONFLICT's arbiter check), and its rows equal, column for column,
 -- the ones the general path writes; a body it stores out of line (TOAST)
 -- reads back whole.  A table the direct path does not serve (an INSERT
--- trigger, a column it cannot fill) sends through the general path, which
--- obeys it.
+-- trigger, a column it cannot fill or one of another type) sends through
+-- the general path, which obeys it; so does an owner short of a column
+-- privilege the general path's statements need (a grant on another column
+-- does not stand in for it).
 CREATE DATABASE im_h1_send_direct;
 \c im_h1_send_direct
 SET client_min_messages = warning;
@@ -83,6 +85,52 @@ SELECT pg_catalog.length(body->>'t') AS chars,
 -- (no other body here is that large, so the TOAST table holds this one)
 SELECT pg_catalog.pg_relation_size(c.reltoastrelid) > 0 AS stored_out_of_line
   FROM pg_catalog.pg_class c WHERE c.oid = 'im.event'::regclass;
+
+-- a column of another type of the same length and by-value flag (body as
+-- json instead of jsonb): the general path, whose INSERT coerces the body
+-- (the direct insert would store jsonb's bytes as json)
+SELECT pg_catalog.pg_stat_force_next_flush();
+BEGIN;
+DROP VIEW written;   -- it reads the column; back at ROLLBACK
+ALTER TABLE im.event ALTER COLUMN body TYPE json USING body::json;
+SELECT msg_seq, created FROM im.send_message(2, 1, 'general-json', '{"text": "json column"}');
+SELECT body::text FROM im.event WHERE client_msg_id = 'general-json';
+ROLLBACK;
+
+-- column privileges count as the general path's statements need them.  The
+-- extension handed to a NOLOGIN role (contract §12) that holds on im.event,
+-- im.outbox and im.membership_period only the columns those statements read
+-- and name in their INSERTs: the direct path writes.  One of those columns
+-- short, while a grant on another column of the same table remains: the
+-- general path runs, and its statement is refused (42501), nothing written.
+SELECT pg_catalog.pg_stat_force_next_flush();
+BEGIN;
+CREATE ROLE im_h25_owner NOLOGIN;
+SELECT im.set_extension_owner('im_h25_owner') > 0 AS handed_over;
+REVOKE ALL ON im.event, im.outbox, im.membership_period FROM im_h25_owner;
+GRANT SELECT (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_id, request_digest),
+      INSERT (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_id, request_digest,
+              content_type, body, target_message_id, subject_user_id, mode)
+   ON im.event TO im_h25_owner;
+GRANT INSERT (conversation_id, msg_seq, source_event_id) ON im.outbox TO im_h25_owner;
+GRANT SELECT (conversation_id, user_id, leave_seq) ON im.membership_period TO im_h25_owner;
+SELECT msg_seq, created FROM im.send_message(1, 1, 'direct-columns', '{"text": "column grants"}');
+SELECT key_index_scans FROM send_writes WHERE relname = 'event';
+-- im.outbox: INSERT on conversation_id and msg_seq, not source_event_id
+REVOKE INSERT (source_event_id) ON im.outbox FROM im_h25_owner;
+SELECT try_sql($$SELECT * FROM im.send_message(1, 1, 'no-outbox-column', '{"text": "x"}')$$);
+GRANT INSERT (source_event_id) ON im.outbox TO im_h25_owner;
+-- im.event: SELECT on every column the key lookup reads but kind
+REVOKE SELECT (kind) ON im.event FROM im_h25_owner;
+SELECT try_sql($$SELECT * FROM im.send_message(1, 1, 'no-event-column', '{"text": "x"}')$$);
+GRANT SELECT (kind) ON im.event TO im_h25_owner;
+-- im.membership_period: SELECT on user_id and leave_seq, not conversation_id
+REVOKE SELECT (conversation_id) ON im.membership_period FROM im_h25_owner;
+SELECT try_sql($$SELECT * FROM im.send_message(1, 1, 'no-period-column', '{"text": "x"}')$$);
+GRANT SELECT (conversation_id) ON im.membership_period TO im_h25_owner;
+SELECT client_msg_id FROM im.event WHERE client_msg_id IN
+  ('direct-columns', 'no-outbox-column', 'no-event-column', 'no-period-column');
+ROLLBACK;
 
 -- the direct path's refusals write nothing: a non-member (42501), a retry
 -- (the original), a key reused for another request (IS409)
