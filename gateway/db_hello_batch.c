@@ -87,8 +87,9 @@ im_batch_start(dbconn *c, im_job **jobs, int n)
  * Hellos of one device twice in the batch: the earlier ones are superseded
  * at the batch's commit (columns 0 and 1 of the hello result: user and
  * device).  hello_order.h keeps a device's second hello out of a batch its
- * first is in; this stays for tokens whose claims the gateway could not
- * read.  n is at most 32, so pairs are cheap.
+ * first is in when its token was accepted before; this stays for tokens
+ * not accepted yet or whose claims the gateway could not read.  n is at
+ * most 32, so pairs are cheap.
  */
 static void
 mark_superseded(hello_batch *b)
