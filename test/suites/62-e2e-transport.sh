@@ -18,7 +18,8 @@ PY=${IM_PYTHON:-/usr/bin/python3}
 GW=${IM_GATEWAY_BIN:-./gateway/im_gateway}
 DBI="host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_test"
 
-make -s -C gateway im_gateway || exit 1
+# im_gateway_faults: the test build with db_hello_batch.c's fault hook
+make -s -C gateway im_gateway im_gateway_faults || exit 1
 im_psql -d im_test -c "ALTER SYSTEM SET im_sync.fanout_paused = off" -c "SELECT pg_reload_conf()" >/dev/null || exit 1
 pids=()
 cleanup() {
