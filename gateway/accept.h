@@ -8,6 +8,10 @@
  * lws at a time; the others wait as plain descriptors, in arrival order,
  * and are handed over as handshakes finish (and IM_ACCEPT_STEP every
  * IM_ACCEPT_STEP_US regardless, so stalled handshakes only slow them).
+ * Waiting is bounded three ways: per peer address (--max-unauth-per-ip
+ * connections waiting or in the handshake), by --max-connections (sessions,
+ * handshakes and waiting ones together) and in time (IM_ACCEPT_MAX_WAIT_US);
+ * a connection past a bound is closed, before any HTTP.
  */
 #ifndef IM_GW_ACCEPT_H
 #define IM_GW_ACCEPT_H
@@ -18,12 +22,15 @@ struct lws;
 /* handed over even without room: a stalled handshake cannot hold others back */
 #define IM_ACCEPT_STEP 64
 #define IM_ACCEPT_STEP_US 50000
+/* a connection waiting longer than this is closed (lws' own handshake
+ * timeouts take over once it is handed over) */
+#define IM_ACCEPT_MAX_WAIT_US 5000000
 
 /*
  * LWS_CALLBACK_FILTER_NETWORK_CONNECTION on the listen socket (listen_wsi)
  * for the accepted descriptor fd.  Returns 1 when the connection was kept
- * back (lws then closes fd, a duplicate of which waits here), 0 when lws
- * may take it now.
+ * back (lws then closes fd, a duplicate of which waits here) or refused
+ * (over a bound: lws closes fd, nothing waits), 0 when lws may take it now.
  */
 extern int	im_accept_filter(struct lws *listen_wsi, int fd);
 

@@ -1,11 +1,13 @@
 /*
  * admission.c — connection admission that needs no database (contract §10,
- * §11.3): per-address counts of unauthenticated sockets, the Origin rule,
+ * §11.3): per-address counts of unauthenticated sessions and of connections
+ * before their upgrade, the Origin rule,
  * loopback, token buckets for frames and reconnects, hello pacing.
  *
- * Every table here is bounded: the per-address table by the sockets
+ * Every table here is bounded: the two per-address tables by the sockets
  * themselves (an entry exists only while it counts at least one open
- * unauthenticated socket), the reconnect buckets by a fixed slot count.
+ * socket: an unauthenticated session, or a connection before its upgrade),
+ * the reconnect buckets by a fixed slot count.
  */
 #include "admission.h"
 #include "config.h"
@@ -22,7 +24,8 @@
 #include <strings.h>
 
 #define NIP 4096
-static ip_count *ip_table[NIP];
+static ip_count *ip_table[NIP];		/* sessions without welcome */
+static ip_count *preup_table[NIP];	/* connections before their upgrade */
 
 static unsigned
 ip_hash(const char *s)
@@ -30,24 +33,24 @@ ip_hash(const char *s)
 	return (unsigned) (im_fnv1a(s, IM_FNV_OFFSET) % NIP);
 }
 
-int
-im_unauth_count(const char *ip)
+static int
+count_in(ip_count **table, const char *ip)
 {
 	ip_count   *c;
 
-	for (c = ip_table[ip_hash(ip)]; c; c = c->next)
+	for (c = table[ip_hash(ip)]; c; c = c->next)
 		if (strcmp(c->ip, ip) == 0)
 			return c->count;
 	return 0;
 }
 
-ip_count *
-im_unauth_take(const char *ip)
+static ip_count *
+take_in(ip_count **table, const char *ip)
 {
 	unsigned	h = ip_hash(ip);
 	ip_count   *c;
 
-	for (c = ip_table[h]; c; c = c->next)
+	for (c = table[h]; c; c = c->next)
 		if (strcmp(c->ip, ip) == 0)
 			break;
 	if (!c)
@@ -56,27 +59,64 @@ im_unauth_take(const char *ip)
 		if (!c)
 			abort();
 		snprintf(c->ip, sizeof(c->ip), "%s", ip);
-		c->next = ip_table[h];
-		ip_table[h] = c;
+		c->table = table;
+		c->next = table[h];
+		table[h] = c;
 	}
 	c->count++;
 	return c;
 }
 
-void
-im_unauth_release(ip_count *c)
+static void
+release_in(ip_count *c)
 {
 	ip_count  **pp;
 
 	if (!c || --c->count > 0)
 		return;
-	for (pp = &ip_table[ip_hash(c->ip)]; *pp; pp = &(*pp)->next)
+	for (pp = &c->table[ip_hash(c->ip)]; *pp; pp = &(*pp)->next)
 		if (*pp == c)
 		{
 			*pp = c->next;
 			break;
 		}
 	free(c);
+}
+
+int
+im_unauth_count(const char *ip)
+{
+	return count_in(ip_table, ip);
+}
+
+ip_count *
+im_unauth_take(const char *ip)
+{
+	return take_in(ip_table, ip);
+}
+
+void
+im_unauth_release(ip_count *c)
+{
+	release_in(c);
+}
+
+int
+im_preupgrade_count(const char *ip)
+{
+	return count_in(preup_table, ip);
+}
+
+ip_count *
+im_preupgrade_take(const char *ip)
+{
+	return take_in(preup_table, ip);
+}
+
+void
+im_preupgrade_release(ip_count *c)
+{
+	release_in(c);
 }
 
 /* Lower-cased "host:port" of an authority, the port filled in from dflt. */

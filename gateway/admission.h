@@ -1,6 +1,7 @@
 /*
  * admission.h — the limits a connection meets (contract §10-§11.3), all
- * decided without the database: unauthenticated sockets per peer address,
+ * decided without the database: unauthenticated sessions and connections
+ * before their upgrade per peer address,
  * the Origin check of a WebSocket upgrade, whether a listen address is
  * loopback (plain ws:// is only served there unless --insecure), the token
  * buckets (frames per session, reconnects per device and per account) and
@@ -11,10 +12,11 @@
 
 #include <stdint.h>
 
-/* Unauthenticated sockets of one peer address. */
+/* Sockets of one peer address in one of the tables below. */
 typedef struct ip_count
 {
 	struct ip_count *next;
+	struct ip_count **table;	/* the table it is in */
 	int			count;
 	char		ip[48];
 } ip_count;
@@ -24,6 +26,15 @@ extern int	im_unauth_count(const char *ip);
 /* Counts one more socket of ip; the handle is given back to im_unauth_release. */
 extern ip_count *im_unauth_take(const char *ip);
 extern void im_unauth_release(ip_count *c);
+
+/*
+ * Accepted connections of one peer address that have not finished their
+ * upgrade: waiting for a handshake place or inside lws' handshake
+ * (accept.c).  Capped by --max-unauth-per-ip as well, at accept.
+ */
+extern int	im_preupgrade_count(const char *ip);
+extern ip_count *im_preupgrade_take(const char *ip);
+extern void im_preupgrade_release(ip_count *c);
 
 /*
  * Whether an upgrade with this Origin header (NULL: absent) may proceed:

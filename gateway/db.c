@@ -193,6 +193,10 @@ im_db_finish_job(im_job *job, im_job_status st, PGresult *res)
 	}
 	if (job->kind == IM_JOB_API && job->status == IM_JOB_OK)
 		im_db_build_reply(job);
+	/* its authenticate returned the row: the database accepted the token */
+	if (job->kind == IM_JOB_AUTH && job->status == IM_JOB_OK && job->res &&
+		PQntuples(job->res) == 1)
+		im_hello_order_verified(job);
 	im_db_post_done(job);
 }
 

@@ -73,11 +73,14 @@ typedef struct im_job
 	 */
 	int			superseded_in_batch;
 	/*
-	 * The device its token names (hello_order.h; 0: unreadable) and whether
-	 * it holds that device in the database thread: no later hello of the
-	 * device starts before this one's transaction is over.
+	 * The device its token names (hello_order.h; 0: unreadable), its token's
+	 * own key, and whether it holds its order key (the device once the
+	 * token was accepted, else the token) in the database thread: no later
+	 * hello with that key starts before this one's transaction is over.
 	 */
 	uint64_t	device_key;
+	uint64_t	token_key;		/* the token's own key (hello_order.h) */
+	uint64_t	order_key;		/* the key it holds while device_held */
 	int			device_held;
 	int			device_waited;	/* counted once in hello_device_waits */
 	/* results */

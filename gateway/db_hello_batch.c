@@ -13,6 +13,9 @@
  *     28000, counted and logged by the extension) is rolled back to its
  *     savepoint alone and answered alone; the hellos after it run again in
  *     the next pipeline segment (after an error a pipeline skips the rest);
+ *     a failed BEGIN, ROLLBACK TO or SAVEPOINT fails the whole batch
+ *     (UNAVAILABLE, the connection is reset): a savepoint that was never
+ *     made cannot be rolled back to without undoing the hello before it;
  *   - every succeeded hello goes to the lws thread with the transaction
  *     open, which checks its limits and decides COMMIT or ROLLBACK per
  *     hello; nothing commits before every one of them is decided;
@@ -40,6 +43,26 @@
 
 #define SAVEPOINT_NAME "im_hello"
 
+#ifdef IM_GW_FAULTS
+/*
+ * Test build only (im_gateway_faults, gateway/Makefile):
+ * IM_GW_FAULT_BATCH_SAVEPOINT=k makes the savepoint before hello k (from 0)
+ * of a batch's first segment fail on the server (3B001), as a failing
+ * SAVEPOINT would.
+ */
+static const char *
+savepoint_sql(int first, int i)
+{
+	const char *k = getenv("IM_GW_FAULT_BATCH_SAVEPOINT");
+
+	if (first == 0 && k && *k && atoi(k) == i)
+		return "ROLLBACK TO SAVEPOINT im_hello_no_such_savepoint";
+	return "SAVEPOINT " SAVEPOINT_NAME;
+}
+#else
+#define savepoint_sql(first, i) ("SAVEPOINT " SAVEPOINT_NAME)
+#endif
+
 /* Sends the segment that runs hellos first..n-1, after lead. */
 static void
 send_segment(dbconn *c, const char *lead, int first)
@@ -54,7 +77,7 @@ send_segment(dbconn *c, const char *lead, int first)
 	ok = PQenterPipelineMode(c->pg) &&
 		PQsendQueryParams(c->pg, lead, 0, NULL, NULL, NULL, NULL, 0);
 	for (i = first; ok && i < b->n; i++)
-		ok = PQsendQueryParams(c->pg, "SAVEPOINT " SAVEPOINT_NAME, 0, NULL, NULL, NULL, NULL, 0) &&
+		ok = PQsendQueryParams(c->pg, savepoint_sql(first, i), 0, NULL, NULL, NULL, NULL, 0) &&
 			im_conn_send_job(c, b->job[i]);
 	ok = ok && PQpipelineSync(c->pg);
 	c->st = C_BUSY;
@@ -87,8 +110,9 @@ im_batch_start(dbconn *c, im_job **jobs, int n)
  * Hellos of one device twice in the batch: the earlier ones are superseded
  * at the batch's commit (columns 0 and 1 of the hello result: user and
  * device).  hello_order.h keeps a device's second hello out of a batch its
- * first is in; this stays for tokens whose claims the gateway could not
- * read.  n is at most 32, so pairs are cheap.
+ * first is in when its token was accepted before; this stays for tokens
+ * not accepted yet or whose claims the gateway could not read.  n is at
+ * most 32, so pairs are cheap.
  */
 static void
 mark_superseded(hello_batch *b)
@@ -177,7 +201,10 @@ segment_done(dbconn *c)
 	b->fail_res = NULL;
 	if (f == -2)
 	{
-		/* BEGIN or ROLLBACK TO failed: the transaction cannot go on */
+		/*
+		 * BEGIN, ROLLBACK TO or a SAVEPOINT failed: the transaction cannot
+		 * go on, and no hello of the batch is welcomed (all UNAVAILABLE)
+		 */
 		if (fr)
 			PQclear(fr);
 		im_conn_down(c, "hello batch transaction failed");
@@ -265,16 +292,22 @@ im_batch_result(dbconn *c, PGresult *r)
 		segment_done(c);
 		return;
 	}
+	/*
+	 * Command 0 is the lead, then each hello's SAVEPOINT and statement.  Only
+	 * a failed statement is the hello's own (i); a failed lead or SAVEPOINT
+	 * is the transaction's (-2): after a failed SAVEPOINT, ROLLBACK TO would
+	 * reach the savepoint before it and undo the previous hello, whose
+	 * result is kept and would still be welcomed.
+	 */
 	ci = b->seg_cmd++;
-	i = ci == 0 ? -2 : b->seg_first + (ci - 1) / 2;
+	i = ci > 0 && (ci - 1) % 2 == 1 ? b->seg_first + (ci - 1) / 2 : -2;
 	if (PQresultStatus(r) == PGRES_FATAL_ERROR && b->failed == -1)
 	{
 		b->failed = i;
 		b->fail_res = r;
 		return;
 	}
-	if (ci > 0 && (ci - 1) % 2 == 1 && PQresultStatus(r) == PGRES_TUPLES_OK &&
-		b->failed == -1)
+	if (i >= 0 && PQresultStatus(r) == PGRES_TUPLES_OK && b->failed == -1)
 	{
 		b->res[i] = r;			/* the hello statement's answer */
 		return;

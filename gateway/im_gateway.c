@@ -9,6 +9,7 @@
  * libwebsockets' minimal-ws-server-ring: main apart from the protocol.
  */
 #include "im_gateway.h"
+#include "accept.h"
 #include "web_mount.h"
 #include "admission.h"
 #include "auth.h"
@@ -30,8 +31,9 @@
 
 #define DRAIN_SECONDS 5
 /* descriptors kept beyond --max-connections: stdio, the wake pipes, lws'
- * own, the LISTEN connection, HTTP clients and upgrades being refused */
-#define FD_RESERVE 128
+ * own, the LISTEN connection, HTTP clients and upgrades being refused,
+ * and the handshakes lws takes at once beyond the cap (accept.c) */
+#define FD_RESERVE (128 + IM_MAX_HANDSHAKES)
 
 int			im_draining;
 static struct lws_context *g_ctx;

@@ -130,6 +130,8 @@ metrics_text(PGresult *extra)
 	sb_metric(&sb, "im_gateway_replies_too_large_total", "counter", "Replies that did not fit a session's queue (answered UNAVAILABLE).", im_stats.replies_too_large);
 	sb_metric(&sb, "im_gateway_refusals_total", "counter", "Connections refused by admission limits.", im_stats.refusals);
 	sb_metric(&sb, "im_gateway_accepts_kept_back_total", "counter", "Accepted connections that waited for a handshake place (256 in lws at once).", im_stats.accepts_kept_back);
+	sb_metric(&sb, "im_gateway_accepts_refused_total", "counter", "Accepted connections closed at once: their address's --max-unauth-per-ip connections before the upgrade, or --max-connections, reached.", im_stats.accepts_refused);
+	sb_metric(&sb, "im_gateway_accepts_expired_total", "counter", "Accepted connections closed after waiting 5 s for a handshake place.", im_stats.accepts_expired);
 	sb_metric(&sb, "im_gateway_handshakes", "gauge", "Accepted connections inside the HTTP/WebSocket handshake.", im_accept_handshakes());
 	sb_metric(&sb, "im_gateway_accepts_waiting", "gauge", "Accepted connections waiting for a handshake place.", im_accept_waiting());
 	sb_metric(&sb, "im_gateway_hellos_waited_total", "counter", "Hellos that waited for a place behind --max-pending-hello.", im_stats.hellos_waited);

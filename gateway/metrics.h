@@ -36,6 +36,8 @@ typedef struct im_gw_stats
 	long		notifications;
 	long		refusals;
 	long		accepts_kept_back;	/* connections that waited before lws' handshake (accept.c) */
+	long		accepts_refused;	/* closed at accept: address or connection cap (accept.c) */
+	long		accepts_expired;	/* closed after waiting IM_ACCEPT_MAX_WAIT_US (accept.c) */
 	long		hellos_waited;	/* hellos that waited for a place (--max-waiting-hello) */
 	long		upgrades_refused_cap,	/* HTTP 503: a connection cap */
 				upgrades_refused_origin;	/* HTTP 403: Origin not allowed */

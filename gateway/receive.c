@@ -86,6 +86,7 @@ process_hello(session *s, im_decode_status st, im_request *req)
 	j->txn = 1;					/* limits are checked before COMMIT: see auth.c */
 	take_request(j, req);
 	j->device_key = im_hello_device_key(j->params[0]);	/* hello_order.h */
+	j->token_key = im_hello_token_key(j->params[0]);
 	im_hello_submit(s, j);		/* sent, waiting for a place, or refused */
 }
 

@@ -368,9 +368,10 @@ async def test_conn_cap_refused_hello_keeps_epoch():
 
 # ------------------------------------------------------------------ start-up
 
-def start_gateway(*args):
-    return subprocess.Popen([os.environ["IM_GW_BIN"], "--db", os.environ["IM_GW_DB"]] + list(args),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def start_gateway(*args, binary=None, env=None):
+    return subprocess.Popen([binary or os.environ["IM_GW_BIN"], "--db", os.environ["IM_GW_DB"]] + list(args),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, **env) if env else None)
 
 
 def free_port(host="127.0.0.1"):
@@ -478,14 +479,15 @@ class HelloQueueGateway:
     two places to wait behind it (--max-waiting-hello 2); no statement
     timeout, so a hello behind a locked device row stays in flight."""
 
-    def __init__(self, hello_timeout, *limits):
-        """limits: other options, e.g. a larger --max-pending-hello."""
+    def __init__(self, hello_timeout, *limits, binary=None, env=None):
+        """limits: other options, e.g. a larger --max-pending-hello; binary,
+        env: another gateway build and its environment."""
         port = free_port()
         self.url = "ws://127.0.0.1:%d/" % port
         self.proc = start_gateway("--listen", "127.0.0.1:%d" % port, "--pool", "2",
                                   "--max-pending-hello", "1", "--max-waiting-hello", "2",
                                   "--hello-timeout", str(hello_timeout), "--statement-timeout", "0",
-                                  *limits)
+                                  *limits, binary=binary, env=env)
         for _ in range(100):
             try:
                 if urllib.request.urlopen(http_url(self.url) + "/healthz", timeout=2).status == 200:
@@ -719,12 +721,51 @@ async def test_hello_batch_fails_only_the_bad_hellos():
         gw.stop()
 
 
+def faults_bin():
+    """The test build with db_hello_batch.c's fault hook (gateway/Makefile)."""
+    return os.environ.get("IM_GW_FAULTS_BIN") or os.path.join(
+        os.path.dirname(os.environ["IM_GW_BIN"]), "im_gateway_faults")
+
+
+async def test_hello_batch_failed_savepoint_welcomes_none():
+    """A batch whose SAVEPOINT before its second hello fails on the server
+    (im_gateway_faults, IM_GW_FAULT_BATCH_SAVEPOINT=1).  ROLLBACK TO
+    SAVEPOINT would then reach the first hello's savepoint and undo it while
+    its result is kept (it used to be welcomed with an epoch the database
+    never kept); the batch is failed as after a failed BEGIN: both hellos
+    get UNAVAILABLE/1013, none is welcomed, no epoch moves, and later hellos
+    are welcomed."""
+    users, toks = queue_users(3)
+    before = {u: epoch(u, "q") for u in users}
+    gw = HelloQueueGateway(60, "--max-pending-hello", "64", binary=faults_bin(),
+                           env={"IM_GW_FAULT_BATCH_SAVEPOINT": "1"})
+    try:
+        hellos = [(toks[1], 2), (toks[2], 3)]
+        first, queued, batches = await queued_batch(gw, users[0], toks[0], hellos)
+        for c, (tok, rid) in zip(queued, hellos):
+            r = await c.reply(rid)
+            assert r["type"] == "error" and r["code"] == "UNAVAILABLE", r
+            assert (await c.wait_closed())[0] == 1013
+        assert gw.metric("im_gateway_hello_batches_total") == batches + 1
+        assert epoch(users[1], "q") == before[users[1]]
+        assert epoch(users[2], "q") == before[users[2]]
+        again = await Client.login(users[1], "q", url=gw.url)
+        assert again.welcome["connection_epoch"] == epoch(users[1], "q") == before[users[1]] + 1
+        for c in (first, again):
+            assert (await c.req({"type": "ping"}))["type"] == "pong"
+            await c.close()
+    finally:
+        gw.stop()
+
+
 async def test_queued_hellos_of_one_device_run_in_order():
-    """A live session of a device, then two hellos of the same device queued
-    where a batch would take both: the second waits until the first's
-    transaction is over (hello_order.h, issue 15 gap 6), so the live one
-    and the first get 4008 and the second stays current with the highest
-    epoch, in the order the gateway received them."""
+    """A live session of a device, then two hellos of the same device (its
+    one token, as a reconnecting device sends it) queued where a batch would
+    take both: the second waits until the first's transaction is over
+    (hello_order.h, issue 15 gap 6), so the live one and the first get 4008
+    and the second stays current with the highest epoch, in the order the
+    gateway received them.  (Hellos with two different tokens not yet
+    accepted by this gateway are not ordered by their unverified claims.)"""
     users, toks = queue_users(2)
     u = users[1]
     gw = batch_gateway()
@@ -732,7 +773,8 @@ async def test_queued_hellos_of_one_device_run_in_order():
         live = await Client.login(u, "q", url=gw.url)
         ep0 = live.welcome["connection_epoch"]
         waits = gw.metric("im_gateway_hello_device_waits_total")
-        hellos = [(token(u, "q"), 2), (token(u, "q"), 3)]
+        tok = token(u, "q")
+        hellos = [(tok, 2), (tok, 3)]
         first, (a, b), batches = await queued_batch(gw, users[0], toks[0], hellos)
         wa, wb = await a.reply(2), await b.reply(3)
         assert wa["type"] == "welcome" and wb["type"] == "welcome", (wa, wb)
@@ -792,9 +834,11 @@ async def test_stalled_handshakes_do_not_hold_back_new_connections():
     the others wait as descriptors.  300 sockets that never send their
     upgrade request hold more than those places, yet a new client still
     upgrades and logs in at once (waiting ones are handed over in steps
-    regardless), and every closed socket gives its place back."""
+    regardless), and every closed socket gives its place back.  (All from
+    127.0.0.1: --max-unauth-per-ip, which also caps one address's connections
+    before their upgrade, is raised out of the way.)"""
     users, _ = queue_users(1)
-    gw = HelloQueueGateway(hello_timeout=60)
+    gw = HelloQueueGateway(60, "--max-unauth-per-ip", "1000")
     raw = []
     try:
         for _ in range(300):
@@ -825,7 +869,8 @@ TESTS = [test_hello_over_8k_not_authenticated, test_frame_while_hello_pending,
          test_hello_over_limit_waits_and_is_answered, test_full_hello_queue_refuses_with_retry_after,
          test_closed_waiting_hello_frees_its_place, test_waiting_hello_times_out_with_retry_after,
          test_stalled_handshakes_do_not_hold_back_new_connections,
-         test_hello_batch_fails_only_the_bad_hellos, test_queued_hellos_of_one_device_run_in_order,
+         test_hello_batch_fails_only_the_bad_hellos, test_hello_batch_failed_savepoint_welcomes_none,
+         test_queued_hellos_of_one_device_run_in_order,
          test_hello_batch_refused_hello_leaves_no_trace]
 
 

@@ -32,7 +32,7 @@ rc=0
 py="${IM_PYTHON:-/usr/bin/python3}"
 "$py" test/e2e/test_gateway.py ${IM_E2E_TESTS:-} || rc=1
 # data-path hardening (issue 8 items 1, 2, 4, 7, 15); IM_E2E_SCRIPTS picks some
-for t in ${IM_E2E_SCRIPTS:-body_roundtrip notify_spoof metrics_cache int_range large_replies relations hello_order}; do
+for t in ${IM_E2E_SCRIPTS:-body_roundtrip notify_spoof metrics_cache int_range large_replies relations hello_order hello_forged_claims}; do
   "$py" test/e2e/test_$t.py || rc=1
 done
 

@@ -5,7 +5,9 @@
 #     NOT_AUTHENTICATED before welcome, refused hellos that keep the epoch,
 #     plain --listen refused off loopback);
 #  2. test/e2e/test_preauth_memory.py: 500 unauthenticated sockets behind a
-#     locked device row, gateway RSS growth bounded;
+#     locked device row, gateway RSS growth bounded; test/e2e/test_accept_ring.py:
+#     idle sockets before the upgrade bounded per address, by the connection
+#     cap and in time;
 #  3. part of test/e2e/test_gateway.py once more over wss:// and https://,
 #     with a certificate made here by openssl req.
 set -uo pipefail
@@ -16,7 +18,8 @@ PY=${IM_PYTHON:-/usr/bin/python3}
 GW=${IM_GATEWAY_BIN:-./gateway/im_gateway}
 DBI="host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_test"
 
-make -s -C gateway im_gateway || exit 1
+# im_gateway_faults: the test build with db_hello_batch.c's fault hook
+make -s -C gateway im_gateway im_gateway_faults || exit 1
 im_psql -d im_test -c "ALTER SYSTEM SET im_sync.fanout_paused = off" -c "SELECT pg_reload_conf()" >/dev/null || exit 1
 pids=()
 cleanup() {
@@ -55,6 +58,10 @@ IM_GW_URL="ws://127.0.0.1:$port_t/" IM_GW_ORIGIN_URL="ws://127.0.0.1:$port_o/" I
 
 start_gw m http --max-unauth-per-ip 1000 --max-pending-hello 1000 --hello-timeout 120 --pool 4
 IM_GW_URL="ws://127.0.0.1:$port_m/" IM_GW_PID="$pid_m" "$PY" test/e2e/test_preauth_memory.py || rc=1
+
+# connections before their upgrade: per-address cap, connection cap, 5 s
+# wait (gateways of its own; 3,000-7,500 idle sockets from 127.0.0.x)
+IM_GW_BIN="$GW" "$PY" test/e2e/test_accept_ring.py || rc=1
 
 start_gw s https --tls-cert "$cert" --tls-key "$key" --max-frame 65536 --hello-timeout 2 --pool 4
 IM_GW_URL="wss://127.0.0.1:$port_s/" IM_GW_CA="$cert" IM_E2E_MAX_FRAME=65536 \
