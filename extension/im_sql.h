@@ -112,8 +112,8 @@
  * transfer (the target of a recall or edit) before its own transfer is
  * applied — quarantined, dead, or not yet arrived: it has no item, and
  * counting it as processed counted it in unread twice, once by a recount
- * and once when its own item is fanned out (README "Several nodes", former
- * known gap (3)).  Unread (IM_UNREAD_RECOUNT_SQL) and fanout's recall
+ * and once when its own item is fanned out (extension/doc/sharding.md,
+ * "Unread on a copy").  Unread (IM_UNREAD_RECOUNT_SQL) and fanout's recall
  * decrement (fanout.c) judge by this one predicate.
  */
 #define IM_OUTBOX_COLLECTED_BEFORE_SQL \

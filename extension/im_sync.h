@@ -1,6 +1,6 @@
 /*
  * im_sync.h — the extension's settings and error codes.  Every subsystem has
- * its own header (README "Code map": which side each file is on):
+ * its own header (extension/doc/architecture.md: which side each file is on):
  *   shmem.h        shared memory: worker latches, commit-time wake-up, counters
  *   common.h       SPI plans and getters, argument checks, SRF, lock helpers
  *   im_sql.h       SQL fragments: operator macros, period covers, recount, …

@@ -35,7 +35,7 @@ extern bool im_kind_uses_marker(const char *kind);
 /*
  * Whether this database's catalog is at 1.3 or later (the event columns and
  * kinds of contract §14).  The library may serve an older catalog until
- * ALTER EXTENSION im_sync UPDATE (README "Versions and upgrades"); the read
+ * ALTER EXTENSION im_sync UPDATE (extension/doc/upgrades.md); the read
  * paths then keep their older statements and objects: each keeps a second
  * plan slot, and im_relation_sql() gives the statement text without the
  * fragments of this issue (IM_EVENT_RELATION_KEYS_SQL and

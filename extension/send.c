@@ -254,8 +254,8 @@ lookup_existing(SendRequest *req, int64 *message_id, int64 *msg_seq)
 	 * a retry that wrote nothing would commit without a commit record and so
 	 * without waiting, and could confirm a message a failover then loses.
 	 * An xid gives this transaction a commit record after the original's,
-	 * and its wait covers both (README "Running with a standby"; isolation
-	 * spec retry_waits_for_standby).
+	 * and its wait covers both (extension/doc/operations.md, "Running with a
+	 * standby"; isolation spec retry_waits_for_standby).
 	 */
 	if (RecoveryInProgress())
 		ereport(ERROR,

@@ -106,8 +106,8 @@ static const char *const transfer_checks[] = {
 
 	/*
 	 * A slot that lost WAL (max_slot_wal_keep_size) can never deliver the
-	 * transfers in that WAL: critical, with the repair path of README
-	 * "Shards" (the transfer rows are still here, unacked).
+	 * transfers in that WAL: critical, with the repair path of
+	 * extension/doc/sharding.md (the transfer rows are still here, unacked).
 	 */
 	"SELECT CASE s.wal_status WHEN 'lost' THEN 'replication_slot_lost' ELSE 'replication_slot_at_limit' END, "
 	"  CASE s.wal_status WHEN 'lost' THEN 'critical' ELSE 'warning' END, NULL::pg_catalog.int8, NULL::pg_catalog.int8, "

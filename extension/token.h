@@ -60,8 +60,8 @@ extern bool im_token_verify(const char *token, char purpose, ImTokenClaims *out)
 extern int	im_token_keys_maintain(bool *rotated);
 
 /*
- * How a token issued to an earlier registration of the device reads (README
- * "Decisions"): a sync batch token or cursor of an earlier registration is
+ * How a token issued to an earlier registration of the device reads
+ * (extension/doc/decisions.md): a sync batch token or cursor of an earlier registration is
  * STALE_GENERATION (the device may sync again at once), a snapshot token
  * DEVICE_REVOKED (it was revoked with its registration, contract §5).
  */

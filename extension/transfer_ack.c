@@ -164,8 +164,9 @@ im_transfer_ack_settle_stored(void)
  * apply commits with synchronous_commit at least remote_write
  * (transfer_in.c), so a settlement visible to this statement's snapshot is
  * on every synchronous standby: its record can no longer overtake it.
- * (A wait cancelled by hand commits locally with a WARNING; README
- * "Running with a standby" covers that case for every commit.)
+ * (A wait cancelled by hand commits locally with a WARNING;
+ * extension/doc/operations.md, "Running with a standby", covers that case
+ * for every commit.)
  * Called by every apply pass, under the applier's lock.  A row another
  * transaction holds (an operator's retry, a duplicate's arrival) is
  * skipped, never waited for: a pass must not stall behind an open

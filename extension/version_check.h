@@ -6,8 +6,8 @@
  * ALTER EXTENSION im_sync UPDATE.  The workers wait for the catalog
  * (version_check.c); API functions whose signature or tables changed
  * between releases check PG_NARGS() or im_catalog_version() and fail with
- * 55000, every other call behaves as in the older release (README
- * "Versions and upgrades").
+ * 55000, every other call behaves as in the older release
+ * (extension/doc/upgrades.md).
  */
 #ifndef IM_VERSION_CHECK_H
 #define IM_VERSION_CHECK_H

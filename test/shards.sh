@@ -33,7 +33,8 @@ source "$IM_ROOT/test/cluster.sh"
 DB=${IM_SHARDS_DB:-im}
 # WAL a slot may hold back before PostgreSQL invalidates it (then the
 # subscription stops with "requested WAL segment has already been removed"
-# and reconcile reports the slot as lost; repair: README "Shards").
+# and reconcile reports the slot as lost; repair: extension/doc/sharding.md,
+# "Failure behaviour and repair").
 SLOT_KEEP=${IM_SHARDS_SLOT_KEEP:-1GB}
 ROLES="im_gateway im_app im_relay im_dba"
 

@@ -11,7 +11,7 @@ are waited for.
 Replication is PostgreSQL's own: pg_basebackup -R with a physical
 replication slot, synchronous or not by synchronous_standby_names on the
 primary; an old primary comes back as the new primary's standby with
-pg_rewind (wal_log_hints = on), as README's operations text describes.
+pg_rewind (wal_log_hints = on), as extension/doc/operations.md describes.
 """
 import os
 import signal
