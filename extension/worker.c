@@ -68,6 +68,8 @@
  * conversations held by another would otherwise spin on each wake-up).
  */
 #define IM_WORKER_COALESCE_MS 10
+/* pg_stat_activity.query of a worker that refused to run this round */
+#define IM_WORKER_REFUSING_ACTIVITY "im_sync fanout worker: refusing to run, the extension's owner is unfit"
 /* Seconds before the postmaster restarts a worker that exited. */
 #define IM_WORKER_RESTART_S 5
 /*
@@ -342,6 +344,9 @@ worker_owner_fit(MemoryContext loop_cxt)
 		fit = im_worker_become_owner(&owner_scope);
 		im_worker_restore_user(&owner_scope);
 		CommitTransactionCommand();
+		/* each refusing round shows (a fresh state_change) in pg_stat_activity */
+		if (!fit)
+			pgstat_report_activity(STATE_IDLE, IM_WORKER_REFUSING_ACTIVITY);
 	}
 	PG_CATCH();
 	{
