@@ -9,7 +9,9 @@
  * SET ROLE / SET SESSION AUTHORIZATION that would take the session user's
  * (the superuser's) identity back, and temporary objects of the session.
  * The owner is read and checked in every transaction, so a member granted
- * after the switch stops the workers at their next transaction.
+ * after the switch stops the workers at their next transaction.  The same
+ * invariant for a superuser's own calls: the extension's SQL never runs as
+ * a superuser over tables a non-superuser owns (im_refuse_superuser_over_owner).
  */
 #include "im_sync.h"
 #include "worker_owner.h"
@@ -133,4 +135,21 @@ im_worker_restore_user(ImOwnerScope *scope)
 		SetUserIdAndSecContext(scope->saved_userid, scope->saved_sec_context);
 		scope->active = false;
 	}
+}
+
+void
+im_refuse_superuser_over_owner(void)
+{
+	Oid			owner;
+
+	if (!superuser())
+		return;
+	owner = extension_tables_owner();
+	if (OidIsValid(owner) && !superuser_arg(owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("im_sync refuses to run as a superuser over tables the role \"%s\" owns",
+						GetUserNameFromId(owner, false)),
+				 errdetail("The API runs as the extension's owner (SECURITY DEFINER); a function that runs as its superuser caller would run that role's triggers and expressions with superuser rights."),
+				 errhint("Call the API as a role that is no superuser, and make the function SECURITY DEFINER again.")));
 }

@@ -40,4 +40,15 @@ extern void im_worker_restore_user(ImOwnerScope *scope);
  */
 extern const char *im_owner_unfit_reason(Oid role);
 
+/*
+ * 42501 when the current user is a superuser but the extension's tables
+ * belong to a role that is not: the extension's C code then runs for a
+ * superuser over objects that role controls (its triggers, CHECK and
+ * DEFAULT expressions would run with superuser rights).  Inside the
+ * SECURITY DEFINER API the current user is the owner, so this only fires
+ * when the owner turned a function SECURITY INVOKER and a superuser called
+ * it.  im_spi_connect calls it before any statement.
+ */
+extern void im_refuse_superuser_over_owner(void);
+
 #endif							/* IM_WORKER_OWNER_H */

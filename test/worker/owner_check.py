@@ -16,6 +16,8 @@ if any failed.  What it proves:
     making the owner LOGIN); after the workers fanned a message out through
     it, every attempt failed, the trigger ran as the owner, and no role
     gained anything;
+  - an API function the owner made SECURITY INVOKER refuses (42501) a
+    superuser caller instead of running the owner's objects as superuser;
   - a member granted to the owner after the switch stops the workers: each
     refuses in a round after a message was sent (pg_stat_activity shows it),
     logs why once, and fans out nothing; after REVOKE they resume and
@@ -153,6 +155,18 @@ try:
     check(q("SELECT rolname, rolsuper, rolcanlogin, rolcreaterole FROM pg_roles WHERE rolname <> %s ORDER BY 1",
             (MADE,)) == roles_before, "no role's attributes changed")
     q("DROP TRIGGER im_wo_grab ON im.inbox")
+
+    # --- the owner turns an API function SECURITY INVOKER (it owns it): a
+    # superuser calling it would run the owner's triggers and expressions
+    # as superuser; the extension refuses to run for a superuser over a
+    # non-superuser's tables
+    q(f"SET ROLE {OWNER}")
+    q("ALTER FUNCTION im.reconcile() SECURITY INVOKER")
+    q("RESET ROLE")
+    err = error_of("SELECT count(*) FROM im.reconcile()")
+    check(err is not None and err[0] == "42501",
+          "an API function the owner made SECURITY INVOKER refuses a superuser caller: 42501", f"{err}")
+    q("ALTER FUNCTION im.reconcile() SECURITY DEFINER")
 
     # --- a member granted after the switch: the workers refuse, every round
     q(f"GRANT {OWNER} TO {MEMBER}")
