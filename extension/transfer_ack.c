@@ -110,9 +110,10 @@ im_transfer_ack_arrive(PG_FUNCTION_ARGS)
  * The horizon — the oldest start of another running transaction, or this
  * statement's start when none runs — is read from the backend status
  * array (xact_horizon.h: every backend, whoever the caller is), fresh,
- * BEFORE the snapshot that looks for the transfers: a transaction not running at that read has left the proc
- * array, so its transfer is visible to the later snapshot; one that began
- * after it began after every ack older than the horizon arrived.  (Read
+ * BEFORE the snapshot that looks for the transfers: a transaction not
+ * running at that read has left the proc array, so its transfer is
+ * visible to the later snapshot; one that began after it began after
+ * every ack older than the horizon arrived.  (Read
  * inside the settling statement, the horizon could be taken after its
  * snapshot, and an ack whose transfer committed in between was dropped;
  * with no other transaction running, the old min() was NULL and an

@@ -294,6 +294,7 @@ static bool
 worker_record_batch_failure(MemoryContext loop_cxt, ErrorData *edata)
 {
 	volatile bool recorded = false;
+	bool		fit;
 
 	if (batch_claim.n == 0)
 	{
@@ -306,19 +307,21 @@ worker_record_batch_failure(MemoryContext loop_cxt, ErrorData *edata)
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, "im_sync fanout: recording a failed batch");
-		if (im_worker_become_owner(&owner_scope))
+		/* an unfit owner: nothing recorded, the caller pauses */
+		fit = im_worker_become_owner(&owner_scope);
+		if (fit)
 		{
 			if (SPI_connect() != SPI_OK_CONNECT)
 				elog(ERROR, "im_sync: SPI_connect failed");
 			im_fanout_batch_failed(&batch_claim, edata);
 			SPI_finish();
-			recorded = true;
 		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 		im_worker_restore_user(&owner_scope);
 		MemoryContextSwitchTo(loop_cxt);
 		pgstat_report_activity(STATE_IDLE, NULL);
+		recorded = fit;
 	}
 	PG_CATCH();
 	{
