@@ -8,6 +8,7 @@
 #include "im_sql.h"
 #include "log_privacy.h"
 #include "shard_map.h"
+#include "worker_owner.h"
 
 #include <stdarg.h>
 
@@ -127,6 +128,7 @@ im_get_datum_copy(uint64 row, int col, bool *isnull)
 void
 im_spi_connect(void)
 {
+	im_refuse_superuser_over_owner();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "im_sync: SPI_connect failed");
 }

@@ -23,7 +23,10 @@ extern SPIPlanPtr im_prepare(SPIPlanPtr *slot, const char *sql, int nargs,...);
 /* Execute a kept plan; raises on SPI error; returns SPI_processed. */
 extern uint64 im_exec(SPIPlanPtr plan, Datum *values, const char *nulls, long count);
 
-/* SPI_connect; raises when it fails.  Pair with SPI_finish. */
+/*
+ * SPI_connect; raises when it fails.  Pair with SPI_finish.  Refuses (42501)
+ * a superuser current user over tables a non-superuser owns (worker_owner.h).
+ */
 extern void im_spi_connect(void);
 
 /* Column getters on SPI_tuptable row `row`, column `col` (1-based). */

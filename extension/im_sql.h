@@ -58,16 +58,6 @@
 	"(pg_catalog.octet_length((" x ")::pg_catalog.text)" PLUS "2)"
 
 /*
- * SQL fragment (FROM … WHERE): the transactions running now besides this
- * one, as pg_stat_activity rows `s`.  The start of the oldest is the horizon
- * before which every commit is visible: maintenance.c's ack mark and
- * transfer_ack.c's settling pass read it the same way.
- */
-#define IM_OTHER_RUNNING_XACTS_SQL \
-	"pg_catalog.pg_stat_activity s" \
-	" WHERE s.xact_start IS NOT NULL AND s.pid" NE "pg_catalog.pg_backend_pid()"
-
-/*
  * The keys of a conversation position's contract §11 object that are
  * im.event columns of the same name, in order.  One list makes both
  * fetch_messages' SQL fragment below and the sync pages' C builder

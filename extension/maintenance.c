@@ -49,6 +49,7 @@
 #include "maintenance.h"
 #include "token.h"
 #include "version_check.h"
+#include "xact_horizon.h"
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
@@ -64,7 +65,8 @@ typedef struct RetentionStep
 	const char *sql;			/* $1 limit; $2 inbox_retention, $3 token_ttl,
 								 * $4 recovery_ttl, $5 snapshot_ttl,
 								 * $6 audit_retention, $7 transfer_retention
-								 * (seconds) */
+								 * (seconds); $8 the oldest start of another
+								 * running transaction, NULL when none */
 	int			limit;
 	int			since_minor;	/* the 1.x catalog whose tables it needs */
 } RetentionStep;
@@ -141,9 +143,10 @@ static const RetentionStep steps[] = {
 	 * The ack mark: when every logical slot of this database has confirmed
 	 * the previous mark's position, acks older than its time are confirmed;
 	 * then a new mark.  Its time is the start of the oldest transaction
-	 * still running (or now), read by an aggregate that completes before the
-	 * WAL position is taken: every ack older than the time committed below
-	 * the position.
+	 * still running (or now), read from the backend status array before
+	 * this statement takes the WAL position (xact_horizon.h: whoever runs
+	 * it, the owner role included): every ack older than the time committed
+	 * below the position.
 	 */
 	{"transfer_ack_mark",
 	 "WITH mk AS (SELECT m.value, m.at FROM im.maintenance_state m"
@@ -157,9 +160,8 @@ static const RetentionStep steps[] = {
 	 "   ON CONFLICT (name) DO UPDATE SET at = GREATEST(m.at, EXCLUDED.at) RETURNING 1),"
 	 " n AS (INSERT INTO im.maintenance_state AS m (name, value, at)"
 	 "   SELECT 'transfer_ack_mark', x.lsn, x.at FROM ("
-	 "     SELECT LEAST(pg_catalog.now(), h.oldest) AS at,"
-	 "            (pg_catalog.pg_current_wal_insert_lsn()" MINUS "'0/0'::pg_catalog.pg_lsn)::pg_catalog.int8 AS lsn"
-	 "     FROM (SELECT pg_catalog.min(s.xact_start) AS oldest FROM " IM_OTHER_RUNNING_XACTS_SQL ") h) x"
+	 "     SELECT LEAST(pg_catalog.now(), $8) AS at,"
+	 "            (pg_catalog.pg_current_wal_insert_lsn()" MINUS "'0/0'::pg_catalog.pg_lsn)::pg_catalog.int8 AS lsn) x"
 	 "   WHERE " SHARD_SELF_SQL " IS NOT NULL"
 	 "     AND (EXISTS (SELECT 1 FROM ok) OR NOT EXISTS (SELECT 1 FROM mk))"
 	 "   ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, at = EXCLUDED.at RETURNING 1) "
@@ -201,7 +203,9 @@ static void
 retention_collect(void)
 {
 	static SPIPlanPtr plans[NUM_STEPS];
-	Datum		args[7];
+	Datum		args[8];
+	char		nulls[8] = "       ";
+	TimestampTz oldest;
 
 	args[1] = Float8GetDatum((double) im_inbox_retention_s);
 	args[2] = Float8GetDatum((double) im_token_ttl_s);
@@ -209,6 +213,9 @@ retention_collect(void)
 	args[4] = Float8GetDatum((double) im_snapshot_ttl_s);
 	args[5] = Float8GetDatum((double) im_audit_retention_s);
 	args[6] = Float8GetDatum((double) im_transfer_retention_s);
+	oldest = im_oldest_other_xact_start();
+	args[7] = TimestampTzGetDatum(oldest);
+	nulls[7] = oldest != 0 ? ' ' : 'n';
 
 	im_spi_connect();
 	for (int i = 0; i < (int) NUM_STEPS; i++)
@@ -220,9 +227,10 @@ retention_collect(void)
 			continue;
 		/* a step without a limit changes few rows (expired leases, a mark) */
 		args[0] = Int64GetDatum(steps[i].limit > 0 ? steps[i].limit : PG_INT64_MAX);
-		im_prepare(&plans[i], steps[i].sql, 7,
-				   INT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID);
-		im_exec(plans[i], args, NULL, 1);
+		im_prepare(&plans[i], steps[i].sql, 8,
+				   INT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID,
+				   TIMESTAMPTZOID);
+		im_exec(plans[i], args, nulls, 1);
 		n = im_get_int64(0, 1, NULL);
 		if (n > 0)
 			elog(DEBUG1, "im_sync: retention step %s: " INT64_FORMAT " rows", steps[i].name, n);

@@ -14,6 +14,7 @@
 #include "im_sql.h"
 #include "shard_map.h"
 #include "transfer.h"
+#include "xact_horizon.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"
@@ -107,11 +108,12 @@ im_transfer_ack_arrive(PG_FUNCTION_ARGS)
  * Called by every apply pass (workers, im.run_fanout).
  *
  * The horizon — the oldest start of another running transaction, or this
- * statement's start when none runs — is read in a statement of its own,
- * with a fresh view of the backends, BEFORE the snapshot that looks for
- * the transfers: a transaction not running at that read has left the proc
- * array, so its transfer is visible to the later snapshot; one that began
- * after it began after every ack older than the horizon arrived.  (Read
+ * statement's start when none runs — is read from the backend status
+ * array (xact_horizon.h: every backend, whoever the caller is), fresh,
+ * BEFORE the snapshot that looks for the transfers: a transaction not
+ * running at that read has left the proc array, so its transfer is
+ * visible to the later snapshot; one that began after it began after
+ * every ack older than the horizon arrived.  (Read
  * inside the settling statement, the horizon could be taken after its
  * snapshot, and an ack whose transfer committed in between was dropped;
  * with no other transaction running, the old min() was NULL and an
@@ -120,20 +122,11 @@ im_transfer_ack_arrive(PG_FUNCTION_ARGS)
 void
 im_transfer_ack_settle_stored(void)
 {
-	static SPIPlanPtr fresh;
-	static SPIPlanPtr horizon_plan;
 	static SPIPlanPtr plan;
 	Datum		args[1];
-	bool		isnull;
+	TimestampTz horizon = im_oldest_other_xact_start();
 
-	im_prepare(&fresh, "SELECT pg_catalog.pg_stat_clear_snapshot()", 0);
-	im_exec(fresh, NULL, NULL, 0);
-	im_prepare(&horizon_plan,
-			   "SELECT COALESCE(pg_catalog.min(s.xact_start), pg_catalog.statement_timestamp())"
-			   " FROM " IM_OTHER_RUNNING_XACTS_SQL,
-			   0);
-	im_exec(horizon_plan, NULL, NULL, 1);
-	args[0] = im_get_datum_copy(0, 1, &isnull);
+	args[0] = TimestampTzGetDatum(horizon != 0 ? horizon : GetCurrentStatementStartTimestamp());
 	im_prepare(&plan,
 			   "WITH a AS (SELECT a.source_node, a.transfer_id, a.applied_by, a.applied_at"
 			   "           FROM im.transfer_ack a WHERE a.source_node" EQ "im.shard_self()),"

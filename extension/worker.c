@@ -16,6 +16,11 @@
  * takes the cluster down with it (only an exit by signal restarts every
  * backend).  On a hot standby the workers start too and wait, read-only,
  * until promotion (recovery_wait.h).
+ *
+ * Every transaction that touches the extension's tables runs as their
+ * owner, from its start until after its commit (deferred triggers fire in
+ * the commit), never as the bootstrap superuser the worker connects as;
+ * while that role is unfit the worker does nothing (worker_owner.h).
  */
 #include "im_sync.h"
 #include "version_check.h"
@@ -24,6 +29,7 @@
 #include "maintenance.h"
 #include "shmem.h"
 #include "worker.h"
+#include "worker_owner.h"
 #include "transfer.h"
 
 #include "access/xact.h"
@@ -62,6 +68,8 @@
  * conversations held by another would otherwise spin on each wake-up).
  */
 #define IM_WORKER_COALESCE_MS 10
+/* pg_stat_activity.query of a worker that refused to run this round */
+#define IM_WORKER_REFUSING_ACTIVITY "im_sync fanout worker: refusing to run, the extension's owner is unfit"
 /* Seconds before the postmaster restarts a worker that exited. */
 #define IM_WORKER_RESTART_S 5
 /*
@@ -77,6 +85,9 @@
 
 /* What the current batch claimed, in the loop context: survives its abort. */
 static ImFanoutClaim batch_claim;
+
+/* The owner identity of the current transaction; restored after an error too. */
+static ImOwnerScope owner_scope;
 
 /*
  * Maintenance round state of the first worker (see above).  The next round
@@ -139,9 +150,10 @@ worker_reload_if_needed(void)
 }
 
 /*
- * Runs one fanout batch in its own transaction.  Returns the number of
- * items processed, 0 when the extension is not (or no longer) installed in
- * this database.  Errors propagate to the caller's recovery block.
+ * Runs one fanout batch in its own transaction, as the extension's owner.
+ * Returns the number of items processed, -1 when the extension is not (or
+ * no longer) installed in this database or its owner is unfit.  Errors
+ * propagate to the caller's recovery block.
  */
 static int64
 worker_run_batch(MemoryContext loop_cxt)
@@ -154,7 +166,7 @@ worker_run_batch(MemoryContext loop_cxt)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "im_sync fanout batch");
 
-	if (OidIsValid(get_extension_oid("im_sync", true)))
+	if (OidIsValid(get_extension_oid("im_sync", true)) && im_worker_become_owner(&owner_scope))
 	{
 		/* In the loop context: survives SPI_finish, reset next iteration. */
 		MemoryContext old = MemoryContextSwitchTo(loop_cxt);
@@ -176,6 +188,7 @@ worker_run_batch(MemoryContext loop_cxt)
 
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	im_worker_restore_user(&owner_scope);
 	MemoryContextSwitchTo(loop_cxt);
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -183,9 +196,10 @@ worker_run_batch(MemoryContext loop_cxt)
 }
 
 /*
- * One maintenance transaction: a GC chunk (returns true when it ended the
- * round) or, with gc false, im_maintain (returns true).  Does nothing when
- * the extension is not installed here (returns true: the round is over).
+ * One maintenance transaction, as the extension's owner: a GC chunk
+ * (returns true when it ended the round) or, with gc false, im_maintain
+ * (returns true).  Does nothing when the extension is not installed here or
+ * its owner is unfit (returns true: the round is over).
  */
 static bool
 worker_maintenance_xact(bool gc, MemoryContext loop_cxt)
@@ -197,7 +211,7 @@ worker_maintenance_xact(bool gc, MemoryContext loop_cxt)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, gc ? "im_sync maintenance: inbox gc chunk"
 						   : "im_sync maintenance: key ring and retention");
-	if (OidIsValid(get_extension_oid("im_sync", true)))
+	if (OidIsValid(get_extension_oid("im_sync", true)) && im_worker_become_owner(&owner_scope))
 	{
 		if (gc)
 			round_done = im_gc_inbox_chunk(IM_WORKER_GC_CHUNK_USERS, NULL);
@@ -206,6 +220,7 @@ worker_maintenance_xact(bool gc, MemoryContext loop_cxt)
 	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	im_worker_restore_user(&owner_scope);
 	MemoryContextSwitchTo(loop_cxt);
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -260,6 +275,8 @@ worker_recover(MemoryContext loop_cxt)
 	edata = CopyErrorData();
 	EmitErrorReport();
 	AbortCurrentTransaction();
+	/* the abort restored the identity of the transaction's start; say so */
+	im_worker_restore_user(&owner_scope);
 	MemoryContextSwitchTo(loop_cxt);
 	FlushErrorState();
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -277,6 +294,7 @@ static bool
 worker_record_batch_failure(MemoryContext loop_cxt, ErrorData *edata)
 {
 	volatile bool recorded = false;
+	bool		fit;
 
 	if (batch_claim.n == 0)
 	{
@@ -289,15 +307,21 @@ worker_record_batch_failure(MemoryContext loop_cxt, ErrorData *edata)
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, "im_sync fanout: recording a failed batch");
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "im_sync: SPI_connect failed");
-		im_fanout_batch_failed(&batch_claim, edata);
-		SPI_finish();
+		/* an unfit owner: nothing recorded, the caller pauses */
+		fit = im_worker_become_owner(&owner_scope);
+		if (fit)
+		{
+			if (SPI_connect() != SPI_OK_CONNECT)
+				elog(ERROR, "im_sync: SPI_connect failed");
+			im_fanout_batch_failed(&batch_claim, edata);
+			SPI_finish();
+		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();
+		im_worker_restore_user(&owner_scope);
 		MemoryContextSwitchTo(loop_cxt);
 		pgstat_report_activity(STATE_IDLE, NULL);
-		recorded = true;
+		recorded = fit;
 	}
 	PG_CATCH();
 	{
@@ -305,6 +329,35 @@ worker_record_batch_failure(MemoryContext loop_cxt, ErrorData *edata)
 	}
 	PG_END_TRY();
 	return recorded;
+}
+
+/*
+ * Whether the extension's owner is fit (worker_owner.h), in a transaction
+ * of its own; logs when that changes.  An error counts as "wait".
+ */
+static bool
+worker_owner_fit(MemoryContext loop_cxt)
+{
+	volatile bool fit = false;
+
+	PG_TRY();
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		fit = im_worker_become_owner(&owner_scope);
+		im_worker_restore_user(&owner_scope);
+		CommitTransactionCommand();
+		/* each refusing round shows (a fresh state_change) in pg_stat_activity */
+		if (!fit)
+			pgstat_report_activity(STATE_IDLE, IM_WORKER_REFUSING_ACTIVITY);
+	}
+	PG_CATCH();
+	{
+		(void) worker_recover(loop_cxt);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(loop_cxt);
+	return fit;
 }
 
 /* im_worker_catalog_matches; an error (e.g. a cancel) counts as "wait" */
@@ -371,6 +424,13 @@ im_fanout_worker_main(Datum main_arg)
 
 		/* New library, old catalog (before ALTER EXTENSION UPDATE): wait. */
 		if (!worker_catalog_matches(loop_cxt))
+		{
+			(void) worker_wait(5 * IM_WORKER_NAPTIME_MS);
+			continue;
+		}
+
+		/* An owner role someone else could use: refuse to act as it. */
+		if (!worker_owner_fit(loop_cxt))
 		{
 			(void) worker_wait(5 * IM_WORKER_NAPTIME_MS);
 			continue;
