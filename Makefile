@@ -75,6 +75,19 @@ $(ROUTER_SCRIPT): $(ROUTER_SCHEMA) extension/router/im_sync_router.control Makef
 	$(call concat_schema,im_sync_router,extension/router/schema/*.sql,$(ROUTER_SCHEMA))
 # the version is compiled in from the control file
 extension/version_check.o: im_sync.control
+# Scripts of this extension in the extension directory that this tree does
+# not install (the full scripts of earlier versions an earlier `make install`
+# left there) would be taken instead of the chain from the base: removed.
+install: remove-stale-scripts
+.PHONY: remove-stale-scripts
+remove-stale-scripts:
+	@keep=' $(notdir $(DATA) $(DATA_built)) '; \
+	for f in '$(DESTDIR)$(datadir)/$(datamoduledir)'/im_sync--*.sql \
+	         '$(DESTDIR)$(datadir)/$(datamoduledir)'/im_sync_router--*.sql; do \
+	  [ -e "$$f" ] || continue; \
+	  case "$$keep" in *" $$(basename "$$f") "*) ;; \
+	    *) echo "removing $$f (not a script of this tree)"; rm -f "$$f";; esac; \
+	done
 .PHONY: gateway
 gateway:
 	$(MAKE) -C gateway PG_CONFIG=$(PG_CONFIG)
