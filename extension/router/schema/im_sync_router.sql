@@ -1,8 +1,11 @@
-\echo Use "CREATE EXTENSION im_sync_router" to load this file. \quit
-
 /*
- * im_sync_router 1.1 — the router database of a sharded im_sync
- * (contract §15).
+ * im_sync_router — the current catalog of the router database of a sharded
+ * im_sync (contract §15), in its final form.  `make` writes it into the
+ * install script im_sync_router--<default_version>.sql (generated, not
+ * committed); an older router reaches the same catalog through the upgrade
+ * scripts in extension/router/updates/ (test/suites/72-router-upgrade.sh
+ * compares the two, test/suites/73-schema-policy.sh checks that this file
+ * only creates).  How to make a change: extension/doc/upgrades.md.
  *
  * Layout:
  *   im_router.*  the node map (the only data here), the PL/Proxy calls and
