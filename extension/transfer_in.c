@@ -85,11 +85,12 @@ row_text(TriggerData *td, const char *name)
 /*
  * A transfer new to im.transfer_in but sent before its source's pruning
  * horizon (maintenance.c pruned the exact records of that age) is judged,
- * not applied blindly: this node's outbox item of its event (of a handed-off deletion: its deleted_for_me row) is the record
- * that it was applied (a duplicate: settled as applied, counted, acked
- * again); without one it is quarantined with the reason, so a replay of old
- * WAL is never applied twice and a very late new transfer is never dropped
- * unseen (im.shard_retry_quarantined applies it).  Its own statement, after
+ * not applied blindly: this node's outbox item of its event (of a deletion
+ * handed off: its deleted_for_me row) is the record that it was applied (a
+ * duplicate: settled as applied, counted, acked again); without one it is
+ * quarantined with the reason, so a replay of old WAL is never applied
+ * twice and a very late new transfer is never dropped unseen
+ * (im.shard_retry_quarantined applies it).  Its own statement, after
  * the insert: a prune that deleted the old record committed before the
  * insert returned, so its horizon is visible here.  args: the arrival's.
  */
