@@ -256,10 +256,11 @@ record_deletion(int64 user_id, int64 conversation_id, int64 message_id, bool loc
  * pending positions, and that node records the deletion when it applies it
  * (im_transfer_apply_deletion).  Its id carries the conversation's bucket
  * (this node's), never the remote user's.  With only_if_missing, nothing
- * when a hand-off of this deletion is already recorded here.  True when one
- * was queued now.
+ * when a hand-off of this deletion is already recorded here (once
+ * retention collected it, a repeated call hands it off again: the user's
+ * node then changes nothing).
  */
-static bool
+static void
 hand_off_deletion(int64 user_id, int64 conversation_id, int64 message_id, bool only_if_missing)
 {
 	if (only_if_missing)
@@ -274,11 +275,10 @@ hand_off_deletion(int64 user_id, int64 conversation_id, int64 message_id, bool o
 		args[0] = Int64GetDatum(user_id);
 		args[1] = Int64GetDatum(message_id);
 		if (im_exec(plan, args, NULL, 1) == 1)
-			return false;
+			return;
 	}
 	(void) enqueue_private_event_keyed(user_id, conversation_id, "delete_for_me", 0,
 									   message_id, conversation_id);
-	return true;
 }
 
 PG_FUNCTION_INFO_V1(im_delete_for_me);
@@ -295,7 +295,8 @@ PG_FUNCTION_INFO_V1(im_delete_for_me);
  * call on this node is the whole operation — either both sides get it, in
  * order with the message, or neither.  A deletion recorded here without a
  * hand-off (by an older version, whose second call to the user's node
- * failed) gets one when it is deleted again, which then returns true.
+ * failed) gets one when it is deleted again (still false: it was deleted
+ * here before; the user's node records it if it lacks it).
  */
 Datum
 im_delete_for_me(PG_FUNCTION_ARGS)
@@ -337,7 +338,7 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 	user_here = im_shard_owns_bucket(im_shard_bucket(user_id));
 	done = record_deletion(user_id, conversation_id, message_id, user_here);
 	if (!user_here && im_shard_owns_bucket(im_shard_bucket(conversation_id)))
-		done = hand_off_deletion(user_id, conversation_id, message_id, !done) || done;
+		hand_off_deletion(user_id, conversation_id, message_id, !done);
 	SPI_finish();
 	PG_RETURN_BOOL(done);
 }

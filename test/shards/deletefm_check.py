@@ -218,8 +218,8 @@ def unpaired():
     got = sorted((r["detail"]["message_id"], r["node_name"], r["user_id"], r["conversation_id"]) for r in rows)
     check(got == sorted([(m1, uname, b, conv), (m2, cname, b, conv)]),
           "unpaired: reconcile() reports each one-sided deletion on the node that lacks it", got)
-    check(q1(router, "SELECT im.delete_for_me(%s, %s, %s)", (b, conv, m1)) is True,
-          "unpaired: delete_for_me again hands the conversation node's deletion off (true)")
+    check(q1(router, "SELECT im.delete_for_me(%s, %s, %s)", (b, conv, m1)) is False,
+          "unpaired: delete_for_me again hands the conversation node's deletion off (false: deleted there before)")
     check(q1(router, "SELECT im.delete_for_me(%s, %s, %s)", (b, conv, m2)) is True,
           "unpaired: delete_for_me through the router records the user node's one on the conversation node")
     drain()
