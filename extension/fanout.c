@@ -35,6 +35,7 @@
 #include "im_sql.h"
 #include "push.h"
 #include "relation.h"
+#include "shard_map.h"
 #include "shmem.h"
 #include "transfer.h"
 
@@ -870,7 +871,12 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 					 errdetail("Its source_event_id " INT64_FORMAT " names no event of the conversation.",
 							   it->source_event_id)));
 		if (it->private_user_id != 0)
-			deliver_private(b, it);
+		{
+			/* issue 15: a deletion of a user placed elsewhere goes to its node */
+			if (im_shard_owns_bucket(im_shard_bucket(it->private_user_id)) ||
+				!im_transfer_out_write_deletion(it->outbox_id))
+				deliver_private(b, it);
+		}
 		else if (it->shared_log && im_kind_uses_marker(it->kind))	/* issue 11 */
 		{
 			int64	   *ids = palloc(sizeof(int64) * count);

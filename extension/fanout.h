@@ -99,4 +99,12 @@ extern void im_shared_log_mode_delivered(int64 message_id);
  */
 extern void im_transfer_out_write(const int64 *outbox_ids, int n);
 
+/*
+ * transfer_out.c: the transfer of a delete_for_me private item whose user
+ * is placed on another node (read_state.c's hand-off), in the item's
+ * fanout subtransaction instead of a local delivery.  False when the item
+ * is no such hand-off (then it is delivered here as any private item).
+ */
+extern bool im_transfer_out_write_deletion(int64 outbox_id);
+
 #endif							/* IM_FANOUT_H */

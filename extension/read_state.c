@@ -27,35 +27,42 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
-int64
-im_enqueue_private_event(int64 user_id, int64 conversation_id,
-						 const char *kind, int64 read_msg_seq, int64 message_id)
+/*
+ * The private event and its outbox item; its id carries the bucket of
+ * id_key (see im_enqueue_private_event and the hand-off below).
+ */
+static int64
+enqueue_private_event_keyed(int64 user_id, int64 conversation_id, const char *kind,
+							int64 read_msg_seq, int64 message_id, int64 id_key)
 {
 	static SPIPlanPtr plan;
-	Datum		args[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		args[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	/*
 	 * One statement: the event and its outbox item cannot come apart.
-	 * issue 15: the id carries the user's bucket ($6: the id factor), so on
-	 * a user node it never equals a copied event's id (those carry remote
-	 * conversations' buckets) in the outbox's source_event_id key.
+	 * issue 15: the id carries the bucket of id_key ($6: the id factor) —
+	 * the user's, or for a deletion handed off to the user's node the
+	 * conversation's — a bucket this node owns, so it never equals a copied
+	 * event's id (those carry other nodes' buckets) in the outbox's
+	 * source_event_id key.
 	 */
 	im_prepare(&plan,
 			   "WITH pe AS ("
 			   "  INSERT INTO im.private_event (private_event_id, user_id, conversation_id, kind, read_msg_seq, message_id) "
 			   "  VALUES ((pg_catalog.nextval('im.event_id_seq')" OP_TIMES "$6)" PLUS "($1" OP_MOD "$6),"
-			   "          $1, $2, $3, $4, $5) RETURNING private_event_id, user_id, conversation_id) "
+			   "          $7, $2, $3, $4, $5) RETURNING private_event_id, user_id, conversation_id) "
 			   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id, private_user_id) "
 			   "SELECT pe.conversation_id, NULL, pe.private_event_id, pe.user_id FROM pe "
 			   "RETURNING source_event_id",
-			   6, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID, INT8OID);
-	args[0] = Int64GetDatum(user_id);
+			   7, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(id_key);
 	args[1] = Int64GetDatum(conversation_id);
 	args[2] = CStringGetTextDatum(kind);
 	args[3] = Int64GetDatum(read_msg_seq);
 	args[4] = Int64GetDatum(message_id);
 	args[5] = Int64GetDatum(im_shard_id_factor());
+	args[6] = Int64GetDatum(user_id);
 	if (read_msg_seq == 0)
 		nulls[3] = 'n';
 	if (message_id == 0)
@@ -64,6 +71,14 @@ im_enqueue_private_event(int64 user_id, int64 conversation_id,
 		elog(ERROR, "im_sync: private event was not recorded");
 	im_wake_fanout_at_commit();
 	return im_get_int64(0, 1, NULL);
+}
+
+int64
+im_enqueue_private_event(int64 user_id, int64 conversation_id,
+						 const char *kind, int64 read_msg_seq, int64 message_id)
+{
+	return enqueue_private_event_keyed(user_id, conversation_id, kind, read_msg_seq,
+									   message_id, user_id);
 }
 
 /* IM_UNREAD_RECOUNT_SQL for one user and conversation at read cursor `read`. */
@@ -173,6 +188,99 @@ im_report_read(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/*
+ * Record that user_id deleted message_id of conversation_id for itself, in
+ * the caller's transaction: the deleted_for_me row, the unread recount of
+ * the user's state here (if it has one), and — when local_event — the
+ * delete_for_me private event for the user's devices.  The caller checked
+ * that the user may delete it.  False when it was recorded before (nothing
+ * changes: idempotent).
+ */
+static bool
+record_deletion(int64 user_id, int64 conversation_id, int64 message_id, bool local_event)
+{
+	static SPIPlanPtr insert_plan;
+	static SPIPlanPtr recount_plan;
+	static SPIPlanPtr cursor_plan;
+	Datum		args[3];
+
+	im_lock_user_heads(&user_id, 1);
+
+	im_prepare(&insert_plan,
+			   "INSERT INTO im.deleted_for_me (user_id, message_id) VALUES ($1, $2) "
+			   "ON CONFLICT (user_id, message_id) DO NOTHING",
+			   2, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = Int64GetDatum(message_id);
+	if (im_exec(insert_plan, args, NULL, 0) == 0)
+		return false;
+
+	/*
+	 * The deleted message stops counting as unread (contract §3).  Exact in
+	 * both modes (in shared_log mode a stale upper bound could otherwise
+	 * stay above the bound of a marker that has not moved since).  The
+	 * recount sees the row inserted above.
+	 */
+	im_prepare(&recount_plan,
+			   "UPDATE im.user_conversation uc "
+			   "SET unread_count = (" IM_UNREAD_RECOUNT_SQL "), "
+			   "    version = uc.version" PLUS "1 "
+			   "WHERE uc.user_id" EQ "$1 "
+			   "AND uc.conversation_id" EQ "$2 "
+			   "AND uc.read_msg_seq" EQ "$3",
+			   3, INT8OID, INT8OID, INT8OID);
+	/* The cursor cannot move meanwhile: we hold the user head. */
+	im_prepare(&cursor_plan,
+			   "SELECT read_msg_seq FROM im.user_conversation "
+			   "WHERE user_id" EQ "$1 "
+			   "AND conversation_id" EQ "$2 FOR UPDATE",
+			   2, INT8OID, INT8OID);
+	args[1] = Int64GetDatum(conversation_id);
+	if (im_exec(cursor_plan, args, NULL, 1) == 1)
+	{
+		args[2] = Int64GetDatum(im_get_int64(0, 1, NULL));
+		im_exec(recount_plan, args, NULL, 0);
+	}
+
+	if (local_event)
+		im_enqueue_private_event(user_id, conversation_id, "delete_for_me", 0, message_id);
+	return true;
+}
+
+/*
+ * The hand-off of a deletion to the node of a user placed elsewhere (issue
+ * 15): a delete_for_me private event of this conversation's node with its
+ * outbox item, written with the deletion, so the deletion and its hand-off
+ * commit together.  Its fanout writes the transfer to the user's node
+ * (transfer_out.c, im_transfer_out_write_deletion) after the conversation's
+ * pending positions, and that node records the deletion when it applies it
+ * (im_transfer_apply_deletion).  Its id carries the conversation's bucket
+ * (this node's), never the remote user's.  With only_if_missing, nothing
+ * when a hand-off of this deletion is already recorded here (once
+ * retention collected it, a repeated call hands it off again: the user's
+ * node then changes nothing).
+ */
+static void
+hand_off_deletion(int64 user_id, int64 conversation_id, int64 message_id, bool only_if_missing)
+{
+	if (only_if_missing)
+	{
+		static SPIPlanPtr plan;
+		Datum		args[2];
+
+		im_prepare(&plan,
+				   "SELECT 1 FROM im.private_event "
+				   "WHERE user_id" EQ "$1 AND message_id" EQ "$2 AND kind" EQ "'delete_for_me'",
+				   2, INT8OID, INT8OID);
+		args[0] = Int64GetDatum(user_id);
+		args[1] = Int64GetDatum(message_id);
+		if (im_exec(plan, args, NULL, 1) == 1)
+			return;
+	}
+	(void) enqueue_private_event_keyed(user_id, conversation_id, "delete_for_me", 0,
+									   message_id, conversation_id);
+}
+
 PG_FUNCTION_INFO_V1(im_delete_for_me);
 /*
  * delete_for_me(user_id, conversation_id, message_id): hides a message the
@@ -180,19 +288,27 @@ PG_FUNCTION_INFO_V1(im_delete_for_me);
  * recorded now, false when it was already deleted; P0002 for a message the
  * user cannot see.  Unread is recounted so the deleted message stops
  * counting, and the user's devices learn it from a delete_for_me event.
+ *
+ * Sharded (issue 15), on the conversation's node of a user placed
+ * elsewhere: the deletion is recorded here (fetch_messages) and handed off
+ * to the user's node in the same transaction (hand_off_deletion), so one
+ * call on this node is the whole operation — either both sides get it, in
+ * order with the message, or neither.  A deletion recorded here without a
+ * hand-off (by an older version, whose second call to the user's node
+ * failed) gets one when it is deleted again (still false: it was deleted
+ * here before; the user's node records it if it lacks it).
  */
 Datum
 im_delete_for_me(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr visible_plan;
-	static SPIPlanPtr insert_plan;
-	static SPIPlanPtr recount_plan;
-	static SPIPlanPtr cursor_plan;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
 	int64		message_id = im_arg_id(fcinfo, 2, "message_id");
 	ImConversation conv;
-	Datum		args[4];
+	Datum		args[3];
+	bool		user_here;
+	bool		done;
 
 	im_spi_connect();
 
@@ -219,57 +335,77 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 						message_id, conversation_id, user_id),
 				 errdetail("Only a message inside one of the user's membership periods can be deleted for the user.")));
 
-	im_lock_user_heads(&user_id, 1);
-
-	im_prepare(&insert_plan,
-			   "INSERT INTO im.deleted_for_me (user_id, message_id) VALUES ($1, $2) "
-			   "ON CONFLICT (user_id, message_id) DO NOTHING",
-			   2, INT8OID, INT8OID);
-	args[1] = Int64GetDatum(message_id);
-	if (im_exec(insert_plan, args, NULL, 0) == 0)
-	{
-		SPI_finish();
-		PG_RETURN_BOOL(false);
-	}
-
-	/*
-	 * The deleted message stops counting as unread (contract §3).  Exact in
-	 * both modes (in shared_log mode a stale upper bound could otherwise
-	 * stay above the bound of a marker that has not moved since).  The
-	 * recount sees the row inserted above.
-	 */
-	{
-		im_prepare(&recount_plan,
-				   "UPDATE im.user_conversation uc "
-				   "SET unread_count = (" IM_UNREAD_RECOUNT_SQL "), "
-				   "    version = uc.version" PLUS "1 "
-				   "WHERE uc.user_id" EQ "$1 "
-				   "AND uc.conversation_id" EQ "$2 "
-				   "AND uc.read_msg_seq" EQ "$3",
-				   3, INT8OID, INT8OID, INT8OID);
-		/* The cursor cannot move meanwhile: we hold the user head. */
-		im_prepare(&cursor_plan,
-				   "SELECT read_msg_seq FROM im.user_conversation "
-				   "WHERE user_id" EQ "$1 "
-				   "AND conversation_id" EQ "$2 FOR UPDATE",
-				   2, INT8OID, INT8OID);
-		args[1] = Int64GetDatum(conversation_id);
-		if (im_exec(cursor_plan, args, NULL, 1) == 1)
-		{
-			args[2] = Int64GetDatum(im_get_int64(0, 1, NULL));
-			im_exec(recount_plan, args, NULL, 0);
-		}
-	}
-
-	/*
-	 * issue 15: on the conversation node of a user placed elsewhere the
-	 * deletion is recorded for fetch_messages only; the user's node (the
-	 * router's second call) recounts and writes the private event.
-	 */
-	if (im_shard_owns_bucket(im_shard_bucket(user_id)))
-		im_enqueue_private_event(user_id, conversation_id, "delete_for_me", 0, message_id);
+	user_here = im_shard_owns_bucket(im_shard_bucket(user_id));
+	done = record_deletion(user_id, conversation_id, message_id, user_here);
+	if (!user_here && im_shard_owns_bucket(im_shard_bucket(conversation_id)))
+		hand_off_deletion(user_id, conversation_id, message_id, !done);
 	SPI_finish();
-	PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(done);
+}
+
+/*
+ * Apply a deletion handed off by a conversation's node (transfer_in.c,
+ * for a transfer whose payload has a 'deletion'): {user_id, message_id},
+ * with the conversation row and the message's event.  The copies are
+ * inserted only if missing (a position transfer keeps them current; this
+ * one may arrive before the message's own transfer when that is held on
+ * the conversation's node), so the deleted_for_me row has its event; the
+ * deletion is then recorded as the user's own call would (recount, private
+ * event).  Idempotent: a deletion recorded before changes nothing.  The
+ * caller checked that this node does not own the conversation; here: the
+ * user is placed here and every row is of the transfer's conversation.
+ */
+void
+im_transfer_apply_deletion(Datum payload, int64 conversation_id)
+{
+	static SPIPlanPtr what_plan;
+	static SPIPlanPtr conv_plan;
+	static SPIPlanPtr event_plan;
+	Datum		args[2];
+	bool		isnull;
+	int64		user_id;
+	int64		message_id;
+
+	im_prepare(&what_plan,
+			   "SELECT (d->>'user_id')::pg_catalog.int8, (d->>'message_id')::pg_catalog.int8,"
+			   "  ($1->'conversation'->>'conversation_id')::pg_catalog.int8" EQ "$2"
+			   "  AND pg_catalog.jsonb_array_length($1->'events')" EQ "1"
+			   "  AND ($1->'events'->0->>'conversation_id')::pg_catalog.int8" EQ "$2"
+			   "  AND ($1->'events'->0->>'message_id')::pg_catalog.int8" EQ "(d->>'message_id')::pg_catalog.int8"
+			   "  AND $1->'events'->0->>'kind'" EQ "'message'"
+			   " FROM (SELECT $1->'deletion' AS d) x",
+			   2, JSONBOID, INT8OID);
+	args[0] = payload;
+	args[1] = Int64GetDatum(conversation_id);
+	im_exec(what_plan, args, NULL, 1);
+	user_id = im_get_int64(0, 1, &isnull);
+	if (isnull)
+		user_id = 0;
+	message_id = im_get_int64(0, 2, &isnull);
+	if (isnull)
+		message_id = 0;
+	if (user_id <= 0 || message_id <= 0 || !im_get_bool(0, 3, &isnull) || isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("deletion transfer for conversation " INT64_FORMAT " is malformed", conversation_id),
+				 errdetail("It must name one user, one message event of its own conversation, and that conversation's row.")));
+	im_shard_require_user(user_id);
+
+	im_prepare(&conv_plan,
+			   "INSERT INTO im.conversation"
+			   " SELECT * FROM pg_catalog.jsonb_populate_record(NULL::im.conversation, $1->'conversation')"
+			   " ON CONFLICT (conversation_id) DO NOTHING",
+			   1, JSONBOID);
+	im_exec(conv_plan, args, NULL, 0);
+	im_prepare(&event_plan,
+			   "INSERT INTO im.event"
+			   " SELECT * FROM pg_catalog.jsonb_populate_record(NULL::im.event,"
+			   "   ($1->'events'->0)" MINUS "'request_digest')"
+			   " ON CONFLICT (message_id) DO NOTHING",
+			   1, JSONBOID);
+	im_exec(event_plan, args, NULL, 0);
+
+	(void) record_deletion(user_id, conversation_id, message_id, true);
 }
 
 /*

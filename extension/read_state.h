@@ -17,4 +17,11 @@ extern int64 im_enqueue_private_event(int64 user_id, int64 conversation_id,
 									  const char *kind, int64 read_msg_seq,
 									  int64 message_id);
 
+/*
+ * Apply a deletion handed off by the conversation's node: the payload of a
+ * transfer with a 'deletion' (transfer_out.c), in the applying
+ * subtransaction; errors quarantine the transfer (read_state.c).
+ */
+extern void im_transfer_apply_deletion(Datum payload, int64 conversation_id);
+
 #endif							/* IM_READ_STATE_H */

@@ -43,6 +43,7 @@
 #include "shard_map.h"
 #include "shmem.h"
 #include "fanout.h"
+#include "read_state.h"
 #include "transfer.h"
 #include "version_check.h"
 
@@ -52,6 +53,7 @@
 #include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "storage/proc.h"
 #include "utils/resowner.h"
@@ -83,11 +85,12 @@ row_text(TriggerData *td, const char *name)
 /*
  * A transfer new to im.transfer_in but sent before its source's pruning
  * horizon (maintenance.c pruned the exact records of that age) is judged,
- * not applied blindly: this node's outbox item of its event is the record
- * that it was applied (a duplicate: settled as applied, counted, acked
- * again); without one it is quarantined with the reason, so a replay of old
- * WAL is never applied twice and a very late new transfer is never dropped
- * unseen (im.shard_retry_quarantined applies it).  Its own statement, after
+ * not applied blindly: this node's outbox item of its event (of a deletion
+ * handed off: its deleted_for_me row) is the record that it was applied (a
+ * duplicate: settled as applied, counted, acked again); without one it is
+ * quarantined with the reason, so a replay of old WAL is never applied
+ * twice and a very late new transfer is never dropped unseen
+ * (im.shard_retry_quarantined applies it).  Its own statement, after
  * the insert: a prune that deleted the old record committed before the
  * insert returned, so its horizon is visible here.  args: the arrival's.
  */
@@ -95,7 +98,7 @@ static bool
 judged_beyond_horizon(Datum *args)
 {
 	static SPIPlanPtr plan;
-	Datum		jargs[3] = {args[0], args[1], args[4]};
+	Datum		jargs[4] = {args[0], args[1], args[4], args[5]};
 
 	im_prepare(&plan,
 			   "UPDATE im.transfer_in t SET"
@@ -107,11 +110,15 @@ judged_beyond_horizon(Datum *args)
 			   "   '55000: sent before the pruning horizon of its source and this node holds no outbox item"
 			   " of its event: a new transfer delivered very late (retry it with im.shard_retry_quarantined)"
 			   " or a replay of one applied and pruned long ago (delete it)' END "
-			   "FROM (SELECT EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id" EQ "$3) AS held) x "
+			   "FROM (SELECT EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id" EQ "$3)"
+			   /* a handed-off deletion: this node's record of it */
+			   "   OR EXISTS (SELECT 1 FROM im.deleted_for_me d"
+			   "     WHERE d.user_id" EQ "($4->'deletion'->>'user_id')::pg_catalog.int8"
+			   "       AND d.message_id" EQ "($4->'deletion'->>'message_id')::pg_catalog.int8) AS held) x "
 			   "WHERE t.source_node" EQ "$1 AND t.transfer_id" EQ "$2"
 			   "  AND t.sent_at" LE "(SELECT m.at FROM im.maintenance_state m"
 			   "                    WHERE m.name" EQ "('transfer_in_pruned_before:'" OP_CONCAT "$1))",
-			   3, TEXTOID, INT8OID, INT8OID);
+			   4, TEXTOID, INT8OID, INT8OID, JSONBOID);
 	return im_exec(plan, jargs, NULL, 0) == 1;
 }
 
@@ -206,6 +213,24 @@ im_transfer_out_arrive(PG_FUNCTION_ARGS)
 }
 
 /*
+ * A deletion for oneself handed off by the conversation's node (its payload
+ * has 'deletion'; read_state.c applies it) rather than a position.
+ */
+static bool
+payload_is_deletion(Datum payload)
+{
+	Jsonb	   *j = DatumGetJsonbP(payload);
+	JsonbValue	key;
+
+	if (!JB_ROOT_IS_OBJECT(j))
+		return false;
+	key.type = jbvString;
+	key.val.string.val = "deletion";
+	key.val.string.len = strlen("deletion");
+	return findJsonbValueFromContainer(&j->root, JB_FOBJECT, &key) != NULL;
+}
+
+/*
  * Apply one transfer's payload: copies (upserts that only move forward),
  * the recipients' heads and states, the outbox item.  $1 is the payload,
  * $2 the conversation, $3 the msg_seq, $4 the source event.
@@ -228,6 +253,11 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 				(errcode(ERRCODE_IM_WRONG_NODE),
 				 errmsg("transfer for conversation " INT64_FORMAT " reached the node that owns it",
 						conversation_id)));
+	if (payload_is_deletion(payload))
+	{
+		im_transfer_apply_deletion(payload, conversation_id);
+		return;
+	}
 	im_prepare(&users,
 			   "SELECT DISTINCT x.user_id FROM"
 			   " pg_catalog.jsonb_populate_recordset(NULL::im.membership_period, $1->'periods') x",

@@ -183,3 +183,49 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 		AtEOXact_GUC(true, nest);
 	}
 }
+
+/*
+ * A deletion for oneself handed off to the user's node (read_state.c): one
+ * transfer, from this conversation's node, for this conversation, carrying
+ * the deletion {user_id, message_id}, the conversation row and the
+ * message's event (so the destination holds the event it refers to even
+ * when the message's own transfer comes later: held here by a failure, or
+ * applied there after a quarantine).  msg_seq is the message's, so on the
+ * destination it is applied in the conversation's order: after the
+ * message's own transfer when that came first (a smaller transfer id at
+ * the same msg_seq; fanout takes a conversation's positions before its
+ * private items), behind any quarantined transfer of the conversation.
+ */
+bool
+im_transfer_out_write_deletion(int64 outbox_id)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+
+	if (!im_shard_configured())
+		return false;
+	im_prepare(&plan,
+			   "WITH cfg AS (SELECT self_name, bucket_nodes FROM im.shard_config LIMIT 1) "
+			   "INSERT INTO im.transfer_out (transfer_id, source_node, dest_node, outbox_id, conversation_id,"
+			   "                             msg_seq, source_event_id, payload)"
+			   "SELECT $2 OPERATOR(pg_catalog.|) pg_catalog.nextval('im.transfer_id_seq'::pg_catalog.regclass),"
+			   "  cfg.self_name, cfg.bucket_nodes[(pe.user_id" OP_MOD "64)" PLUS "1], o.outbox_id,"
+			   "  o.conversation_id, e.msg_seq, o.source_event_id,"
+			   "  pg_catalog.jsonb_build_object("
+			   "   'conversation', (SELECT " IM_ROW_WITHOUT_NULLS_SQL("c") " FROM im.conversation c"
+			   "                    WHERE c.conversation_id" EQ "o.conversation_id),"
+			   "   'events', pg_catalog.jsonb_build_array(" IM_ROW_WITHOUT_NULLS_SQL("e")
+			   "                                      OPERATOR(pg_catalog.-) 'request_digest'::pg_catalog.text),"
+			   "   'deletion', pg_catalog.jsonb_build_object('user_id', pe.user_id, 'message_id', pe.message_id))"
+			   "FROM cfg, im.outbox o"
+			   " JOIN im.private_event pe ON pe.private_event_id" EQ "o.source_event_id"
+			   "  AND pe.kind" EQ "'delete_for_me'"
+			   " JOIN im.event e ON e.message_id" EQ "pe.message_id AND e.conversation_id" EQ "o.conversation_id"
+			   " WHERE o.outbox_id" EQ "$1"
+			   "  AND cfg.bucket_nodes[(o.conversation_id" OP_MOD "64)" PLUS "1]" EQ "cfg.self_name"
+			   "  AND cfg.bucket_nodes[(pe.user_id" OP_MOD "64)" PLUS "1]" NE "cfg.self_name",
+			   2, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(outbox_id);
+	args[1] = Int64GetDatum(transfer_id_timeline_bits());
+	return im_exec(plan, args, NULL, 0) == 1;
+}

@@ -19,7 +19,7 @@ sync_seq order, gap-free and exactly covering (resume_from, watermark]; a
 position (conversation, msg_seq) never changes identity; snapshot digests
 recomputed locally match; the server ACK never moves backwards.
 
-    model_test.py [--seed N ...] [--steps N] [--dsn DSN]
+    model_test.py [--seed N ...] [--random-seeds N] [--steps N] [--dsn DSN]
 
 Against a router (issue 15; IM_SHARDS_DIR set by test/shards.sh) every
 figure comes through the API: session settings go to every node through
@@ -27,7 +27,14 @@ figure comes through the API: session settings go to every node through
 tables a single node allows are API calls there (ROUTER below).
 
 Without --seed it runs a fixed set of seeds, the pinned (seed, steps) runs
-of PINNED_RUNS, plus one random seed (printed).
+of PINNED_RUNS, plus one random seed (printed); --random-seeds N runs N
+random seeds instead (all printed first).  Through a router the driver also
+deletes for a member right after a send (op_send_delete), preferably one
+placed on another node than the conversation.  The long run through the
+router (the 70-shards suite runs the fixed seeds only):
+
+    IM_SHARDS_DIR=<dir> IM_MODEL_DSN=<router dsn> \
+        model_test.py --random-seeds 50 --steps 200
 """
 
 import argparse
@@ -626,6 +633,34 @@ class Model:
         self.note('delete_for_me u%d c%d msg %d -> %s' % (d.user, c, mid, r['d']))
         self.count('op.delete_for_me')
 
+    def node_of(self, id_):
+        """Through a router: the node owning id's bucket (its map is readable)."""
+        if not hasattr(self, '_buckets'):
+            self._buckets = {r['bucket']: r['node_name'] for r in
+                             self.q("SELECT bucket, node_name FROM im_router.bucket")}
+        return self._buckets[id_ % 64]
+
+    def op_send_delete(self):
+        """Through a router: a send, then at once delete_for_me of it for
+        another member — one placed on another node than the conversation
+        when there is one, whose node may hold no copy of the message (nor
+        of the conversation) yet.  The deletion must reach that user's
+        devices as it reaches fetch_messages."""
+        cands = [c for c in sorted(self.members) if len(self.members[c]) >= 2]
+        if not cands:
+            return self.op_send()
+        c = self.rng.choice(cands)
+        self.op_send(c)
+        s, mid = self.sent[-1][1], self.sent[-1][2]
+        others = sorted(self.members[c] - {s})
+        far = [u for u in others if self.node_of(u) != self.node_of(c)]
+        u = self.rng.choice(far or others)
+        r = self.q1("SELECT im.delete_for_me(%s, %s, %s) AS d", (u, c, mid))
+        check(r['d'], 'delete_for_me right after the send did not delete: %r', r)
+        self.note('delete_for_me u%d c%d msg %d right after the send%s -> %s' % (
+            u, c, mid, ' (user on another node)' if far else '', r['d']))
+        self.count('op.send_delete_far' if far else 'op.send_delete')
+
     def op_fanout(self):
         n = self.rng.choice([1, 2, 3, 5, 10000])
         r = self.q1("SELECT im.run_fanout(%s) AS n", (n,))
@@ -1031,6 +1066,9 @@ class Model:
                (self.op_sync, 30), (self.op_rollback, 6), (self.op_reinstall, 2),
                (self.op_late_ack, 3), (self.op_gc, 1), (self.op_mode, 3), (self.op_open, 3),
                (self.op_react, 6), (self.op_pin, 2)]
+        if ROUTER:
+            # only through a router, so the single-node seeds replay as before
+            ops.append((self.op_send_delete, 4))
         ops = [(f, w) for f, w in ops if f.__name__[3:] not in self.skip]
         fns = [f for f, _ in ops]
         weights = [w for _, w in ops]
@@ -1042,13 +1080,19 @@ class Model:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--seed', type=int, action='append', help='seed to run (repeatable); replays exactly')
+    ap.add_argument('--random-seeds', type=int, default=0, metavar='N',
+                    help='run N random seeds (printed first, each replays with --seed) instead of the fixed set')
     ap.add_argument('--steps', type=int, default=500)
     ap.add_argument('--dsn', default=os.environ.get('IM_MODEL_DSN', 'dbname=im_model'))
     ap.add_argument('-v', '--verbose', action='store_true')
     ap.add_argument('--skip', action='append', default=[],
                     help='leave out an operation kind (gc, rollback, reinstall, ...), for triage only')
     args = ap.parse_args()
-    if args.seed:
+    if args.random_seeds:
+        rnd = random.SystemRandom()
+        runs = [(seed, args.steps) for seed in rnd.sample(range(1000, 10 ** 6), args.random_seeds)]
+        print('model: random seeds %s' % ' '.join(str(seed) for seed, _ in runs), flush=True)
+    elif args.seed:
         runs = [(seed, args.steps) for seed in args.seed]
     else:
         runs = [(seed, args.steps) for seed in FIXED_SEEDS] + PINNED_RUNS + \

@@ -7,7 +7,11 @@
 #     im.shard_nodes() (needs neither the router nor test/shards.sh).
 #  2. With test/shards.sh and the im_sync_router extension installed:
 #     `test/shards.sh up 3`, then against the router — the model test (its
-#     fixed seeds), the e2e suite (test_gateway.py without the single-
+#     fixed seeds; through the router it also deletes for a member on
+#     another node right after a send; 50 random seeds instead:
+#     IM_SHARDS_MODEL_ARGS="--random-seeds 50 --steps 200"),
+#     test/shards/deletefm_check.py (delete_for_me across nodes), the e2e
+#     suite (test_gateway.py without the single-
 #     database restart test, which test_shard_nodes.py replaces with a node
 #     stopped and restarted), the push end-to-end test, the Node client test,
 #     and the other helpers' entry points when present
@@ -18,8 +22,8 @@
 #     the end, also on failure.
 # A part that cannot run here says "NOT RUN" and why; it is never counted
 # as passed.  IM_SHARDS_SKIP (comma-separated part names: model, e2e,
-# shard_nodes, client, push, transfer, router, standby) leaves parts out; its
-# default is empty (all parts run); skip_why says why a part is left out
+# deletefm, shard_nodes, client, push, transfer, router, standby) leaves
+# parts out; its default is empty (all parts run); skip_why says why a part is left out
 # when one must be again.
 # The model test runs its fixed seeds with fewer steps than 50-model
 # (IM_SHARDS_MODEL_ARGS); it resets the node settings it changed when it ends,
@@ -86,6 +90,14 @@ export IM_ROUTER_DSN="$ROUTER" IM_E2E_DB="$DB"
 if want model; then
   echo "--- model test against the router"
   IM_MODEL_DSN="$ROUTER" "$py" test/model/model_test.py ${IM_SHARDS_MODEL_ARGS:---seed 1 --seed 2 --seed 3 --seed 4 --seed 5 --seed 6 --steps 200} || rc=1
+fi
+
+# delete_for_me through the router with the user and the conversation on
+# different nodes: one call, handed off by transfer; reconcile's
+# delete_for_me_unpaired check (h25-deletefm)
+if want deletefm; then
+  echo "--- test/shards/deletefm_check.py"
+  "$py" test/shards/deletefm_check.py "$ROUTER" "$IM_SHARDS_DIR" || rc=1
 fi
 
 port=$(im_free_port)

@@ -634,11 +634,20 @@ $$;
 CREATE FUNCTION im_router.on_node_rotate_token_key(part int) RETURNS int
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route(part); SELECT im.rotate_token_key(); $$;
 
-CREATE FUNCTION im_router.on_node_delete_for_me(part int, user_id bigint, conversation_id bigint,
-                                                message_id bigint) RETURNS boolean
+-- the cross-node check of deletions for oneself (im_router.reconcile)
+CREATE FUNCTION im_router.on_node_remote_deletions(part int, max_rows int)
+RETURNS TABLE(other_node text, deletions jsonb)
 LANGUAGE plproxy AS $$
     CLUSTER 'im_sync'; RUN ON im_router.route(part);
-    SELECT im.delete_for_me(user_id, conversation_id, message_id);
+    SELECT r.other_node, r.deletions FROM im.shard_remote_deletions(max_rows) r;
+$$;
+
+CREATE FUNCTION im_router.on_node_check_deletions(part int, source_node text, deletions jsonb)
+RETURNS TABLE(check_name text, severity text, conversation_id bigint, user_id bigint, detail jsonb)
+LANGUAGE plproxy AS $$
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
+    SELECT r.check_name, r.severity, r.conversation_id, r.user_id, r.detail
+      FROM im.shard_check_deletions(source_node, deletions) r;
 $$;
 
 CREATE FUNCTION im_router.message_audience(message_id bigint)
@@ -760,7 +769,11 @@ END $$;
 -- claim_push_jobs: max_jobs is a total; nodes are asked in turn, starting at
 -- a random one so that no node's jobs wait behind another's, each for what
 -- is still missing.  An unreachable node is skipped (its jobs wait for it)
--- unless every node is.
+-- unless every node is.  A node's other error after jobs were claimed on
+-- earlier nodes ends the round with those jobs (and a WARNING naming the
+-- error) rather than raising: their leases are committed on their nodes,
+-- so an error here would leave them claimed by nobody until the lease ran
+-- out.  With nothing claimed yet the error is raised as before.
 CREATE FUNCTION im_router.claim_push_jobs(relay_id text, max_jobs int DEFAULT 100,
                                           lease interval DEFAULT '30 seconds')
 RETURNS TABLE(job_id bigint, push_target_id bigint, provider text, app_id text, sealed_token text,
@@ -794,6 +807,11 @@ BEGIN
             reached := reached + 1;
         EXCEPTION WHEN OTHERS THEN
             IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                IF missing < max_jobs THEN
+                    RAISE WARNING 'claim_push_jobs: a node failed after % jobs were claimed: % (%)',
+                        max_jobs - missing, SQLERRM, SQLSTATE;
+                    EXIT;
+                END IF;
                 RAISE;      -- im.<f>'s one rethrow strips it (see the generated wrappers)
             END IF;
             unreachable_state := SQLSTATE;
@@ -838,28 +856,19 @@ AS $$
      GROUP BY b.node_name ORDER BY 1
 $$;
 
--- delete_for_me: the conversation node (which checks the call and keeps the
--- deletion for fetch_messages) and then the user node (unread, the user's
--- views); each is idempotent, so a retry after a failure between the two
--- completes the second.  True if either deleted now.
+/*
+ * delete_for_me: ONE call, on the conversation's node.  It records the
+ * deletion there (fetch_messages) and, for a user placed on another node,
+ * hands it off in the same transaction: the transfer its fanout writes
+ * carries it to the user's node, which records it when it applies it, in
+ * the conversation's order (unread, the delete_for_me event for the
+ * devices), also when the message itself has not reached that node yet.
+ * So the call takes effect on both nodes or on neither, and a retry of a
+ * failed call is the same single call.
+ */
 CREATE FUNCTION im_router.delete_for_me(user_id bigint, conversation_id bigint, message_id bigint)
 RETURNS boolean
-LANGUAGE plpgsql
-SET search_path = pg_catalog, im_router, pg_temp
-AS $$
-DECLARE
-    conv_part constant int := im_router.bucket(conversation_id);
-    user_part constant int := im_router.bucket(user_id);
-    on_conv boolean;
-    on_user boolean := false;
-BEGIN
-    on_conv := im_router.on_node_delete_for_me(conv_part, user_id, conversation_id, message_id);
-    IF (SELECT b.node_name FROM im_router.bucket b WHERE b.bucket = conv_part)
-       IS DISTINCT FROM (SELECT b.node_name FROM im_router.bucket b WHERE b.bucket = user_part) THEN
-        on_user := im_router.on_node_delete_for_me(user_part, user_id, conversation_id, message_id);
-    END IF;
-    RETURN on_conv OR on_user;
-END $$;
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.delete_for_me; $$;
 
 -- message_status: who may see the message comes from its conversation node
 -- (message_audience, P0002 for an unknown id); each recipient's devices and
@@ -1015,6 +1024,13 @@ END $$;
  * = where the periods are.  A row the user node's own audit already gave
  * (it checks the copies it received) is not repeated.  Unreachable nodes do
  * not hide the others' rows; positions in flight are the transfer checks'.
+ * Then deletions for oneself: each node lists its newest deletions whose
+ * other side — the conversation's node, which hides the message from
+ * fetch_messages, or the user's node, which hides it from the devices — is
+ * another node (im.shard_remote_deletions, im_router.reconcile_positions
+ * of them); that node answers delete_for_me_unpaired for each it lacks
+ * (im.shard_check_deletions; node_name = where it is missing).  Hand-offs
+ * in flight are left out.
  */
 CREATE FUNCTION im_router.reconcile()
 RETURNS TABLE(check_name text, severity text, conversation_id bigint, user_id bigint, detail jsonb,
@@ -1070,6 +1086,25 @@ BEGIN
                     SELECT c.*, x.dest_node
                       FROM im_router.on_node_check_receipts(x.part, n.node_name, x.expected) c
                      WHERE im_router.delivery_key(c.check_name, c.user_id, c.detail) <> ALL (seen);
+            END LOOP;
+        EXCEPTION WHEN OTHERS THEN
+            IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                RAISE;
+            END IF;
+        END;
+    END LOOP;
+
+    -- deletions for oneself: both sides or neither (same rule for a node
+    -- lost in between as above)
+    FOR n IN SELECT * FROM im_router.node_parts() p WHERE p.node_name = ANY (reached) LOOP
+        BEGIN
+            FOR x IN SELECT rd.other_node, rd.deletions, d.part
+                       FROM im_router.on_node_remote_deletions(n.part, positions) rd
+                       JOIN im_router.node_parts() d ON d.node_name = rd.other_node
+                      WHERE rd.other_node = ANY (reached) LOOP
+                RETURN QUERY
+                    SELECT c.*, x.other_node
+                      FROM im_router.on_node_check_deletions(x.part, n.node_name, x.deletions) c;
             END LOOP;
         EXCEPTION WHEN OTHERS THEN
             IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
