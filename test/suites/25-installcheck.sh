@@ -80,7 +80,7 @@ mkdir -p "$tree/test/push"
 cp -a test/installcheck_preflight.sh "$tree/test/"
 cp -a test/isolation "$tree/test/"
 cp -a test/push/*.pem "$tree/test/push/"
-needs_tree=$(grep -l PG_ABS_SRCDIR sql/*.sql | xargs -n1 basename | sed 's/\.sql$//' | sort)
+needs_tree=$(grep -l PG_ABS_SRCDIR sql/*.sql | xargs -r -n1 basename | sed "s/\.sql$//" | sort)
 [ -n "$needs_tree" ] || fail "no regression test reads the source tree through the server (PG_ABS_SRCDIR)"
 # those tests and one other; the isolation specs need no file of the tree
 (cd "$tree" && ic REGRESS="00_install $(echo $needs_tree)" ISOLATION=) >"$work/ic3.log" 2>&1 \
