@@ -30,6 +30,13 @@ preload=$(q -c "LOAD 'im_sync'" -c "SELECT context FROM pg_settings WHERE name =
 [ "$preload" = postmaster ] \
   || refuse "the server does not preload im_sync: set shared_preload_libraries = 'im_sync' and restart it"
 
+# the expected outputs hold UTF-8 text (emoji reactions, '…'), whose length
+# and width depend on the database encoding; the tests' databases copy
+# template0 (pg_regress's) and template1 (the ones the tests create)
+enc=$(q -c "SELECT string_agg(DISTINCT pg_encoding_to_char(encoding), ',') FROM pg_database WHERE datname IN ('template0', 'template1')")
+[ "$enc" = UTF8 ] \
+  || refuse "the server's new databases are $enc (template0/template1), the tests need UTF8 ones: run installcheck on a cluster made with initdb -E UTF8"
+
 # its workers run in im_sync.database: never one of the test databases
 workerdb=$(q -c "SHOW im_sync.database")
 for db in "$@" $(sed -n 's/^CREATE DATABASE \([a-z_0-9]*\).*/\1/p' sql/*.sql test/isolation/specs/*.spec | sort -u); do

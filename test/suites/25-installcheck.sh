@@ -6,9 +6,10 @@
 # server may carry (the relay's key in im_sync.push_public_key_file, its own
 # page size, token lifetime, …; no im_sync.database, no paused workers) — with
 # PGHOST/PGPORT/PGUSER set.  Every regression and isolation test must pass.
-#   1. on that server without the preload: installcheck refuses and says why;
-#   2. with it: the whole installcheck passes (its outputs go to a temp dir);
-#   3. from a copy of the tree the server cannot read: the tests that hand
+#   1. on that server without the preload: installcheck refuses, saying why;
+#   2. on a preloading server whose new databases are SQL_ASCII: the same;
+#   3. with the preload: the whole installcheck passes (outputs in a temp dir);
+#   4. from a copy of the tree the server cannot read: the tests that hand
 #      the server a file of the tree are skipped, saying why; the rest pass.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +24,9 @@ chmod 755 "$work"
 data=$work/data
 port=$(im_free_port)
 cleanup() {
-  [ -f "$data/postmaster.pid" ] && $IM_AS_SERVER "$PGBIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 || true
+  for d in "$data" "$work/ascii"; do
+    [ -f "$d/postmaster.pid" ] && $IM_AS_SERVER "$PGBIN/pg_ctl" -D "$d" -m fast -w stop >/dev/null 2>&1 || true
+  done
   [ -n "${IM_KEEP:-}" ] && echo "files kept in $work" || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -47,7 +50,22 @@ grep -q "shared_preload_libraries" "$work/ic0.log" || { cat "$work/ic0.log"; fai
 echo "not preloaded: refused ($(grep -m1 shared_preload_libraries "$work/ic0.log"))"
 pg stop -m fast
 
-# --- 2. preloaded, with a production server's settings
+# --- 2. preloaded, but new databases are SQL_ASCII (initdb where no locale
+# is set): the expected outputs hold UTF-8 text, so a refusal that says so
+ascii=$work/ascii
+$IM_AS_SERVER "$PGBIN/initdb" --no-sync -E SQL_ASCII --no-locale -D "$ascii" >"$work/initdb_ascii.log" 2>&1 \
+  || { cat "$work/initdb_ascii.log"; fail "initdb -E SQL_ASCII"; }
+printf "port = %s\nunix_socket_directories = '%s'\nlisten_addresses = ''\nfsync = off\nshared_preload_libraries = 'im_sync'\n" \
+  "$port" "$work" >>"$ascii/postgresql.conf"
+$IM_AS_SERVER "$PGBIN/pg_ctl" -D "$ascii" -l "$work/server_ascii.log" -w -t 60 start >/dev/null || { cat "$work/server_ascii.log"; fail "start the SQL_ASCII cluster"; }
+if ic EXTRA_REGRESS_OPTS="--outputdir=$work/out1" >"$work/ic1.log" 2>&1; then
+  cat "$work/ic1.log"; fail "installcheck ran on a server whose new databases are SQL_ASCII"
+fi
+grep -q "SQL_ASCII.*UTF8" "$work/ic1.log" && [ ! -e "$work/out1" ] || { cat "$work/ic1.log"; fail "the refusal does not name the encoding"; }
+echo "SQL_ASCII databases: refused ($(grep -m1 SQL_ASCII "$work/ic1.log"))"
+$IM_AS_SERVER "$PGBIN/pg_ctl" -D "$ascii" -m fast -w stop >/dev/null
+
+# --- 3. preloaded, with a production server's settings
 cat >>"$data/postgresql.conf" <<EOF
 shared_preload_libraries = 'im_sync'
 im_sync.push_public_key_file = '$root/test/push/relay_pub.pem'
@@ -68,7 +86,7 @@ grep -q "All $nregress tests passed" "$work/ic.log" && grep -q "All $nisolation 
 grep -q "the server sets im_sync.push_public_key_file" "$work/ic.log" || { cat "$work/ic.log"; fail "installcheck does not say which server settings it overrides"; }
 echo "installcheck on a plain server with a relay key and production settings: $nregress regression and $nisolation isolation tests pass"
 
-# --- 3. a tree the server cannot read (a DBA's private home, another host)
+# --- 4. a tree the server cannot read (a DBA's private home, another host)
 if [ -z "$IM_AS_SERVER" ]; then
   echo "unreadable tree: not checked (the server runs as this user and reads everything it does)"
   exit 0
