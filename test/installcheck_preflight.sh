@@ -37,6 +37,11 @@ enc=$(q -c "SELECT string_agg(DISTINCT pg_encoding_to_char(encoding), ',') FROM 
 [ "$enc" = UTF8 ] \
   || refuse "the server's new databases are $enc (template0/template1), the tests need UTF8 ones: run installcheck on a cluster made with initdb -E UTF8"
 
+# the tests create their databases from template1 and then the extensions
+extensions=$(q -d template1 -c "SELECT string_agg(extname, ', ' ORDER BY extname) FROM pg_extension WHERE extname IN ('im_sync', 'btree_gist')")
+[ -z "$extensions" ] \
+  || refuse "template1 already holds $extensions: the tests create these extensions in new databases; drop them from template1"
+
 # its workers run in im_sync.database: never one of the test databases
 workerdb=$(q -c "SHOW im_sync.database")
 for db in "$@" $(sed -n 's/^CREATE DATABASE \([a-z_0-9]*\).*/\1/p' sql/*.sql test/isolation/specs/*.spec | sort -u); do
