@@ -57,6 +57,20 @@ include $(PGXS)
 # after the include, which sets PGXS's defaults
 CONTRIB_TESTDB   = im_regress
 ISOLATION_TESTDB = im_isolation
+# installcheck runs on a server configured for its own use, which the
+# expected outputs must not depend on: test/installcheck_preflight.sh asks
+# the server first and stops here (saying why) unless it meets the
+# preconditions; every test connection gets im_sync's session settings at
+# their built-in values (PGOPTIONS); tests the server cannot run (it cannot
+# read the source tree) are left out, saying why.
+ifneq ($(filter installcheck,$(MAKECMDGOALS)),)
+IM_PREFLIGHT := $(shell bash test/installcheck_preflight.sh '$(bindir)/psql' $(CONTRIB_TESTDB) $(ISOLATION_TESTDB))
+ifneq ($(filter refused,$(IM_PREFLIGHT)),)
+$(error installcheck: the server does not meet the preconditions above)
+endif
+override REGRESS := $(filter-out $(patsubst skip:%,%,$(filter skip:%,$(IM_PREFLIGHT))),$(REGRESS))
+export PGOPTIONS := $(strip $(PGOPTIONS) $(filter-out skip:%,$(IM_PREFLIGHT)))
+endif
 
 all: gateway router
 

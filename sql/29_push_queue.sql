@@ -4,8 +4,8 @@
 -- completed with the contract's result -> state mapping.
 -- Users 2901..2999 belong to this file.
 \i sql/include/fails.sql
-\getenv root PWD
-SELECT set_config('im_sync.push_public_key_file', :'root' || '/test/push/relay_pub.pem', false) IS NOT NULL AS set;
+\getenv abs_srcdir PG_ABS_SRCDIR
+SELECT set_config('im_sync.push_public_key_file', :'abs_srcdir' || '/test/push/relay_pub.pem', false) IS NOT NULL AS set;
 SET im_sync.push_delay = 0;
 SET im_sync.push_min_interval = 0;
 SELECT im.create_conversation('group', ARRAY[2901, 2902, 2903]::bigint[], 2901) AS c \gset

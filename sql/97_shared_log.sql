@@ -55,13 +55,16 @@ SELECT msg_seq FROM im.recall_message(1, :c, 'r1',
   (SELECT message_id FROM im.event WHERE conversation_id = :c AND msg_seq = 4));   -- 8
 
 -- hints: c<conversation>:<position> per coalesced run, user:watermark for moved heads
--- (psql prints notifications to its \o target; the PID is normalized)
-\getenv tmp IM_TMP
+-- (psql prints notifications to its \o target, a file in pg_regress's results
+-- directory that psql reads back, so the server needs no access to it; the
+-- PID is normalized)
+\getenv abs_builddir PG_ABS_BUILDDIR
 LISTEN im_sync_hint;
-\o :tmp/sl_hints_1.out
+\o :abs_builddir/results/sl_hints_1.out
 SELECT im.run_fanout();
 \o
-SELECT regexp_replace(pg_read_file(:'tmp' || '/sl_hints_1.out'), 'PID \d+', 'PID N', 'g') AS psql_output;
+\set psql_output `cat :'abs_builddir'/results/sl_hints_1.out`
+SELECT regexp_replace(:'psql_output', 'PID \d+', 'PID N', 'g') AS psql_output;
 -- no `message` events for 4, 5, 7; one conversation_dirty per user (clean->dirty);
 -- control events (mode, leave, recall) always as inbox events; the leaver's
 -- marker stops at its last visible position (5); it still gets the recall of 4
@@ -82,10 +85,11 @@ SELECT try_sql($$SELECT im.clear_dirty(1, 99, 1, 7)$$);
 -- a new message after the clear makes user 1 dirty again (new event); user 2
 -- never cleared: version bumps, no second event
 SELECT msg_seq FROM im.send_message(2, :c, 'b2', '{"t": "s4"}');   -- 9
-\o :tmp/sl_hints_2.out
+\o :abs_builddir/results/sl_hints_2.out
 SELECT im.run_fanout();
 \o
-SELECT regexp_replace(pg_read_file(:'tmp' || '/sl_hints_2.out'), 'PID \d+', 'PID N', 'g') AS psql_output;
+\set psql_output `cat :'abs_builddir'/results/sl_hints_2.out`
+SELECT regexp_replace(:'psql_output', 'PID \d+', 'PID N', 'g') AS psql_output;
 SELECT * FROM logs;
 SELECT * FROM markers;
 
@@ -95,10 +99,11 @@ SELECT * FROM im.report_read(1, :c, 100);
 -- switch back to fanout: unread becomes the exact recount again
 SELECT im.set_conversation_mode(:c, 'fanout');                      -- 10
 SELECT msg_seq FROM im.send_message(1, :c, 'a4', '{"t": "f2"}');   -- 11
-\o :tmp/sl_hints_3.out
+\o :abs_builddir/results/sl_hints_3.out
 SELECT im.run_fanout();
 \o
-SELECT regexp_replace(pg_read_file(:'tmp' || '/sl_hints_3.out'), 'PID \d+', 'PID N', 'g') AS psql_output;
+\set psql_output `cat :'abs_builddir'/results/sl_hints_3.out`
+SELECT regexp_replace(:'psql_output', 'PID \d+', 'PID N', 'g') AS psql_output;
 SELECT * FROM markers;
 SELECT count(*) AS reconcile_rows FROM im.reconcile();
 
