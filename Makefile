@@ -5,7 +5,9 @@
 
 EXTENSION   = im_sync
 MODULE_big  = im_sync
-OBJS        = $(patsubst %.c,%.o,$(wildcard extension/*.c))
+# the sources sit in one folder per subsystem (extension/doc/architecture.md)
+IM_DIRS     = core conversation fanout user push shard ops
+OBJS        = $(patsubst %.c,%.o,$(foreach d,$(IM_DIRS),$(wildcard extension/$(d)/*.c)))
 DATA        = $(wildcard extension/im_sync--*.sql)
 # The router extension (contract §15): SQL over PL/Proxy, and its own
 # library built in extension/router/ (linked with libpq).  PGXS installs
@@ -13,7 +15,7 @@ DATA        = $(wildcard extension/im_sync--*.sql)
 # file and scripts go with DATA into the same extension directory; `make`,
 # `make install` and `make clean` also run in extension/router/.
 DATA       += extension/im_sync_router.control $(wildcard extension/im_sync_router--*.sql)
-PG_CPPFLAGS = -Iextension -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
+PG_CPPFLAGS = -Iextension $(foreach d,$(IM_DIRS),-Iextension/$(d)) -Iextension/include/im_sync -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
 # The catalog version the library serves is im_sync.control's default_version
 # (version_check.c: workers wait while the installed extversion differs).
 IM_LIBRARY_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" im_sync.control)
@@ -47,7 +49,7 @@ ISOLATION_TESTDB = im_isolation
 
 all: gateway router
 # the version is compiled in from the control file
-extension/version_check.o: im_sync.control
+extension/core/version_check.o: im_sync.control
 .PHONY: gateway
 gateway:
 	$(MAKE) -C gateway PG_CONFIG=$(PG_CONFIG)

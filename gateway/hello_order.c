@@ -29,7 +29,7 @@
 #include <string.h>
 
 /* the token's claims as extension/token.c writes them (one definition) */
-#include "../extension/token_layout.h"
+#include "im_sync/token_layout.h"
 
 #define SLOTS (1 << 16)
 
