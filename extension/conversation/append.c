@@ -18,12 +18,12 @@
  *     the conversation row lock is held, so a concurrent leave is either
  *     before it (seen, the send is refused) or after it (inside the period).
  */
-#include "im_sync.h"
-#include "common.h"
-#include "append.h"
-#include "im_sql.h"
-#include "shard_map.h"
-#include "shmem.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/shmem.h"
+#include "core/im_sql.h"
+#include "conversation/conversation.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

@@ -13,11 +13,11 @@
  * Lock order: conversation row, then user heads, then user conversation
  * states (contract §4).
  */
-#include "im_sync.h"
-#include "common.h"
-#include "append.h"
-#include "im_sql.h"
-#include "shard_map.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/im_sql.h"
+#include "conversation/conversation.h"
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"

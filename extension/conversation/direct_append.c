@@ -30,11 +30,11 @@
  * they raise.  The domain checks of kind, msg_seq and state are not run:
  * the values written are 'message', head + 1 >= 1 and 'pending'.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "append.h"
-#include "shard_map.h"
-#include "shmem.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/shmem.h"
+#include "conversation/conversation.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"

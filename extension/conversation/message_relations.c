@@ -27,13 +27,11 @@
  *     digest as messages, send.c) before all of them;
  *   - a recalled message is in no pin list after the recall's transaction.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "append.h"
-#include "im_sql.h"
-#include "relation.h"
-#include "reaction_view.h"
-#include "version_check.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/version_check.h"
+#include "core/im_sql.h"
+#include "conversation/conversation.h"
 
 #include "catalog/pg_type.h"
 #include "storage/proc.h"

@@ -23,7 +23,7 @@
  *   - a reply target only on a message, a pin target only on a pin;
  *   - a direct conversation names its ordered pair (lo < hi), a group none.
  */
-#include "im_sync.h"
+#include "core/im_sync.h"
 
 #include "commands/trigger.h"
 #include "executor/spi.h"

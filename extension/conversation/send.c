@@ -16,11 +16,10 @@
  * No NOTIFY is ever sent from here (it would take a cluster-wide lock
  * through commit); workers are woken with a latch at commit.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "append.h"
-#include "im_sql.h"
-#include "relation.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/im_sql.h"
+#include "conversation/conversation.h"
 
 #include <math.h>
 

@@ -3,11 +3,11 @@
  * argument checks with the contract's 22023 errors, materialized SRF output,
  * and the lock helpers that fix the lock order of contract §4.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "log_privacy.h"
-#include "shard_map.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/log_privacy.h"
+#include "core/im_sql.h"
 
 #include <stdarg.h>
 

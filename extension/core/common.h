@@ -6,7 +6,7 @@
 #ifndef IM_COMMON_H
 #define IM_COMMON_H
 
-#include "im_sync.h"
+#include "core/im_sync.h"
 
 #include "executor/spi.h"
 #include "utils/jsonb.h"

@@ -10,8 +10,6 @@
 #ifndef IM_SQL_H
 #define IM_SQL_H
 
-#include "relation.h"		/* issue 11: IM_EVENT_RELATION_KEYS_SQL */
-
 #define EQ " OPERATOR(pg_catalog.=) "
 #define NE " OPERATOR(pg_catalog.<>) "
 #define LT " OPERATOR(pg_catalog.<) "
@@ -68,6 +66,25 @@
 	" WHERE s.xact_start IS NOT NULL AND s.pid" NE "pg_catalog.pg_backend_pid()"
 
 /*
+ * SQL: extra keys of a position object (contract §11, §14), for an
+ * im.event row aliased `e`: a message's reply_to_message_id; a pin's target
+ * (kept in pin_message_id) as target_message_id.  jsonb keeps the last of
+ * two equal keys, so concatenated after the base object it wins.
+ */
+#define IM_EVENT_RELATION_KEYS_SQL \
+	"(CASE e.kind WHEN 'message' THEN " \
+	"   pg_catalog.jsonb_build_object('reply_to_message_id', e.reply_to_message_id) " \
+	" WHEN 'pin' THEN " \
+	"   pg_catalog.jsonb_build_object('target_message_id', e.pin_message_id) " \
+	" ELSE '{}'::pg_catalog.jsonb END)"
+
+/*
+ * The same keys' columns, for statements that build §11 objects in C
+ * (event_json.c); NULLs on a pre-1.3 catalog (im_relation_sql, message_relations.c).
+ */
+#define IM_EVENT_RELATION_COLS_SQL "e.reply_to_message_id, e.pin_message_id"
+
+/*
  * The keys of a conversation position's contract §11 object that are
  * im.event columns of the same name, in order.  One list makes both
  * fetch_messages' SQL fragment below and the sync pages' C builder
@@ -85,7 +102,7 @@
 #define IM_EVENT_JSON_SQL \
 	"(pg_catalog.jsonb_build_object(" \
 	IM_EVENT_COLUMN_KEYS(IM_EVENT_JSON_KEY_SQL, ", ") ")" \
-	/* issue 11: reply and pin keys (relation.h) */ \
+	/* reply and pin keys (IM_EVENT_RELATION_KEYS_SQL above) */ \
 	OP_CONCAT IM_EVENT_RELATION_KEYS_SQL ")"
 
 
@@ -147,6 +164,25 @@
 	"              AND " IM_EVENT_PROCESSED_SQL("r.message_id", "r.created_at") ") " \
 	"  AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "$1 " \
 	"              AND d.message_id" EQ "e.message_id)"
+
+/*
+ * Recipients of a conversation position (contract §1): periods covering its
+ * msg_seq; for recall/edit the periods covering the TARGET's msg_seq; for a
+ * leave also the period it closes.  Columns: outbox_id, user_id,
+ * membership_period_id.  $1 is an outbox_id array.  Local fanout and the
+ * transfers to other nodes (transfer_out.c) use this one definition.
+ */
+#define IM_FANOUT_RECIPIENTS_SQL \
+	"SELECT o.outbox_id, p.user_id, p.membership_period_id " \
+	"FROM im.outbox o " \
+	"JOIN im.event e ON e.message_id" EQ "o.source_event_id " \
+	"LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
+	"JOIN im.membership_period p ON p.conversation_id" EQ "e.conversation_id " \
+	" AND (" IM_PERIOD_COVERS_SQL("p", "COALESCE(t.msg_seq, e.msg_seq)") \
+	"      OR (e.kind" EQ "'leave' AND p.leave_event_id" EQ "e.message_id)) " \
+	/* issue 11: a reaction needs the period to cover its own position too */ \
+	" AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
+	"WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL "
 
 #endif							/* IM_SQL_H */
 

@@ -3,10 +3,10 @@
  * settings of contract §9, the shared-memory request and the fanout workers.
  * Each part's behaviour lives in its own file (see im_sync.h).
  */
-#include "im_sync.h"
-#include "log_privacy.h"
-#include "shmem.h"
-#include "worker.h"
+#include "core/im_sync.h"
+#include "core/shmem.h"
+#include "core/log_privacy.h"
+#include "fanout/fanout.h"
 
 #include <limits.h>
 

@@ -1,20 +1,12 @@
 /*
- * im_sync.h — the extension's settings and error codes.  Every subsystem has
- * its own header (extension/doc/architecture.md: which side each file is on):
- *   shmem.h        shared memory: worker latches, commit-time wake-up, counters
- *   common.h       SPI plans and getters, argument checks, SRF, lock helpers
- *   im_sql.h       SQL fragments: operator macros, period covers, recount, …
- *   append.h       the single-writer append of a position + its outbox item
- *                  (append.c; used by send.c and conversation.c)
- *   fanout.h       outbox -> per-user logs (fanout.c, fanout_shared_log.c)
- *   worker.h       fanout background workers: registration and loop
- *   device.h       devices, connection epochs, device tokens, audit
- *   device_state.h lock, generation, leases, touch of one device
- *   token.h        signed tokens, the key ring, im_token_check
- *   read_state.h   private events of report_read / delete_for_me
- *   maintenance.h  gc_inbox chunks (gc.c), key ring and retention
- * API files without a header of their own: conversation.c, send.c, sync.c,
- * snapshot.c, history.c, reconcile.c, metrics.c.
+ * im_sync.h — the extension's settings (im_sync.c) and error codes.  Each
+ * subsystem folder has one header named after it that declares what its
+ * files offer each other (conversation/conversation.h, user/user.h,
+ * push/push.h, fanout/fanout.h, shard/shard.h, ops/ops.h); core/ keeps one
+ * header per job (common.h, shmem.h, shard_map.h, log_privacy.h,
+ * version_check.h, im_sql.h), and include/im_sync/token_layout.h is shared
+ * with the gateway.  Which folder may include which:
+ * extension/doc/architecture.md, "Layers".
  */
 #ifndef IM_SYNC_H
 #define IM_SYNC_H

@@ -7,8 +7,8 @@
  * authentications (device.c's auth_fail logs at most one summary line per
  * interval).
  */
-#include "im_sync.h"
-#include "log_privacy.h"
+#include "core/im_sync.h"
+#include "core/log_privacy.h"
 
 #include "utils/elog.h"
 

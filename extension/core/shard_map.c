@@ -15,11 +15,11 @@
  *   - no configuration (or a pre-1.5 catalog) = the single-node im_sync:
  *     id factor 1, every check passes.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "shard_map.h"
-#include "version_check.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/version_check.h"
+#include "core/im_sql.h"
 
 #include "access/heapam.h"
 #include "access/tableam.h"

@@ -10,8 +10,8 @@
  * The same callback adds the counters a transaction counted "at commit", so
  * work a rollback undoes is never counted.
  */
-#include "im_sync.h"
-#include "shmem.h"
+#include "core/im_sync.h"
+#include "core/shmem.h"
 
 #include "access/xact.h"
 #include "port/atomics.h"

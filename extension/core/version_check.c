@@ -22,7 +22,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "version_check.h"
+#include "core/version_check.h"
 
 char *
 im_catalog_version(void)

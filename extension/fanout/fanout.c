@@ -29,14 +29,14 @@
  *     head failed before runs in a batch of its own, so healthy
  *     conversations are always served.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "fanout.h"
-#include "im_sql.h"
-#include "push.h"
-#include "relation.h"
-#include "shmem.h"
-#include "transfer.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shmem.h"
+#include "core/im_sql.h"
+#include "conversation/conversation.h"
+#include "push/push.h"
+#include "fanout/fanout.h"
+#include "shard/shard.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

@@ -1,15 +1,21 @@
 /*
- * fanout.h — the bridge from the conversation side to the user side:
- * outbox items become per-user log events (fanout.c, the only writer of
- * sync_seq) or, in shared_log mode, dirty markers (fanout_shared_log.c).
+ * fanout.h — the bridge's cross-file API (extension/fanout/): fanout
+ * batches (fanout.c), shared_log delivery (fanout_shared_log.c), the
+ * background workers that run them (worker.c) and their wait on a standby
+ * (recovery_wait.c).
  */
 #ifndef IM_FANOUT_H
 #define IM_FANOUT_H
 
-#include "im_sync.h"
-#include "im_sql.h"
-
+#include "core/im_sync.h"
+#include "core/im_sql.h"
 #include "lib/stringinfo.h"
+
+/*
+ * the bridge from the conversation side to the user side:
+ * outbox items become per-user log events (fanout.c, the only writer of
+ * sync_seq) or, in shared_log mode, dirty markers (fanout_shared_log.c).
+ */
 
 /*
  * The outbox items a fanout batch claimed, kept in a memory context that
@@ -74,29 +80,33 @@ extern void im_shared_log_mode_delivered(int64 message_id);
 	"  WHERE h.user_id" EQ "ins.user_id RETURNING h.user_id)"
 
 /*
- * Recipients of a conversation position (contract §1): periods covering its
- * msg_seq; for recall/edit the periods covering the TARGET's msg_seq; for a
- * leave also the period it closes.  Columns: outbox_id, user_id,
- * membership_period_id.  $1 is an outbox_id array.  Local fanout and the
- * transfers to other nodes (transfer_out.c) use this one definition.
+ * the fanout background workers (worker.c).
  */
-#define IM_FANOUT_RECIPIENTS_SQL \
-	"SELECT o.outbox_id, p.user_id, p.membership_period_id " \
-	"FROM im.outbox o " \
-	"JOIN im.event e ON e.message_id" EQ "o.source_event_id " \
-	"LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
-	"JOIN im.membership_period p ON p.conversation_id" EQ "e.conversation_id " \
-	" AND (" IM_PERIOD_COVERS_SQL("p", "COALESCE(t.msg_seq, e.msg_seq)") \
-	"      OR (e.kind" EQ "'leave' AND p.leave_event_id" EQ "e.message_id)) " \
-	/* issue 11: a reaction needs the period to cover its own position too */ \
-	" AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
-	"WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL "
 
 /*
- * issue 15, transfer_out.c: in the fanout (sub)transaction of delivered
- * position items, one transfer record per other node that places some of
- * their recipients.  Nothing on an unsharded node.
+ * Register im_sync.fanout_workers workers; called from _PG_init while the
+ * library is being preloaded.
  */
-extern void im_transfer_out_write(const int64 *outbox_ids, int n);
+extern void im_worker_register(void);
+
+/*
+ * the fanout workers on a standby.
+ *
+ * A hot standby runs the same postgresql.conf as its primary, so it
+ * preloads im_sync and starts the workers too (they start once the standby
+ * is consistent, BgWorkerStart_ConsistentState).  In recovery every write
+ * fails, so a worker that tried to fan out would log an error every
+ * naptime for as long as the standby lives.  Instead it waits, read-only,
+ * and starts working by itself when the standby is promoted: fanout runs on
+ * the new primary without a restart (issue 14 item 2, design doc §16).
+ */
+
+/*
+ * For a background worker between transactions: true while the server is
+ * in recovery (a standby, or a primary still replaying after a crash).
+ * Logs one LOG line when this worker starts waiting and one when recovery
+ * has ended and it starts working; nothing in between.
+ */
+extern bool im_worker_in_recovery(void);
 
 #endif							/* IM_FANOUT_H */

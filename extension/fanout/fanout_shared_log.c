@@ -22,10 +22,10 @@
  *   - after a switch back to `fanout`, unread_count equals the contract §3
  *     recount again (recomputed when the mode event is fanned out).
  */
-#include "im_sync.h"
-#include "common.h"
-#include "fanout.h"
-#include "im_sql.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/im_sql.h"
+#include "fanout/fanout.h"
 
 #include "catalog/pg_type.h"
 

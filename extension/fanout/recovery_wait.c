@@ -8,7 +8,7 @@
 #include "access/xlog.h"
 #include "miscadmin.h"
 
-#include "recovery_wait.h"
+#include "fanout/fanout.h"
 
 /* this worker logged that it waits for recovery to end */
 static bool waiting_for_recovery = false;

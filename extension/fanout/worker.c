@@ -17,14 +17,12 @@
  * backend).  On a hot standby the workers start too and wait, read-only,
  * until promotion (recovery_wait.h).
  */
-#include "im_sync.h"
-#include "version_check.h"
-#include "recovery_wait.h"
-#include "fanout.h"
-#include "maintenance.h"
-#include "shmem.h"
-#include "worker.h"
-#include "transfer.h"
+#include "core/im_sync.h"
+#include "core/shmem.h"
+#include "core/version_check.h"
+#include "fanout/fanout.h"
+#include "shard/shard.h"
+#include "ops/ops.h"
 
 #include "access/xact.h"
 #include "commands/extension.h"

@@ -26,11 +26,11 @@
  * locked first, so two chunked callers take turns instead of collecting the
  * same users.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "maintenance.h"
-#include "shmem.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shmem.h"
+#include "core/im_sql.h"
+#include "ops/ops.h"
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"

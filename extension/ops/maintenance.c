@@ -43,12 +43,12 @@
  * pending and dead items, quarantined items, unexpired snapshots, ACTIVE
  * sessions and private events a log still holds are never touched.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "maintenance.h"
-#include "token.h"
-#include "version_check.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/version_check.h"
+#include "core/im_sql.h"
+#include "user/user.h"
+#include "ops/ops.h"
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"

@@ -25,13 +25,13 @@
  *       the event the device's ACK points at: in the log → applied and
  *       acknowledged by the device (latest ACK per device).
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "push.h"
-#include "shard_reconcile.h"
-#include "shmem.h"
-#include "version_check.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shmem.h"
+#include "core/version_check.h"
+#include "core/im_sql.h"
+#include "push/push.h"
+#include "shard/shard.h"
 
 #include "access/xlog.h"
 #include "catalog/pg_type.h"

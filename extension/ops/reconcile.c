@@ -28,13 +28,13 @@
  * (their idempotency record is gone, so a redelivery would duplicate), or a
  * delivery nobody should have — is only reported for manual review (§18.3).
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "relation.h"
-#include "shard_map.h"
-#include "shard_reconcile.h"
-#include "shmem.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/shmem.h"
+#include "core/im_sql.h"
+#include "conversation/conversation.h"
+#include "shard/shard.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

@@ -14,10 +14,10 @@
  * got the hint over its connection) or offline (a job is queued), never a
  * state from the middle of the other (test/isolation/specs/push_presence).
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "push.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/im_sql.h"
+#include "push/push.h"
 
 #include "catalog/pg_type.h"
 #include "catalog/pg_type_d.h"

@@ -23,12 +23,12 @@
  *   - what reached a connected device or was read there, or was recalled,
  *     or is now muted, is not pushed: claim completes it as `suppressed`.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "shard_map.h"
-#include "push.h"
-#include "shmem.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/shmem.h"
+#include "core/im_sql.h"
+#include "push/push.h"
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"

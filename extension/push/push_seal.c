@@ -14,10 +14,10 @@
  * Duplicates (the same token registered again on another device) are found
  * by an HMAC-SHA256 of the token under a random key in im.push_secret.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "push.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/im_sql.h"
+#include "push/push.h"
 
 #include <sys/stat.h>
 

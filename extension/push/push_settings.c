@@ -11,10 +11,10 @@
  * effective preview is the least revealing of that and the target's
  * (push_queue.c resolves them).
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "push.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/im_sql.h"
+#include "push/push.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

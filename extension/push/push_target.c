@@ -14,13 +14,12 @@
  *     the statement is hidden from the server log on error, and the audit
  *     row names the device only.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "device.h"
-#include "device_state.h"
-#include "im_sql.h"
-#include "push.h"
-#include "version_check.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/version_check.h"
+#include "core/im_sql.h"
+#include "push/push.h"
+#include "user/user.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

@@ -5,11 +5,11 @@
  * per replication slot the WAL it retains and whether it lost WAL.  The
  * router labels every row with its node.  Nothing on an unsharded node.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "shard_map.h"
-#include "shard_reconcile.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/im_sql.h"
+#include "shard/shard.h"
 
 /* (name, value, help) rows; per-slot rows carry the slot as a label */
 static const char *shard_gauges_sql =

@@ -3,12 +3,12 @@
  * (issue 15, shard_design15.md): im.shard_pending, im.conversation_heads,
  * im.shard_received_positions.  All read this node's own state only.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "shard_map.h"
-#include "transfer.h"
-#include "version_check.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/version_check.h"
+#include "core/im_sql.h"
+#include "shard/shard.h"
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"

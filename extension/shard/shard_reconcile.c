@@ -15,11 +15,11 @@
  *     users placed elsewhere.
  * Nothing here runs on an unsharded node.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "shard_map.h"
-#include "shard_reconcile.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/im_sql.h"
+#include "shard/shard.h"
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"

@@ -9,11 +9,11 @@
  * "below the highest seen") and drops the ack row (returns NULL), so the
  * apply worker never meets a unique key here either.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "shard_map.h"
-#include "transfer.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/im_sql.h"
+#include "shard/shard.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"

@@ -37,14 +37,14 @@
  *     log before its target unless the target is dead.  On a 1.6 catalog
  *     the later ones flow past it, as in 1.6.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "shard_map.h"
-#include "shmem.h"
-#include "fanout.h"
-#include "transfer.h"
-#include "version_check.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/shmem.h"
+#include "core/version_check.h"
+#include "core/im_sql.h"
+#include "fanout/fanout.h"
+#include "shard/shard.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

@@ -21,11 +21,11 @@
  *     one conversation's items are fanned out in msg_seq order, so its
  *     transfers commit (and replicate) in msg_seq order.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "fanout.h"
-#include "im_sql.h"
-#include "shard_map.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/im_sql.h"
+#include "shard/shard.h"
 
 #include "access/xlog.h"
 #include "catalog/pg_type.h"

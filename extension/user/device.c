@@ -15,16 +15,14 @@
  *     per minute, without the token).
  * Lock order: device row, then the user's head (contract §4).
  */
-#include "im_sync.h"
-#include "common.h"
-#include "shard_map.h"
-#include "device.h"
-#include "device_state.h"
-#include "im_sql.h"
-#include "log_privacy.h"
-#include "push.h"
-#include "shmem.h"
-#include "token.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/shmem.h"
+#include "core/log_privacy.h"
+#include "core/im_sql.h"
+#include "push/push.h"
+#include "user/user.h"
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"

@@ -10,11 +10,11 @@
  *     device) is ended at once, so it stops holding the GC fence (gc.c).
  * Every function needs the caller to hold the device row (im_lock_device).
  */
-#include "im_sync.h"
-#include "common.h"
-#include "shard_map.h"
-#include "device_state.h"
-#include "im_sql.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/im_sql.h"
+#include "user/user.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

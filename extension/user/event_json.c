@@ -21,9 +21,9 @@
  * without a scale prints as its decimal digits.  Assert builds compare the
  * sum with the printed page.
  */
-#include "im_sync.h"
-#include "event_json.h"
-#include "im_sql.h"
+#include "core/im_sync.h"
+#include "core/im_sql.h"
+#include "user/user.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

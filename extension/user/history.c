@@ -9,11 +9,10 @@
  * decided from im.membership_period alone, never from the current member
  * list, so it is the same rule fanout and snapshots apply.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "reaction_view.h"
-#include "relation.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/im_sql.h"
+#include "conversation/conversation.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

@@ -16,12 +16,12 @@
  *     fanout writes (one writer of sync_seq);
  *   - lock order (contract §4): the user head, then the user's state row.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "im_sql.h"
-#include "shard_map.h"
-#include "read_state.h"
-#include "shmem.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/shmem.h"
+#include "core/im_sql.h"
+#include "user/user.h"
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"

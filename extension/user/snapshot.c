@@ -21,11 +21,10 @@
  *   - snapshots are immutable once READY: pages and digests never change,
  *     so a client can re-download a page and the digests still prove it.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "device_state.h"
-#include "im_sql.h"
-#include "token.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/im_sql.h"
+#include "user/user.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

@@ -21,15 +21,13 @@
  * state, and its range check reads gc_floor in the snapshot of the rows it
  * serves; when that shows a collected range it falls back to the locks.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "shard_map.h"
-#include "device_state.h"
-#include "event_json.h"
-#include "im_sql.h"
-#include "relation.h"
-#include "shmem.h"
-#include "token.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/shmem.h"
+#include "core/im_sql.h"
+#include "conversation/conversation.h"
+#include "user/user.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"

@@ -23,12 +23,11 @@
  * live at most the largest of token_ttl, recovery_ttl and snapshot_ttl
  * after the key stopped signing.
  */
-#include "im_sync.h"
-#include "common.h"
-#include "device_state.h"
-#include "im_sql.h"
-#include "token.h"
-#include "token_layout.h"
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/im_sql.h"
+#include "im_sync/token_layout.h"
+#include "user/user.h"
 
 #include "catalog/pg_type.h"
 #include "common/base64.h"

@@ -1,11 +1,22 @@
 /*
- * transfer.h — transfers between nodes (issue 15): the destination's apply
- * (transfer_in.c), called by the workers and im.run_fanout before fanout.
+ * shard.h — several nodes' cross-file API (extension/shard/): transfers
+ * out (transfer_out.c, written by fanout), in (transfer_in.c, applied by
+ * the workers and im.run_fanout) and their acknowledgements
+ * (transfer_ack.c); a sharded node's reconcile checks and metrics
+ * (shard_reconcile.c, shard_metrics.c).  The node functions the router
+ * calls (shard_node.c) export only SQL functions; placement, which every
+ * layer asks, is core's (core/shard_map.h).
  */
-#ifndef IM_TRANSFER_H
-#define IM_TRANSFER_H
+#ifndef IM_SHARD_H
+#define IM_SHARD_H
 
 #include "postgres.h"
+#include "fmgr.h"
+
+/*
+ * transfers between nodes (issue 15): the destination's apply
+ * (transfer_in.c), called by the workers and im.run_fanout before fanout.
+ */
 
 /*
  * Apply at most max_transfers pending inbound transfers in the caller's
@@ -49,7 +60,29 @@ extern int64 im_transfer_apply(int max_transfers);
 	"SELECT " cols " FROM im.transfer_in t LEFT JOIN blk b ON b.conversation_id" EQ "t.conversation_id " \
 	"WHERE (t.state" EQ "'pending' OR (t.state" EQ "'quarantined' AND t.next_attempt_at IS NOT NULL)) " \
 	"  AND (b.conversation_id IS NULL OR (t.msg_seq, t.transfer_id)" LT "(b.msg_seq, b.transfer_id))"
+/*
+ * transfer_out.c: in the fanout (sub)transaction of delivered
+ * position items, one transfer record per other node that places some of
+ * their recipients.  Nothing on an unsharded node.
+ */
+extern void im_transfer_out_write(const int64 *outbox_ids, int n);
+
+/* transfer_ack.c: the back channel (applied records, settled and released) */
 extern void im_transfer_ack_settle_stored(void);
 extern uint64 im_transfer_ack_release(void);
 
-#endif
+/*
+ * im.reconcile() and im.metrics() on a sharded node
+ * (issue 15, shard_reconcile.c, shard_metrics.c).
+ */
+
+/* emit the current SPI result of a single-node check, keeping this node's rows */
+extern void im_shard_reconcile_rows_from_spi(FunctionCallInfo fcinfo);
+
+/* the transfer checks; nothing on an unsharded node */
+extern void im_shard_reconcile(FunctionCallInfo fcinfo);
+
+/* the transfer rows of im.metrics() (shard_metrics.c); nothing unsharded */
+extern void im_shard_metrics(FunctionCallInfo fcinfo);
+
+#endif							/* IM_SHARD_H */

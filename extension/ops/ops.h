@@ -1,11 +1,13 @@
 /*
- * maintenance.h — inbox GC (gc.c) and the rest of maintenance: key ring and
- * retention (maintenance.c).  Run by im.gc_inbox and by the first worker.
+ * ops.h — operations' cross-file API (extension/ops/): inbox GC (gc.c) and
+ * the rest of maintenance: key ring and retention (maintenance.c).  Run by
+ * im.gc_inbox and by the first worker.  Reconcile and metrics (reconcile.c,
+ * metrics.c) export only SQL functions.
  */
-#ifndef IM_MAINTENANCE_H
-#define IM_MAINTENANCE_H
+#ifndef IM_OPS_H
+#define IM_OPS_H
 
-#include "im_sync.h"
+#include "core/im_sync.h"
 
 /*
  * One chunk of inbox GC in the caller's transaction: at most max_users
@@ -18,4 +20,4 @@ extern bool im_gc_inbox_chunk(int max_users, FunctionCallInfo fcinfo);
 /* Key ring and retention (everything but inbox GC), caller's transaction. */
 extern void im_maintain(void);
 
-#endif							/* IM_MAINTENANCE_H */
+#endif							/* IM_OPS_H */
