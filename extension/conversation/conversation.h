@@ -12,6 +12,7 @@
 
 #include "core/im_sync.h"
 #include "core/common.h"
+#include "core/locks.h"
 #include "core/im_sql.h"
 
 /*

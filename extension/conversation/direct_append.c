@@ -32,6 +32,7 @@
  */
 #include "core/im_sync.h"
 #include "core/common.h"
+#include "core/locks.h"
 #include "core/shard_map.h"
 #include "core/shmem.h"
 #include "conversation/conversation.h"

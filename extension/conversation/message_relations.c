@@ -29,6 +29,7 @@
  */
 #include "core/im_sync.h"
 #include "core/common.h"
+#include "core/locks.h"
 #include "core/version_check.h"
 #include "core/im_sql.h"
 #include "conversation/conversation.h"

@@ -1,11 +1,10 @@
 /*
  * common.c — the small pieces every API function shares: kept SPI plans,
  * argument checks with the contract's 22023 errors, materialized SRF output,
- * and the lock helpers that fix the lock order of contract §4.
+ * arrays.  The lock helpers are core/locks.c's.
  */
 #include "core/im_sync.h"
 #include "core/common.h"
-#include "core/shard_map.h"
 #include "core/log_privacy.h"
 #include "core/im_sql.h"
 
@@ -281,6 +280,21 @@ im_call_hiding_statement(PGFunction fn, FunctionCallInfo fcinfo)
 	return result;
 }
 
+/* ---- the retry rule's error classes (fanout and transfers) ------------ */
+
+bool
+im_fanout_error_is_transient(int sqlerrcode)
+{
+	int			class = ERRCODE_TO_CATEGORY(sqlerrcode);
+
+	return sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+		class == ERRCODE_CONNECTION_EXCEPTION ||
+		class == ERRCODE_TRANSACTION_ROLLBACK ||
+		class == ERRCODE_INSUFFICIENT_RESOURCES ||
+		class == ERRCODE_OPERATOR_INTERVENTION ||
+		class == ERRCODE_SYSTEM_ERROR;
+}
+
 /* ---- SRF output ------------------------------------------------------- */
 
 void
@@ -338,76 +352,7 @@ im_int64_push(int64 **array, int *n, int *max, int64 v)
 	(*array)[(*n)++] = v;
 }
 
-/* ---- locks ------------------------------------------------------------ */
-
-static void
-conversation_not_found(int64 conversation_id)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_NO_DATA_FOUND),
-			 errmsg("conversation " INT64_FORMAT " does not exist", conversation_id)));
-}
-
-/* conv from row 0 of the last SPI result: kind, mode, head_msg_seq. */
-static void
-conversation_from_row(int64 conversation_id, ImConversation *conv)
-{
-	conv->conversation_id = conversation_id;
-	strlcpy(conv->kind, im_get_text(0, 1), sizeof(conv->kind));
-	strlcpy(conv->mode, im_get_text(0, 2), sizeof(conv->mode));
-	conv->head_msg_seq = im_get_int64(0, 3, NULL);
-}
-
-void
-im_require_conversation(int64 conversation_id, ImConversation *conv)
-{
-	static SPIPlanPtr plan;
-	Datum		args[1];
-
-	im_prepare(&plan,
-			   "SELECT kind, mode, head_msg_seq FROM im.conversation "
-			   "WHERE conversation_id" EQ "$1",
-			   1, INT8OID);
-	args[0] = Int64GetDatum(conversation_id);
-	if (im_exec(plan, args, NULL, 1) != 1)
-		conversation_not_found(conversation_id);
-	if (conv != NULL)
-		conversation_from_row(conversation_id, conv);
-}
-
-void
-im_lock_conversation(int64 conversation_id, ImConversation *conv)
-{
-	if (!im_try_lock_conversation(conversation_id, conv))
-		conversation_not_found(conversation_id);
-}
-
-bool
-im_lock_conversation_with(SPIPlanPtr *plan, const char *sql, int64 conversation_id,
-						  ImConversation *conv)
-{
-	Datum		args[1];
-
-	/* issue 15: a copy of a remote conversation is never written to */
-	im_shard_require_conversation(conversation_id);
-	im_prepare(plan, sql, 1, INT8OID);
-	args[0] = Int64GetDatum(conversation_id);
-	if (im_exec(*plan, args, NULL, 0) != 1)
-		return false;
-	conversation_from_row(conversation_id, conv);
-	return true;
-}
-
-bool
-im_try_lock_conversation(int64 conversation_id, ImConversation *conv)
-{
-	static SPIPlanPtr plan;
-
-	return im_lock_conversation_with(&plan,
-									 "SELECT kind, mode, head_msg_seq FROM im.conversation "
-									 "WHERE conversation_id" EQ "$1 FOR NO KEY UPDATE",
-									 conversation_id, conv);
-}
+/* ---- sorting --------------------------------------------------------- */
 
 static int
 cmp_int64(const void *a, const void *b)
@@ -428,38 +373,6 @@ im_sort_unique_int64(int64 *v, int n)
 		if (k == 0 || v[k - 1] != v[i])
 			v[k++] = v[i];
 	return k;
-}
-
-void
-im_lock_user_heads(int64 *user_ids, int n)
-{
-	static SPIPlanPtr ins;
-	static SPIPlanPtr lock;
-	Datum		args[1];
-
-	/* issue 15: a node holds heads of its own users only (shard_map.c) */
-	n = im_shard_keep_local_users(user_ids, n);
-	if (n <= 0)
-		return;
-	n = im_sort_unique_int64(user_ids, n);
-	args[0] = im_int8_array(user_ids, n);
-	im_prepare(&lock,
-			   "SELECT user_id FROM im.user_head "
-			   "WHERE user_id" EQ "ANY ($1::pg_catalog.int8[]) "
-			   "ORDER BY user_id FOR UPDATE",
-			   1, INT8ARRAYOID);
-	/* Heads normally exist (create, join and register make them). */
-	if (im_exec(lock, args, NULL, 0) == (uint64) n)
-		return;
-
-	/* Sorted inserts, so two creators of the same heads cannot deadlock. */
-	im_prepare(&ins,
-			   "INSERT INTO im.user_head (user_id) "
-			   "SELECT u FROM pg_catalog.unnest($1::pg_catalog.int8[]) u ORDER BY u "
-			   "ON CONFLICT (user_id) DO NOTHING",
-			   1, INT8ARRAYOID);
-	im_exec(ins, args, NULL, 0);
-	im_exec(lock, args, NULL, 0);
 }
 
 /*

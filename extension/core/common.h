@@ -1,7 +1,7 @@
 /*
  * common.h — helpers every API file uses (common.c): kept SPI plans and
- * column getters, argument checks, SRF output, and the lock helpers that
- * keep the contract's lock order.
+ * column getters, argument checks, SRF output, arrays.  The lock helpers are
+ * core/locks.h's.
  */
 #ifndef IM_COMMON_H
 #define IM_COMMON_H
@@ -59,6 +59,12 @@ extern Datum im_call_hiding_statement(PGFunction fn, FunctionCallInfo fcinfo);
 	Datum name(PG_FUNCTION_ARGS) { return im_call_hiding_statement(name##_body, fcinfo); } \
 	static Datum name##_body(PG_FUNCTION_ARGS)
 
+/*
+ * SQLSTATE classes 08, 40, 53, 57, 58 and 55P03: never charged (§4).  The
+ * retry rule of fanout's outbox items and of inbound transfers alike.
+ */
+extern bool im_fanout_error_is_transient(int sqlerrcode);
+
 /* int8[] Datum (palloc'd in the current context) from n ids; n may be 0. */
 extern Datum im_int8_array(const int64 *ids, int n);
 
@@ -68,36 +74,6 @@ extern void im_srf_row(FunctionCallInfo fcinfo, Datum *values, bool *nulls);
 /* One output row per row of the last SPI result, its first ncols columns. */
 extern void im_srf_rows_from_spi(FunctionCallInfo fcinfo, int ncols);
 
-/*
- * Lock helpers, always in the contract's lock order:
- * conversation row, then device rows, then user heads by user_id, then user
- * conversation states by (user_id, conversation_id).
- */
-typedef struct ImConversation
-{
-	int64		conversation_id;
-	char		kind[8];		/* "direct" | "group" */
-	char		mode[12];		/* "fanout" | "shared_log" */
-	int64		head_msg_seq;
-} ImConversation;
-
-/*
- * Read the conversation row without locking it; P0002 when unknown.  conv
- * may be NULL when only existence matters.
- */
-extern void im_require_conversation(int64 conversation_id, ImConversation *conv);
-/* SELECT … FOR UPDATE on the conversation row; P0002 when unknown. */
-extern void im_lock_conversation(int64 conversation_id, ImConversation *conv);
-/* The same lock; false (nothing locked) when the conversation is unknown. */
-extern bool im_try_lock_conversation(int64 conversation_id, ImConversation *conv);
-/*
- * The one way a writer locks a conversation row: IS421 first when this node
- * does not own it (issue 15), then `sql` (kept in *plan; $1 the
- * conversation; result columns kind, mode, head_msg_seq of the locked row)
- * fills conv.  False, nothing locked, when the conversation is unknown.
- */
-extern bool im_lock_conversation_with(SPIPlanPtr *plan, const char *sql,
-									  int64 conversation_id, ImConversation *conv);
 /* 42501 unless the user ever had a period in the conversation. */
 extern void im_require_ever_member(int64 user_id, int64 conversation_id, const char *detail);
 /*
@@ -107,11 +83,4 @@ extern void im_require_ever_member(int64 user_id, int64 conversation_id, const c
 extern void im_int64_push(int64 **array, int *n, int *max, int64 v);
 /* Sort and deduplicate in place; returns the new count. */
 extern int	im_sort_unique_int64(int64 *v, int n);
-/*
- * Ensure user heads exist and lock them in user_id order (n may be 0).
- * Sorts and deduplicates user_ids in place.  On a sharded node only the
- * users placed there (issue 15: the others are left out, in place too).
- */
-extern void im_lock_user_heads(int64 *user_ids, int n);
-
 #endif							/* IM_COMMON_H */

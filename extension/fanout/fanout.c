@@ -31,6 +31,7 @@
  */
 #include "core/im_sync.h"
 #include "core/common.h"
+#include "core/locks.h"
 #include "core/shmem.h"
 #include "core/im_sql.h"
 #include "conversation/conversation.h"
@@ -673,19 +674,6 @@ static void
 fanout_lock_timeout_pop(int nest)
 {
 	AtEOXact_GUC(true, nest);
-}
-
-bool
-im_fanout_error_is_transient(int sqlerrcode)
-{
-	int			class = ERRCODE_TO_CATEGORY(sqlerrcode);
-
-	return sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
-		class == ERRCODE_CONNECTION_EXCEPTION ||
-		class == ERRCODE_TRANSACTION_ROLLBACK ||
-		class == ERRCODE_INSUFFICIENT_RESOURCES ||
-		class == ERRCODE_OPERATOR_INTERVENTION ||
-		class == ERRCODE_SYSTEM_ERROR;
 }
 
 /* SQLSTATE and primary message only: the detail may quote row values such as a body. */

@@ -41,8 +41,6 @@ extern void im_fanout_claim_init(ImFanoutClaim *claim, MemoryContext cxt);
  * Must be called inside SPI_connect.
  */
 extern int64 im_fanout_batch(int max_items, StringInfo hints, ImFanoutClaim *claim);
-/* SQLSTATE classes 08, 40, 53, 57, 58 and 55P03: never charged (§4). */
-extern bool im_fanout_error_is_transient(int sqlerrcode);
 /*
  * A batch failed outside any one item: back off (transient) or charge an
  * attempt to (otherwise) every item it claimed.  Runs in a transaction

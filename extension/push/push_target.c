@@ -16,10 +16,11 @@
  */
 #include "core/im_sync.h"
 #include "core/common.h"
+#include "core/locks.h"
+#include "core/audit.h"
 #include "core/version_check.h"
 #include "core/im_sql.h"
 #include "push/push.h"
-#include "user/user.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"

@@ -43,7 +43,6 @@
 #include "core/shmem.h"
 #include "core/version_check.h"
 #include "core/im_sql.h"
-#include "fanout/fanout.h"
 #include "shard/shard.h"
 
 #include "access/xact.h"

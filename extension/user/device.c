@@ -17,6 +17,8 @@
  */
 #include "core/im_sync.h"
 #include "core/common.h"
+#include "core/locks.h"
+#include "core/audit.h"
 #include "core/shard_map.h"
 #include "core/shmem.h"
 #include "core/log_privacy.h"
@@ -30,27 +32,6 @@
 #include "utils/timestamp.h"
 
 #define IM_DEVICE_CHANNEL "im_sync_device"
-
-void
-im_audit_device(const char *action, int64 user_id, const char *device_id, const char *detail_json)
-{
-	static SPIPlanPtr plan;
-	Datum		args[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-
-	im_prepare(&plan,
-			   "INSERT INTO im.audit (action, user_id, device_id, detail) "
-			   "VALUES ($1, $2, $3, $4::pg_catalog.jsonb)",
-			   4, TEXTOID, INT8OID, TEXTOID, TEXTOID);
-	args[0] = CStringGetTextDatum(action);
-	args[1] = Int64GetDatum(user_id);
-	args[2] = CStringGetTextDatum(device_id);
-	if (detail_json)
-		args[3] = CStringGetTextDatum(detail_json);
-	else
-		nulls[3] = 'n';
-	im_exec(plan, args, nulls, 0);
-}
 
 /* NOTIFY im_sync_device 'user:device:epoch:what', delivered at commit. */
 static void

@@ -1,6 +1,5 @@
 /*
- * device_state.c — the one owner of a device's sync state: its row lock,
- * its generation, the leases it holds on the log (recovery sessions and
+ * device_state.c — the one owner of a device's sync state: its generation, the leases it holds on the log (recovery sessions and
  * snapshots) and its last-seen time.  User side.
  *
  * Invariants protected here:
@@ -8,10 +7,12 @@
  *     batch tokens, cursors and snapshot tokens (STALE_GENERATION);
  *   - a lease that can never be used again (older generation, revoked
  *     device) is ended at once, so it stops holding the GC fence (gc.c).
- * Every function needs the caller to hold the device row (im_lock_device).
+ * Every function needs the caller to hold the device row (im_lock_device,
+ * core/locks.c).
  */
 #include "core/im_sync.h"
 #include "core/common.h"
+#include "core/locks.h"
 #include "core/shard_map.h"
 #include "core/im_sql.h"
 #include "user/user.h"
@@ -19,73 +20,11 @@
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 
-/* Result columns of the device lock. */
-enum
-{
-	Anum_device_lock_state = 1,
-	Anum_device_lock_sync_generation,
-	Anum_device_lock_acked_sync_seq,
-	Anum_device_lock_issued_sync_seq,
-	Anum_device_lock_connection_epoch,
-	Anum_device_lock_registration
-};
-
 static void
 device_args(Datum *args, int64 user_id, const char *device_id)
 {
 	args[0] = Int64GetDatum(user_id);
 	args[1] = CStringGetTextDatum(device_id);
-}
-
-/* Row 0 of the last SPI result is the device's columns (Anum_device_lock_*). */
-static void
-device_from_spi(int64 user_id, const char *device_id, ImDevice *dev)
-{
-	if (SPI_processed != 1)
-	{
-		im_shard_require_user(user_id);	/* issue 15: IS421 when the user lives elsewhere */
-		ereport(ERROR,
-				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("device \"%s\" of user " INT64_FORMAT " is not registered",
-						device_id, user_id)));
-	}
-	dev->user_id = user_id;
-	strlcpy(dev->device_id, device_id, sizeof(dev->device_id));
-	strlcpy(dev->state, im_get_text(0, Anum_device_lock_state), sizeof(dev->state));
-	dev->sync_generation = im_get_int32(0, Anum_device_lock_sync_generation, NULL);
-	dev->acked_sync_seq = im_get_int64(0, Anum_device_lock_acked_sync_seq, NULL);
-	dev->issued_sync_seq = im_get_int64(0, Anum_device_lock_issued_sync_seq, NULL);
-	dev->connection_epoch = im_get_int64(0, Anum_device_lock_connection_epoch, NULL);
-	dev->registration = im_get_int32(0, Anum_device_lock_registration, NULL);
-}
-
-#define DEVICE_COLUMNS_SQL \
-	"SELECT state, sync_generation, acked_sync_seq, issued_sync_seq, " \
-	"       connection_epoch, registration " \
-	"FROM im.device WHERE user_id" EQ "$1 AND device_id" EQ "$2"
-
-void
-im_lock_device(int64 user_id, const char *device_id, ImDevice *dev)
-{
-	static SPIPlanPtr plan;
-	Datum		args[2];
-
-	im_prepare(&plan, DEVICE_COLUMNS_SQL " FOR UPDATE", 2, INT8OID, TEXTOID);
-	device_args(args, user_id, device_id);
-	im_exec(plan, args, NULL, 0);
-	device_from_spi(user_id, device_id, dev);
-}
-
-void
-im_read_device(int64 user_id, const char *device_id, ImDevice *dev)
-{
-	static SPIPlanPtr plan;
-	Datum		args[2];
-
-	im_prepare(&plan, DEVICE_COLUMNS_SQL, 2, INT8OID, TEXTOID);
-	device_args(args, user_id, device_id);
-	im_exec(plan, args, NULL, 0);
-	device_from_spi(user_id, device_id, dev);
 }
 
 void

@@ -23,6 +23,7 @@
  */
 #include "core/im_sync.h"
 #include "core/common.h"
+#include "core/locks.h"
 #include "core/shard_map.h"
 #include "core/shmem.h"
 #include "core/im_sql.h"

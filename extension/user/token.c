@@ -25,6 +25,7 @@
  */
 #include "core/im_sync.h"
 #include "core/common.h"
+#include "core/locks.h"
 #include "core/im_sql.h"
 #include "im_sync/token_layout.h"
 #include "user/user.h"

@@ -1,6 +1,6 @@
 /*
  * user.h — the user side's cross-file API (extension/user/): device state
- * (device_state.c), device audit (device.c), signed tokens (token.c), the
+ * (device_state.c; the device row lock is core/locks.h's), signed tokens (token.c), the
  * private events of read state (read_state.c) and sync pages built in C
  * (event_json.c).  Sync, snapshots and history (sync.c, snapshot.c,
  * history.c) export only SQL functions.
@@ -9,6 +9,7 @@
 #define IM_USER_H
 
 #include "core/im_sync.h"
+#include "core/locks.h"
 #include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
 #include "utils/jsonb.h"
@@ -16,33 +17,10 @@
 
 /*
  * the one owner of a device's sync state (device_state.c):
- * its row lock, its generation, its GC leases and its last-seen time
+ * its generation, its GC leases and its last-seen time
  * (user side).
  */
 
-typedef struct ImDevice
-{
-	int64		user_id;
-	char		device_id[65];
-	char		state[12];		/* NEW ACTIVE RECOVERING RESETTING REVOKED */
-	int32		sync_generation;
-	int64		acked_sync_seq;
-	int64		issued_sync_seq;	/* highest sync_seq ever given to it */
-	int64		connection_epoch;
-	int32		registration;
-} ImDevice;
-
-/*
- * SELECT … FOR UPDATE on the device row; P0002 when never registered.  The
- * row lock orders every call of one device (contract §4 lock order: after
- * the conversation row, before user heads).
- */
-extern void im_lock_device(int64 user_id, const char *device_id, ImDevice *dev);
-/*
- * The same row without a lock: for a call that writes nothing (a sync
- * cursor page) and is correct as of the moment it read the row.
- */
-extern void im_read_device(int64 user_id, const char *device_id, ImDevice *dev);
 /*
  * Generation + 1 (kills every older token of the device) and new_state;
  * touches the device.  Caller holds the row lock; dev is updated in place.
@@ -71,18 +49,6 @@ extern void im_device_touch(int64 user_id, const char *device_id);
  * window is im_sync.device_inactive_after (30 days by default).
  */
 extern void im_device_touch_coarse(int64 user_id, const char *device_id);
-
-/*
- * devices, connection epochs, device tokens and their audit
- * (device.c).
- */
-
-/*
- * One row of im.audit about a device (detail_json may be NULL); no token or
- * body ever goes into it.  Runs inside the caller's SPI connection.
- */
-extern void im_audit_device(const char *action, int64 user_id, const char *device_id,
-							const char *detail_json);
 
 /*
  * signed tokens and the key ring (token.c).
