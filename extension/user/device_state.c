@@ -1,6 +1,7 @@
 /*
- * device_state.c — the one owner of a device's sync state: its generation, the leases it holds on the log (recovery sessions and
- * snapshots) and its last-seen time.  User side.
+ * device_state.c — the one owner of a device's sync state: its generation,
+ * the leases it holds on the log (recovery sessions and snapshots) and its
+ * last-seen time.  User side.
  *
  * Invariants protected here:
  *   - a generation only grows, and every bump kills the device's older

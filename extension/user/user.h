@@ -1,8 +1,8 @@
 /*
  * user.h — the user side's cross-file API (extension/user/): device state
- * (device_state.c; the device row lock is core/locks.h's), signed tokens (token.c), the
- * private events of read state (read_state.c) and sync pages built in C
- * (event_json.c).  Sync, snapshots and history (sync.c, snapshot.c,
+ * (device_state.c; the device row lock is core/locks.h's), signed tokens
+ * (token.c), the private events of read state (read_state.c) and sync
+ * pages built in C (event_json.c).  Sync, snapshots and history (sync.c, snapshot.c,
  * history.c) export only SQL functions.
  */
 #ifndef IM_USER_H

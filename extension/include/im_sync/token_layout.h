@@ -1,6 +1,6 @@
 /*
  * token_layout.h — the byte layout of a token's claims, the one definition
- * the C readers use: extension/token.c writes and verifies tokens, and the
+ * the C readers use: extension/user/token.c writes and verifies tokens, and the
  * gateway (gateway/hello_order.c) reads a device token's user and device to
  * keep a device's hellos in order, without verifying it (the database
  * does).  Plain C, no PostgreSQL headers.  The JS client's
