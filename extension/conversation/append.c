@@ -104,14 +104,14 @@ append_written(ImConversation *conv, int heads_moved_col, int outbox_items_col)
 }
 
 /*
- * issue 15: a new message_id carries its conversation's bucket on a sharded
+ * a new message_id carries its conversation's bucket on a sharded
  * node (factor 64, shard_map.h), and is the plain sequence value otherwise
  * (factor 1).  factor: the parameter holding it.
  */
 #define PLACED_EVENT_ID_SQL(factor) \
 	"(pg_catalog.nextval('im.event_id_seq')" OP_TIMES factor ")" PLUS "($1" OP_MOD factor ")"
 
-/* The append statement; extra_cols/extra_vals: issue 11's target columns. */
+/* The append statement; extra_cols/extra_vals: the reply and pin target columns. */
 #define APPEND_SQL(extra_cols, extra_vals, factor) \
 	"WITH ins AS (" \
 	"  INSERT INTO im.event (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_id," \
@@ -138,7 +138,7 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	/*
 	 * One statement: if the event insert is suppressed by the idempotency
 	 * key, the head and outbox CTEs see no row and change nothing, so a
-	 * suppressed append leaves no gap.  issue 11: a reply or pin also
+	 * suppressed append leaves no gap.  A reply or pin also
 	 * writes its target column; every other append keeps the statement a
 	 * pre-1.3 catalog understands (the library may run on one until
 	 * ALTER EXTENSION UPDATE).
@@ -168,7 +168,7 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	if (ev->subject_user_id == 0)
 		nulls[9] = 'n';
 	args[10] = CStringGetTextDatum(conv->mode);
-	/* issue 11 (contract §14): reply and pin targets, NULL when 0 */
+	/* contract §14: reply and pin targets, NULL when 0 */
 	args[11] = Int64GetDatum(ev->reply_to_message_id);
 	nulls[11] = ev->reply_to_message_id == 0 ? 'n' : ' ';
 	args[12] = Int64GetDatum(ev->pin_message_id);
@@ -186,7 +186,7 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 }
 
 /*
- * The fast path's lock (issue 10): the conversation row is locked by the
+ * The fast path's lock: the conversation row is locked by the
  * write of its next position itself, so the lock window starts with the
  * write instead of a row-lock record followed by a second update of the
  * row.  An UPDATE that waited for the previous writer re-reads the newest

@@ -68,7 +68,7 @@ collect_members(FunctionCallInfo fcinfo, int64 creator, int64 **out)
 }
 
 /*
- * issue 15: a period id carries its conversation's bucket ($1) on a sharded
+ * a period id carries its conversation's bucket ($1) on a sharded
  * node, so the copies of periods from several conversation nodes never
  * share an id on a user node; factor 1 unsharded (shard_map.h).
  */
@@ -84,7 +84,7 @@ ensure_user_conversations(int64 conversation_id, Datum user_array)
 	static SPIPlanPtr plan;
 	Datum		args[2];
 
-	/* issue 15: only the users whose heads this node holds (shard_map.c) */
+	/* only the users whose heads this node holds (shard_map.c) */
 
 	im_prepare(&plan,
 			   "INSERT INTO im.user_conversation (user_id, conversation_id) "
@@ -124,7 +124,7 @@ create_conversation(const char *kind, int64 *members, int n)
 	if (direct)
 	{
 		/*
-		 * issue 15: the pair's bucket is (lo + hi) % 64, so both members'
+		 * the pair's bucket is (lo + hi) % 64, so both members'
 		 * calls resolve to one node and one id; $3 is the id factor
 		 */
 		im_shard_require_conversation(members[0] + members[1]);
@@ -154,7 +154,7 @@ create_conversation(const char *kind, int64 *members, int n)
 	}
 	else
 	{
-		/* issue 15: a group gets the node's buckets round robin ($2 '{}' unsharded) */
+		/* a group gets the node's buckets round robin ($2 '{}' unsharded) */
 		im_prepare(&ins_group,
 				   "WITH s AS (SELECT pg_catalog.nextval('im.conversation_id_seq') AS v) "
 				   "INSERT INTO im.conversation (conversation_id, kind) "

@@ -33,8 +33,8 @@ typedef struct ImNewEvent
 	Datum		body;			/* jsonb; (Datum) 0 = NULL */
 	int64		target_message_id;
 	int64		subject_user_id;
-	int64		reply_to_message_id;	/* issue 11: a message's reply target */
-	int64		pin_message_id; /* issue 11: a pin's target */
+	int64		reply_to_message_id;	/* a message's reply target */
+	int64		pin_message_id; /* a pin's target */
 } ImNewEvent;
 
 /*
@@ -85,7 +85,7 @@ extern void im_direct_append_end(ImDirectAppend *da);
 extern Datum im_jsonb_from_cstring(const char *json);
 
 /*
- * reactions, pins and reply targets (relation.c, contract §14).
+ * reactions, pins and reply targets (message_relations.c, contract §14).
  */
 
 /* Contract §14 limits. */

@@ -1,5 +1,5 @@
 /*
- * direct_append.c — issue 10: a member's message written without a
+ * direct_append.c — the direct path: a member's message written without a
  * statement under the conversation lock.  Everything a statement would set
  * up (relations and their indexes opened, privileges checked, the rows'
  * column layout read) is done before the lock is taken; under the lock are
@@ -699,7 +699,7 @@ im_append_member_message(ImDirectAppend *da, ImConversation *conv, const ImNewEv
 		return false;
 	}
 
-	/* issue 15: the id carries the conversation's bucket (append.c) */
+	/* the id carries the conversation's bucket (append.c) */
 	if (pg_mul_s64_overflow(nextval_internal(da->event_seq, true), factor, &id) ||
 		pg_add_s64_overflow(id, conv->conversation_id % factor, &id))
 		ereport(ERROR,

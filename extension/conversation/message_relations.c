@@ -1,5 +1,5 @@
 /*
- * relation.c — reactions, pins and reply targets (contract §14, design
+ * message_relations.c — reactions, pins and reply targets (contract §14, design
  * §12.5): im.react, im.pin_message, the checks of a reply target and the
  * pin list change a recall makes.
  *

@@ -1,11 +1,12 @@
 /*
  * row_rules.c — the cross-column rules of the send path's rows, as the
- * immutable C functions their one CHECK constraint per table calls
- * (issue 10, 1.6): im.event_fields_valid (CHECK event_kind_fields) and
- * im.conversation_pair_valid (the 1.6 CHECK conversation_direct_pair; since
- * 1.8 the trigger of that name, im.conversation_pair_check, applies the same
- * rule, because a CHECK was planned again at every head UPDATE of every
- * send, under the conversation's row lock, for columns it never writes).
+ * immutable C functions their one CHECK constraint per table calls:
+ * im.event_fields_valid (CHECK event_kind_fields) and
+ * im.conversation_pair_valid, which the trigger conversation_direct_pair
+ * (im.conversation_pair_check) applies: a CHECK on im.conversation was
+ * planned again at every head UPDATE of every send, under the
+ * conversation's row lock, for columns it never writes (upgrades.md,
+ * "Catalog history kept in code").
  *
  * Why C: PostgreSQL reads every CHECK of a table from its stored node text,
  * plans and compiles it again at the start of each INSERT or UPDATE

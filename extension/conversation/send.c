@@ -48,7 +48,7 @@ typedef struct SendRequest
 	int64		conversation_id;
 	char	   *client_msg_id;
 	int64		target_message_id;	/* 0 for message */
-	int64		reply_to_message_id;	/* issue 11: 0 when not a reply */
+	int64		reply_to_message_id;	/* 0 when not a reply */
 	char	   *content_type;	/* NULL for recall/edit */
 	Datum		body;			/* jsonb, 0 for recall */
 	char	   *body_text;		/* canonical jsonb text */
@@ -187,7 +187,7 @@ compute_digest(SendRequest *req)
 	append_field(ctx, num);
 	append_field(ctx, req->content_type);
 	append_field(ctx, req->body_text);
-	/* issue 11: only a reply hashes its target, so digests of 1.1 sends stay valid */
+	/* only a reply hashes its target, so digests of 1.1 sends stay valid */
 	if (req->reply_to_message_id != 0)
 	{
 		snprintf(num, sizeof(num), "reply:" INT64_FORMAT, req->reply_to_message_id);
@@ -420,7 +420,7 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 		require_active_member(req->conversation_id, req->sender_id);
 		if (req->target_message_id != 0)
 			check_target(req);
-		if (req->reply_to_message_id != 0)	/* issue 11: contract §14 checks */
+		if (req->reply_to_message_id != 0)	/* contract §14 checks */
 			im_relation_check_reply(req->conversation_id, req->sender_id,
 									req->reply_to_message_id);
 
@@ -430,7 +430,7 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 			if (strcmp(req->kind, "recall") == 0)
 			{
 				tombstone_target(req->target_message_id);
-				/* issue 11: a pinned target leaves the pin list at a new position */
+				/* a pinned target leaves the pin list at a new position */
 				im_relation_recalled(&conv, req->target_message_id);
 			}
 			else if (strcmp(req->kind, "edit") == 0)
@@ -502,7 +502,7 @@ IM_SENSITIVE_FUNCTION(im_edit_message)
 }
 
 /*
- * issue 11 (relation.c): the digest and idempotency lookup of a react or pin
+ * For message_relations.c: the digest and idempotency lookup of a react or pin
  * request, the same as a send's, so every kind shares one client_msg_id
  * namespace (contract §14).  detail and body_text stand in for content_type
  * and body in the digest.  Returns true with the original's ids, false when

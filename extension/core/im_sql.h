@@ -180,7 +180,7 @@
 	"JOIN im.membership_period p ON p.conversation_id" EQ "e.conversation_id " \
 	" AND (" IM_PERIOD_COVERS_SQL("p", "COALESCE(t.msg_seq, e.msg_seq)") \
 	"      OR (e.kind" EQ "'leave' AND p.leave_event_id" EQ "e.message_id)) " \
-	/* issue 11: a reaction needs the period to cover its own position too */ \
+	/* a reaction needs the period to cover its own position too */ \
 	" AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
 	"WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL "
 

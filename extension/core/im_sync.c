@@ -163,7 +163,7 @@ define_settings(void)
 							"Pause between the first fanout worker's maintenance rounds (0: none).",
 							NULL, &im_maintenance_interval_s, 300, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
-	/* issue 12: offline push (contract §9, §13) */
+	/* offline push (contract §9, §13) */
 	DefineCustomStringVariable("im_sync.push_public_key_file",
 							   "File holding the push relay's RSA public key (SPKI PEM); relative to the data directory.",
 							   NULL, &im_push_public_key_file, "",

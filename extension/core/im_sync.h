@@ -38,7 +38,7 @@ extern int	im_token_key_max_age_s;
 extern int	im_audit_retention_s;
 extern int	im_transfer_retention_s;
 extern int	im_maintenance_interval_s;
-/* issue 12: offline push (contract §9, §13) */
+/* offline push (contract §9, §13) */
 extern char *im_push_public_key_file;
 extern int	im_push_delay_ms;
 extern int	im_push_min_interval_ms;

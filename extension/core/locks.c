@@ -64,7 +64,7 @@ im_lock_conversation_with(SPIPlanPtr *plan, const char *sql, int64 conversation_
 {
 	Datum		args[1];
 
-	/* issue 15: a copy of a remote conversation is never written to */
+	/* a copy of a remote conversation is never written to */
 	im_shard_require_conversation(conversation_id);
 	im_prepare(plan, sql, 1, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
@@ -111,7 +111,7 @@ device_from_spi(int64 user_id, const char *device_id, ImDevice *dev)
 {
 	if (SPI_processed != 1)
 	{
-		im_shard_require_user(user_id);	/* issue 15: IS421 when the user lives elsewhere */
+		im_shard_require_user(user_id);	/* IS421 when the user lives elsewhere */
 		ereport(ERROR,
 				(errcode(ERRCODE_NO_DATA_FOUND),
 				 errmsg("device \"%s\" of user " INT64_FORMAT " is not registered",
@@ -165,7 +165,7 @@ im_lock_user_heads(int64 *user_ids, int n)
 	static SPIPlanPtr lock;
 	Datum		args[1];
 
-	/* issue 15: a node holds heads of its own users only (shard_map.c) */
+	/* a node holds heads of its own users only (shard_map.c) */
 	n = im_shard_keep_local_users(user_ids, n);
 	if (n <= 0)
 		return;

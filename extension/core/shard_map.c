@@ -1,5 +1,5 @@
 /*
- * shard_map.c — the node's shard map (issue 15): im.shard_configure,
+ * shard_map.c — the node's shard map: im.shard_configure,
  * im.shard_self, and the placement questions the rest of the code asks.
  *
  * Invariants protected here:
@@ -39,7 +39,7 @@ typedef struct ShardCache
 	bool		configured;
 	char		self[64];
 	char		nodes[IM_SHARD_BUCKETS][64];
-	/* issue 10: the im.shard_config row version the map was parsed from */
+	/* the im.shard_config row version the map was parsed from */
 	Oid			relid;
 	ItemPointerData tid;
 	TransactionId xmin;
@@ -77,7 +77,7 @@ parse_shard_config(Relation rel, HeapTuple tuple)
 }
 
 /*
- * Read im.shard_config once per transaction (issue 10: a direct scan of its
+ * Read im.shard_config once per transaction (a direct scan of its
  * one row, not an SPI query, which cost every send about 5 % of its backend
  * time; the map is parsed again only when the row version changed).  The
  * snapshot is the one an SPI query would take: a new one in READ COMMITTED,

@@ -1,5 +1,5 @@
 /*
- * shard_map.h — placement (issue 15): which node owns which of the 64
+ * shard_map.h — placement: which node owns which of the 64
  * virtual buckets, and the ids that carry their bucket.
  *
  * bucket(user_id) = user_id % 64; conversation, event (message) and push

@@ -39,7 +39,7 @@ typedef enum ImCounter
 	IM_COUNTER_FANOUT_TRANSIENT_FAILURES,	/* item failures backed off, not charged */
 	IM_COUNTER_FANOUT_CHARGED_FAILURES, /* item failures charged as attempts */
 	IM_COUNTER_FANOUT_BATCH_FAILURES,	/* batches that failed outside any one item */
-	/* issue 12: relay results, in push_queue.c's push_results order */
+	/* relay results, in push_queue.c's push_results order */
 	IM_COUNTER_PUSH_DELIVERED,
 	IM_COUNTER_PUSH_REJECTED,
 	IM_COUNTER_PUSH_RATE_LIMITED,

@@ -813,7 +813,7 @@ queue_pushes(FanoutItem *items, int count)
 }
 
 /*
- * issue 15: a delivered run's items with recipients on other nodes get
+ * a delivered run's items with recipients on other nodes get
  * their transfer records in this same subtransaction, so an item is done
  * iff its local deliveries and its transfers commit together.
  */
@@ -859,7 +859,7 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 							   it->source_event_id)));
 		if (it->private_user_id != 0)
 			deliver_private(b, it);
-		else if (it->shared_log && im_kind_uses_marker(it->kind))	/* issue 11 */
+		else if (it->shared_log && im_kind_uses_marker(it->kind))	/* reactions and pins (contract §14) */
 		{
 			int64	   *ids = palloc(sizeof(int64) * count);
 			int64	   *moved;
@@ -880,7 +880,7 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 			queue_pushes(it, count);
 		}
 		if (it->private_user_id == 0)
-			transfer_run(it, count);	/* issue 15: the remote recipients */
+			transfer_run(it, count);	/* the remote recipients */
 		mark_done(it, count);
 		subxact_commit(oldcontext, oldowner);
 	}
@@ -918,7 +918,7 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 static bool
 is_shared_log_message(const FanoutItem *it)
 {
-	return it->private_user_id == 0 && it->shared_log && im_kind_uses_marker(it->kind); /* issue 11 */
+	return it->private_user_id == 0 && it->shared_log && im_kind_uses_marker(it->kind); /* reactions and pins (contract §14) */
 }
 
 /* A position delivered as inbox events that may join a run (not `mode`). */
@@ -1164,7 +1164,7 @@ im_run_fanout(PG_FUNCTION_ARGS)
 
 	initStringInfo(&hints);
 	im_spi_connect();
-	/* issue 15: on a sharded node inbound transfers are applied first */
+	/* on a sharded node inbound transfers are applied first */
 	im_transfer_apply(max_items);
 	while (claimed < max_items)
 	{

@@ -96,7 +96,7 @@ extern void im_worker_register(void);
  * fails, so a worker that tried to fan out would log an error every
  * naptime for as long as the standby lives.  Instead it waits, read-only,
  * and starts working by itself when the standby is promoted: fanout runs on
- * the new primary without a restart (issue 14 item 2, design doc §16).
+ * the new primary without a restart (design doc §16).
  */
 
 /*

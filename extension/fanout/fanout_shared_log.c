@@ -54,12 +54,12 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 			   "  SELECT p.user_id, pg_catalog.max(e.msg_seq) AS target,"
 			   "    (pg_catalog.array_agg(p.membership_period_id ORDER BY e.msg_seq DESC))[1] AS period,"
 			   "    (pg_catalog.array_agg(e.message_id ORDER BY e.msg_seq DESC))[1] AS message_id,"
-			   /* issue 11: the unread bound's m counts messages only (contract §3) */
+			   /* the unread bound's m counts messages only (contract §3) */
 			   "    pg_catalog.max(e.msg_seq) FILTER (WHERE e.kind" EQ "'message') AS m"
 			   "  FROM im.event e JOIN im.membership_period p"
 			   "    ON p.conversation_id" EQ "e.conversation_id"
 			   "   AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq")
-			   /* issue 11: a reaction also needs the period to cover its target */
+			   /* a reaction also needs the period to cover its target */
 			   "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id"
 			   "  WHERE (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "t.msg_seq") ") AND e.message_id" EQ "ANY ($2::pg_catalog.int8[]) AND e.conversation_id" EQ "$1"
 			   "  GROUP BY p.user_id),"
@@ -69,7 +69,7 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 			   "    dirty_version = u.dirty_version" PLUS "1,"
 			   "    dirty = true,"
 			   "    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, m.target),"
-			   "    unread_count = CASE WHEN m.m IS NULL THEN u.unread_count"	/* issue 11 */
+			   "    unread_count = CASE WHEN m.m IS NULL THEN u.unread_count"	/* reactions and pins (contract §14) */
 			   "                   ELSE pg_catalog.int8larger(0, m.m" MINUS "u.read_msg_seq) END,"
 			   "    version = u.version" PLUS "1"
 			   "  FROM m, im.user_conversation o"

@@ -1,6 +1,6 @@
 /*
  * recovery_wait.c — fanout workers wait while the server is in recovery
- * (see recovery_wait.h).  RecoveryInProgress() reads shared memory, so the
+ * (see fanout.h).  RecoveryInProgress() reads shared memory, so the
  * check needs no transaction and costs nothing per loop.
  */
 #include "postgres.h"

@@ -15,7 +15,7 @@
  * with the same healthy conversations, and the worker stays up and never
  * takes the cluster down with it (only an exit by signal restarts every
  * backend).  On a hot standby the workers start too and wait, read-only,
- * until promotion (recovery_wait.h).
+ * until promotion (fanout.h).
  */
 #include "core/im_sync.h"
 #include "core/shmem.h"
@@ -100,7 +100,7 @@ im_worker_register(void)
 		memset(&worker, 0, sizeof(worker));
 		worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
 			BGWORKER_BACKEND_DATABASE_CONNECTION;
-		/* also on a hot standby, where they wait (recovery_wait.h) */
+		/* also on a hot standby, where they wait (fanout.h) */
 		worker.bgw_start_time = BgWorkerStart_ConsistentState;
 		worker.bgw_restart_time = IM_WORKER_RESTART_S;
 		snprintf(worker.bgw_library_name, BGW_MAXLEN, "im_sync");
@@ -162,7 +162,7 @@ worker_run_batch(MemoryContext loop_cxt)
 
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "im_sync: SPI_connect failed");
-		/* issue 15: inbound transfers become local outbox items first */
+		/* inbound transfers become local outbox items first */
 		im_transfer_apply(IM_WORKER_BATCH);
 		n = im_fanout_batch(IM_WORKER_BATCH, hints, &batch_claim);
 		/* NOTIFY is queued now and delivered at this transaction's commit. */

@@ -21,7 +21,7 @@
  *     sync_changes would make them; ended ones are deleted once the largest
  *     of token_ttl and recovery_ttl has passed since they ended;
  *   - audit rows older than im_sync.audit_retention;
- *   - a sharded node's transfer records (issue 15, catalog 1.5 on).  Its own
+ *   - a sharded node's transfer records.  Its own
  *     applied records (im.transfer_ack) once every logical slot of this
  *     database has confirmed them: a mark (the WAL insert position, taken
  *     after every transaction older than the mark's time has ended) that

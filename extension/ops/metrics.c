@@ -244,7 +244,7 @@ im_metrics(PG_FUNCTION_ARGS)
 	 * Every row above and below only reads, so im.metrics() also answers on
 	 * a hot standby; this row tells a scrape which kind of server it read
 	 * (a standby's outbox gauges are the primary's as of its replay, and
-	 * its counters are its own, mostly 0: its workers wait, recovery_wait.h).
+	 * its counters are its own, mostly 0: its workers wait, fanout.h).
 	 */
 	/* a row added in 1.4: on an older catalog the answer stays its release's (test/upgrade/calls.sql) */
 	if (im_catalog_at_least(1, 4))
@@ -279,7 +279,7 @@ im_metrics(PG_FUNCTION_ARGS)
 			   "Failed device authentications since server start.");
 
 	emit_push_metrics(fcinfo);
-	im_shard_metrics(fcinfo);	/* issue 15: transfers and slots */
+	im_shard_metrics(fcinfo);	/* transfers and slots */
 
 	for (int s = 0; s < (int) NUM_STAGES; s++)
 		emit_histogram(fcinfo, &stages[s], &stage_plans[s]);

@@ -65,7 +65,7 @@
 	"         o.private_user_id, COALESCE(e.kind, pe.kind) AS kind, " \
 	"         (e.kind IN ('message', 'reaction', 'pin') AND e.mode" EQ "'shared_log') IS TRUE AS shared, " \
 	"         COALESCE(t.msg_seq, e.msg_seq) AS vis_seq, " \
-	"         CASE WHEN e.kind" EQ "'reaction' THEN e.msg_seq END AS own_seq " /* issue 11 */ \
+	"         CASE WHEN e.kind" EQ "'reaction' THEN e.msg_seq END AS own_seq " /* reactions and pins (contract §14) */ \
 	"  FROM im.outbox o " \
 	"  LEFT JOIN im.event e ON o.private_user_id IS NULL AND e.message_id" EQ "o.source_event_id " \
 	"  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
@@ -134,7 +134,7 @@ typedef struct ReconcileCheck
 	const char *sql;
 } ReconcileCheck;
 
-/* issue 11: "is not a JSON array" (NULL body included) */
+/* "is not a JSON array" (NULL body included) */
 #define IS_DISTINCT_FROM_ARRAY_SQL " IS DISTINCT FROM 'array' "
 
 static const ReconcileCheck checks[] = {
@@ -154,9 +154,9 @@ static const ReconcileCheck checks[] = {
 	 "ORDER BY e.conversation_id, e.msg_seq"},
 	/*
 	 * An outbox item is a position's (msg_seq set) or a private event's
-	 * (its user set, no msg_seq).  No CHECK says so since 1.8 (it was
-	 * planned at every send's outbox insert, under the conversation lock):
-	 * the three statements that write the outbox give each item its shape.
+	 * (its user set, no msg_seq).  No CHECK says so (one was planned at
+	 * every send's outbox insert, under the conversation lock): the three
+	 * statements that write the outbox give each item its shape.
 	 */
 	{"outbox_item_malformed",
 	 "SELECT 'outbox_item_malformed', 'error', o.conversation_id, o.private_user_id, "
@@ -176,7 +176,7 @@ static const ReconcileCheck checks[] = {
 	 "  WHERE c.conversation_id" EQ "e.conversation_id) "
 	 "ORDER BY e.conversation_id, e.msg_seq"},
 	/*
-	 * issue 11 (contract §14): every reaction position carries its sender's
+	 * contract §14: every reaction position carries its sender's
 	 * whole set for the target, built on that sender's previous position for
 	 * it: at most one key differs, the keys are distinct, 1..32 characters,
 	 * at most 20; the target is a message of the conversation; a recalled
@@ -211,7 +211,7 @@ static const ReconcileCheck checks[] = {
 	 "        ) d)" GT "1 END "
 	 "ORDER BY r.conversation_id, r.msg_seq"},
 	/*
-	 * issue 11: every pin position carries the whole list, built on the
+	 * every pin position carries the whole list, built on the
 	 * conversation's previous pin position: at most one id differs, ids are
 	 * distinct messages of the conversation, at most 50; the latest list
 	 * holds no recalled message (a recall appends the list without it).
@@ -242,11 +242,11 @@ static const ReconcileCheck checks[] = {
 	 "       ) d)" GT "1 "
 	 "ORDER BY p.conversation_id, p.msg_seq"},
 	/*
-	 * issue 11: a reply's and a pin's target (columns without a foreign key,
+	 * a reply's and a pin's target (columns without a foreign key,
 	 * checked by the functions under the conversation lock) is an earlier
-	 * message of the same conversation; since 1.6 (issue 10) the same holds
+	 * message of the same conversation; the same holds
 	 * for the target of a recall, edit or reaction (target_message_id lost
-	 * its foreign key: send.c and relation.c check it under the lock, and
+	 * its foreign key: send.c and message_relations.c check it under the lock, and
 	 * events are never deleted).  One event has at most one of the three.
 	 */
 	{"relation_target",
@@ -469,18 +469,18 @@ im_reconcile(PG_FUNCTION_ARGS)
 	im_spi_connect();
 	for (int i = 0; i < (int) NUM_CHECKS; i++)
 	{
-		/* issue 11: a pre-1.3 catalog has no reply or pin target columns */
+		/* a pre-1.3 catalog has no reply or pin target columns */
 		if (strcmp(checks[i].name, "relation_target") == 0 && !im_relation_catalog())
 			continue;
 		im_prepare(&plans[i], checks[i].sql, 2, INT4OID, INT4OID);
 		im_exec(plans[i], args, NULL, 0);
-		/* issue 15: a sharded node reports its own facts and users only */
+		/* a sharded node reports its own facts and users only */
 		im_shard_reconcile_rows_from_spi(fcinfo);
 		/* The unread recount goes after the delivery checks it depends on. */
 		if (strcmp(checks[i].name, "conversation_head") == 0)
 			check_unread(fcinfo);
 	}
-	im_shard_reconcile(fcinfo);	/* issue 15: transfers, slots, placement */
+	im_shard_reconcile(fcinfo);	/* transfers, slots, placement */
 	SPI_finish();
 	PG_RETURN_NULL();
 }
@@ -559,7 +559,7 @@ read_delivery_audit(AuditRow **rows)
 	uint64		n;
 	uint64		kept = 0;
 	AuditRow   *r;
-	/* issue 15: read the map before the audit's results (it may use SPI) */
+	/* read the map before the audit's results (it may use SPI) */
 	bool		sharded = im_shard_configured();
 
 	im_prepare(&plan,
@@ -576,7 +576,7 @@ read_delivery_audit(AuditRow **rows)
 
 		k->user_id = im_get_int64(i, Anum_audit_user_id, NULL);
 		/*
-		 * issue 15: a user placed on another node has no inbox here; it gets
+		 * a user placed on another node has no inbox here; it gets
 		 * the item by transfer and its own node audits and repairs it (the
 		 * same rows reconcile leaves out, shard_reconcile.c).  Counting it
 		 * here would requeue every item with remote recipients.

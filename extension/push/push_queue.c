@@ -90,7 +90,7 @@ im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 			    * first made this fanout wait for its commit (then the job is no
 			    * longer pending and a new one is queued)
 			    */
-			   /* issue 15: a job id carries its user's bucket ($5: the id factor, shard_map.h) */
+			   /* a job id carries its user's bucket ($5: the id factor, shard_map.h) */
 			   "INSERT INTO im.push_job (job_id, push_target_id, user_id, device_id, conversation_id, message_id,"
 			   "                         msg_seq, sync_seq, not_before)"
 			   " SELECT (pg_catalog.nextval('im.push_job_id_seq')" OP_TIMES "$5)" PLUS "(tg.user_id" OP_MOD "$5),"

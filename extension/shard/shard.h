@@ -14,7 +14,7 @@
 #include "fmgr.h"
 
 /*
- * transfers between nodes (issue 15): the destination's apply
+ * transfers between nodes: the destination's apply
  * (transfer_in.c), called by the workers and im.run_fanout before fanout.
  */
 
@@ -73,7 +73,7 @@ extern uint64 im_transfer_ack_release(void);
 
 /*
  * im.reconcile() and im.metrics() on a sharded node
- * (issue 15, shard_reconcile.c, shard_metrics.c).
+ * (shard_reconcile.c, shard_metrics.c).
  */
 
 /* emit the current SPI result of a single-node check, keeping this node's rows */

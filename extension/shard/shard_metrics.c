@@ -1,6 +1,6 @@
 /*
- * shard_metrics.c — the transfer rows of im.metrics() on a sharded node
- * (issue 15): transfers sent and not yet acknowledged (records, age),
+ * shard_metrics.c — the transfer rows of im.metrics() on a sharded node:
+ * transfers sent and not yet acknowledged (records, age),
  * received / applied / pending / quarantined / duplicates, apply lag, and
  * per replication slot the WAL it retains and whether it lost WAL.  The
  * router labels every row with its node.  Nothing on an unsharded node.

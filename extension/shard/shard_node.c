@@ -1,6 +1,6 @@
 /*
  * shard_node.c — the node functions the router and the shard tests call
- * (issue 15, shard_design15.md): im.shard_pending, im.conversation_heads,
+ * (extension/doc/sharding.md): im.shard_pending, im.conversation_heads,
  * im.shard_received_positions.  All read this node's own state only.
  */
 #include "core/im_sync.h"
@@ -18,8 +18,8 @@
  * inbound_unapplied): all three 0 on every node iff everything is fanned
  * out, carried and applied (a transfer is unacked on its source until the
  * destination's applied record came back).  Dead letters and quarantined
- * transfers are not pending: reconcile reports them.  Since 1.7 the
- * inbound count is what an apply pass would take now (transfer.h): a
+ * transfers are not pending: reconcile reports them.  The inbound count is
+ * what an apply pass would take now (shard.h): a
  * transfer held behind a quarantined one of its conversation waits for it,
  * as a failed outbox item's later ones wait on one node, and a quarantined
  * one is counted while it is due again.
@@ -121,7 +121,7 @@ im_conversation_heads(PG_FUNCTION_ARGS)
  * the conversation's node, so every user who has or had a period sees the
  * head and the mode in force now, as on one node — an ex-member's copy of
  * the conversation row is not updated once no member is left on its node
- * (issue 15, known gap (5)).
+ * (extension/doc/sharding.md, known gap 5).
  */
 PG_FUNCTION_INFO_V1(im_conversation_current);
 Datum

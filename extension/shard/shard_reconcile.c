@@ -1,6 +1,6 @@
 /*
- * shard_reconcile.c — the node-side reconcile checks of a sharded node
- * (issue 15), appended to im.reconcile().  The router's reconcile is the
+ * shard_reconcile.c — the node-side reconcile checks of a sharded node,
+ * appended to im.reconcile().  The router's reconcile is the
  * union over nodes plus the cross-node checks (it reads
  * im.message_audience / im.shard_received_positions for those).
  *
@@ -72,10 +72,10 @@ static const char *const transfer_checks[] = {
 	/*
 	 * Quarantined (retried, holding the later transfers of its conversation)
 	 * and dead ones (past im_sync.fanout_max_attempts; the later ones flowed
-	 * past it; repair: fix the cause, im.shard_retry_quarantined).  Since
-	 * 1.7 the detail adds attempts, next_attempt_at (absent: no automatic
-	 * retry) and how many later transfers a quarantined one holds; read
-	 * through to_jsonb so the same text serves a 1.6 catalog.
+	 * past it; repair: fix the cause, im.shard_retry_quarantined).  The
+	 * detail adds attempts, next_attempt_at (absent: no automatic retry) and
+	 * how many later transfers a quarantined one holds; read through
+	 * to_jsonb so the same text serves an older catalog without them.
 	 */
 	"SELECT 'transfer_' " OP_CONCAT " t.state, 'error', t.conversation_id, NULL::pg_catalog.int8, "
 	"  pg_catalog.jsonb_build_object('source_node', t.source_node, 'transfer_id', t.transfer_id, "

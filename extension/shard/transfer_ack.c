@@ -1,5 +1,5 @@
 /*
- * transfer_ack.c — the back channel of transfers (issue 15).  PostgreSQL 15
+ * transfer_ack.c — the back channel of transfers.  PostgreSQL 15
  * has no `origin = none`, so "applied" records travel in a table of their
  * own: the destination inserts one im.transfer_ack row per transfer it
  * applied (or quarantined, which it then holds), publication

@@ -1,5 +1,5 @@
 /*
- * transfer_in.c — the destination's half of a transfer (issue 15).
+ * transfer_in.c — the destination's half of a transfer.
  *
  * Arrival: the subscription's apply worker inserts the replicated
  * im.transfer_out row; the ENABLE ALWAYS BEFORE INSERT trigger
@@ -29,13 +29,13 @@
  *   - a poison transfer (its apply fails) is quarantined with its error in
  *     its own subtransaction and acknowledged (the destination holds it and
  *     its payload, reconcile reports it); other conversations flow;
- *   - (catalog 1.7) the single-node order of a failing item, per
- *     conversation: a quarantined transfer is retried with fanout's backoff
- *     and holds the later transfers of its conversation on this node until
- *     it applies, or until it is dead after im_sync.fanout_max_attempts
- *     charged attempts (transfer.h); so a recall or edit never reaches the
- *     log before its target unless the target is dead.  On a 1.6 catalog
- *     the later ones flow past it, as in 1.6.
+ *   - the single-node order of a failing item, per conversation: a
+ *     quarantined transfer is retried with fanout's backoff and holds the
+ *     later transfers of its conversation on this node until it applies, or
+ *     until it is dead after im_sync.fanout_max_attempts charged attempts
+ *     (shard.h); so a recall or edit never reaches the log before its target
+ *     unless the target is dead.  Older catalogs: extension/doc/upgrades.md,
+ *     "Catalog history kept in code".
  */
 #include "core/im_sync.h"
 #include "core/common.h"
@@ -185,8 +185,8 @@ im_transfer_out_arrive(PG_FUNCTION_ARGS)
 		if (im_catalog_at_least(1, 7))
 		{
 			/*
-			 * Since 1.7 written by the next apply pass, like every applied
-			 * record (im_transfer_ack_release): one path, one rule.
+			 * written by the next apply pass, like every applied record
+			 * (im_transfer_ack_release): one path, one rule
 			 */
 			static SPIPlanPtr due;
 
@@ -258,7 +258,7 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 		 * idempotency key (sender, client_msg_id), so a sender reusing a
 		 * client_msg_id in conversations on other nodes (contract §15) never
 		 * collides here, and this node's own retries and IS409 never see a
-		 * copy (1.6; on a 1.5 catalog the key still covers copies).
+		 * copy (an older catalog: upgrades.md, "Catalog history kept in code").
 		 */
 		static SPIPlanPtr events;
 		static SPIPlanPtr periods;
@@ -272,7 +272,7 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 				   " ORDER BY x.msg_seq "
 				   "ON CONFLICT (message_id) DO UPDATE SET body = EXCLUDED.body,"
 				   "  content_type = EXCLUDED.content_type, recalled = EXCLUDED.recalled"
-				   /* shconc (issue 15, bytes): an unchanged copy is not rewritten (no WAL) */
+				   /* shconc (bytes): an unchanged copy is not rewritten (no WAL) */
 				   "  WHERE (im.event.body, im.event.content_type, im.event.recalled)"
 				   "    IS DISTINCT FROM (EXCLUDED.body, EXCLUDED.content_type, EXCLUDED.recalled)"
 				   /*
@@ -294,13 +294,13 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 				   /* period ids carry their conversation's bucket: the same id is the same period */
 				   "  WHERE im.membership_period.conversation_id" EQ "EXCLUDED.conversation_id"
 				   "    AND im.membership_period.user_id" EQ "EXCLUDED.user_id"
-				   /* shconc (issue 15, bytes): only a leave changes a period (no WAL otherwise) */
+				   /* shconc (bytes): only a leave changes a period (no WAL otherwise) */
 				   "    AND im.membership_period.leave_seq IS NULL AND EXCLUDED.leave_seq IS NOT NULL",
 				   1, JSONBOID);
 		im_exec(periods, args, NULL, 0);
 		{
 			/*
-			 * shconc (issue 15, bytes): a transfer carries the rows of the
+			 * shconc (bytes): a transfer carries the rows of the
 			 * periods its item opens or closes and names the others by id
 			 * ('period_ids'; absent from older payloads).  Every named
 			 * period must be here by now (its join's transfer was applied
@@ -334,7 +334,7 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 		im_prepare(&states,
 				   "WITH u AS (SELECT x.user_id FROM"
 				   "   pg_catalog.jsonb_populate_recordset(NULL::im.membership_period, $1->'periods') x"
-				   /* shconc (issue 15, bytes): and the users of the periods named by id */
+				   /* shconc (bytes): and the users of the periods named by id */
 				   "   UNION SELECT p.user_id FROM im.membership_period p"
 				   "   WHERE p.conversation_id" EQ "$2 AND p.membership_period_id IN"
 				   "    (SELECT j::pg_catalog.int8 FROM pg_catalog.jsonb_array_elements_text("
@@ -356,11 +356,10 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 
 /*
  * Mark applied, or failed with its error; returns the transfer's state
- * now.  A failure on a 1.7 catalog is retried by the rule of fanout's
- * outbox items (fanout.c record_failure): a transient one backs off and is
- * never an attempt, any other is charged and the transfer is dead at
- * im_sync.fanout_max_attempts.  Since 1.7 the applied record is NOT written
- * here: applied_at stays NULL ("settled, record not written yet") and
+ * now.  A failure is retried by the rule of fanout's outbox items (fanout.c
+ * record_failure): a transient one backs off and is never an attempt, any
+ * other is charged and the transfer is dead at im_sync.fanout_max_attempts.
+ * The applied record is NOT written here: applied_at stays NULL ("settled, record not written yet") and
  * im_transfer_ack_release writes it in a later transaction, once this one
  * is on the synchronous standby (transfer_ack.c: an ack written here was
  * decoded and sent to the source while this commit still waited for the
@@ -540,7 +539,7 @@ im_transfer_apply(int max_transfers)
 	static SPIPlanPtr pending;
 	static SPIPlanPtr pending16;
 	Datum		args[2];
-	bool		ordered;		/* a 1.7 catalog: retries and holds (transfer.h) */
+	bool		ordered;		/* im_catalog_at_least(1, 7): retries and holds (shard.h) */
 	bool		held = false;
 	int64		held_conversation = 0;
 	uint64		n;

@@ -1,5 +1,5 @@
 /*
- * transfer_out.c — the conversation node's half of a transfer (issue 15):
+ * transfer_out.c — the conversation node's half of a transfer:
  * in the fanout transaction, one im.transfer_out row per (outbox item,
  * other node placing some of its recipients), with what that node needs to
  * deliver it through its own local fanout: the conversation row, the event
@@ -99,7 +99,7 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 	/*
 	 * cfg says LIMIT 1 (one row at most): never analyzed, a bare scan of
 	 * im.shard_config is estimated at ~800 rows, which multiplied this plan's
-	 * cost past jit_optimize_above_cost (issue 15, the router's slow steps);
+	 * cost past jit_optimize_above_cost (the router's slow steps);
 	 * JIT is also off for the statement (below).
 	 */
 	im_prepare(&plan,
@@ -148,7 +148,7 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			    * destination refuses one whose periods it never received
 			    * (quarantine, never a silent miss).  Re-sending every
 			    * recipient's period and join event with each item was most of
-			    * a transfer's bytes (issue 15).
+			    * a transfer's bytes.
 			    */
 			   "   'periods', COALESCE((SELECT pg_catalog.jsonb_agg(" IM_ROW_WITHOUT_NULLS_SQL("p") ")"
 			   "               FROM im.membership_period p WHERE p.membership_period_id" EQ "ANY (d.periods)"

@@ -63,7 +63,7 @@ im_register_device(PG_FUNCTION_ARGS)
 	bool		nulls[2] = {false, false};
 	char		detail[96];
 
-	im_shard_require_user(user_id);	/* issue 15: devices live on the user's node */
+	im_shard_require_user(user_id);	/* devices live on the user's node */
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
@@ -142,7 +142,7 @@ im_revoke_device(PG_FUNCTION_ARGS)
 				   2, INT8OID, TEXTOID);
 		im_exec(upd, args, NULL, 0);
 		im_device_end_leases(user_id, device_id);
-		im_push_remove_device_target(user_id, device_id);	/* issue 12 */
+		im_push_remove_device_target(user_id, device_id);	/* its push target goes with it (contract §13) */
 		snprintf(detail, sizeof(detail), "{\"registration\": %d}", dev.registration);
 		im_audit_device("revoke_device", user_id, device_id, detail);
 		notify_device(user_id, device_id, dev.connection_epoch, "REVOKED");

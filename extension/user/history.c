@@ -23,7 +23,7 @@
  * (contract §1), as (message_id, msg_seq), found through index ranges
  * bounded by the user's own periods, never by a scan up to the head — a
  * former member whose period ended long ago reads what its periods hold,
- * however long the conversation grew since (issue 8 item 4):
+ * however long the conversation grew since:
  *   in_period  — positions inside a period, in msg_seq order, at most a page
  *                plus one per period (the (conversation_id, msg_seq) index);
  *                a recall or edit among them counts only when its target
@@ -56,7 +56,7 @@
 	"      AND e.msg_seq" LE "LEAST($4, COALESCE(p.leave_seq, $4)) " \
 	"      AND (e.target_message_id IS NULL OR EXISTS (SELECT 1 FROM per q " \
 	"            WHERE " IM_PERIOD_COVERS_SQL("q", "t.msg_seq") ")) " \
-	/* issue 11: a reaction needs its own period to cover its target too */ \
+	/* a reaction needs its own period to cover its target too */ \
 	"      AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "t.msg_seq") ") " \
 	"      AND " IM_NOT_DELETED_FOR_ME_SQL("$1") \
 	"    ORDER BY e.msg_seq LIMIT $5" PLUS "1) x " \
@@ -68,7 +68,7 @@
 	"           AND t.msg_seq" GE "p.join_seq " \
 	"           AND t.msg_seq" LE "p.leave_seq " \
 	"          WHERE p.leave_seq IS NOT NULL AND t.kind" EQ "'message')) " \
-	"    AND e.kind" NE "'reaction' " /* issue 11: never after the period */ \
+	"    AND e.kind" NE "'reaction' " /* never after the period */ \
 	"    AND e.msg_seq" GT "$3 AND e.msg_seq" LE "$4 " \
 	"    AND " IM_NOT_DELETED_FOR_ME_SQL("$1") \
 	"  UNION " \
@@ -90,7 +90,7 @@ Datum
 im_fetch_messages(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr page_plan;
-	static SPIPlanPtr page_plan_pre13;	/* issue 11: a pre-1.3 catalog (relation.h) */
+	static SPIPlanPtr page_plan_pre13;	/* a pre-1.3 catalog (message_relations.c) */
 	SPIPlanPtr	page;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
@@ -136,9 +136,9 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 			   "WITH " HISTORY_VISIBLE_POSITIONS_SQL ", "
 			   "top AS (SELECT v.message_id, v.msg_seq FROM visible v "
 			   "        ORDER BY v.msg_seq LIMIT $5" PLUS "1), "
-			   IM_MESSAGE_REACTIONS_CTE_SQL ", "	/* issue 11 (reaction_view.h) */
+			   IM_MESSAGE_REACTIONS_CTE_SQL ", "	/* reactions (conversation.h) */
 			   "ev AS (SELECT e.msg_seq, " IM_EVENT_JSON_SQL
-			   /* issue 11: reactions and my_reactions (reaction_view.h) */
+			   /* reactions and my_reactions (conversation.h) */
 			   OP_CONCAT IM_MESSAGE_REACTIONS_SQL " AS ev, "
 			   "              pg_catalog.row_number() OVER (ORDER BY e.msg_seq) AS rn "
 			   "       FROM im.event e" IM_MESSAGE_REACTIONS_JOIN_SQL "WHERE e.message_id" EQ

@@ -38,7 +38,7 @@ im_enqueue_private_event(int64 user_id, int64 conversation_id,
 
 	/*
 	 * One statement: the event and its outbox item cannot come apart.
-	 * issue 15: the id carries the user's bucket ($6: the id factor), so on
+	 * the id carries the user's bucket ($6: the id factor), so on
 	 * a user node it never equals a copied event's id (those carry remote
 	 * conversations' buckets) in the outbox's source_event_id key.
 	 */
@@ -263,7 +263,7 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 	}
 
 	/*
-	 * issue 15: on the conversation node of a user placed elsewhere the
+	 * on the conversation node of a user placed elsewhere the
 	 * deletion is recorded for fetch_messages only; the user's node (the
 	 * router's second call) recounts and writes the private event.
 	 */
@@ -289,7 +289,7 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 	"    ON p.conversation_id" EQ "e.conversation_id " \
 	"  WHERE (" IM_PERIOD_COVERS_SQL("p", "e.cover_seq") \
 	"         OR p.leave_event_id" EQ "e.message_id) " \
-	/* issue 11: a reaction needs the period to cover its own position too */ \
+	/* a reaction needs the period to cover its own position too */ \
 	"    AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
 	"    AND " IM_NOT_DELETED_FOR_ME_SQL("p.user_id") "), " \
 	"s AS (" \
@@ -305,7 +305,7 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 
 /* a position of shared_log mode has no per-user event (row e) */
 #define SHARED_LOG_POSITION_SQL \
-	"(e.kind IN ('message', 'reaction', 'pin') "	/* issue 11 */ \
+	"(e.kind IN ('message', 'reaction', 'pin') "	/* reactions and pins (contract §14) */ \
 	" AND e.mode" EQ "'shared_log')"
 
 /* device d's ACK covers the event (rows e, s, d, h; see message_status) */
@@ -324,7 +324,7 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 
 /*
  * The rows of message_status and message_facts from the scope CTEs e and s,
- * one piece for the single node and a user node (issue 15's
+ * one piece for the single node and a user node (the router's
  * shard_message_status / shard_message_facts), so both report the same
  * facts the same way.  e has one row on the conversation's node and none on
  * a user node before the transfer arrived (hence LEFT JOIN; s never depends
@@ -423,7 +423,7 @@ im_message_status(PG_FUNCTION_ARGS)
 }
 
 /*
- * issue 15: the scope of message $1 for the users $2 on THEIR node (CTEs e,
+ * the scope of message $1 for the users $2 on THEIR node (CTEs e,
  * s): the copy of the event (none while no transfer brought it), in scope
  * once the local outbox item of the copy is processed and not quarantined
  * for the user — "its outbox item is processed" means "applied on the
@@ -469,7 +469,7 @@ local_user_ids_arg(FunctionCallInfo fcinfo, int argno)
 
 PG_FUNCTION_INFO_V1(im_shard_message_status);
 /*
- * issue 15: shard_message_status(message_id, user_ids) on a user node:
+ * shard_message_status(message_id, user_ids) on a user node:
  * message_status's device rows for those of its users (accepted is true:
  * the router asks only about a message its conversation node has).
  */
@@ -492,7 +492,7 @@ im_shard_message_status(PG_FUNCTION_ARGS)
 }
 
 PG_FUNCTION_INFO_V1(im_shard_message_facts);
-/* issue 15: shard_message_facts(message_id, user_ids): message_facts' user rows, as above */
+/* shard_message_facts(message_id, user_ids): message_facts' user rows, as above */
 Datum
 im_shard_message_facts(PG_FUNCTION_ARGS)
 {
@@ -513,7 +513,7 @@ im_shard_message_facts(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(im_message_audience);
 /*
- * issue 15: message_audience(message_id) on the conversation node: the users
+ * message_audience(message_id) on the conversation node: the users
  * contract §1 lets see the position (message_status's scope, one row per
  * user, deletions recorded here included), P0002 as message_status.  The
  * router merges it with the users' nodes' device and read facts.

@@ -12,8 +12,7 @@
  *     and marks its outbox items done in one transaction, so the cut holds
  *     either all of a fanout or none of it: S is exactly the last event of
  *     the log the items describe.  No lock on the user's head is held, so
- *     fanout into the user goes on while the manifest is built (issue 8
- *     item 4); what it commits meanwhile gets sync_seq > S and is not in
+ *     fanout into the user goes on while the manifest is built ; what it commits meanwhile gets sync_seq > S and is not in
  *     the manifest;
  *   - generation fence (§2.3): begin_snapshot bumps sync_generation, so every
  *     older batch token, cursor or snapshot token stops working; only a
@@ -51,7 +50,7 @@
  * the event is older than the collection cutoff (IM_ITEM_PROCESSED_SQL:
  * items are written with their event; on a copy an event that came only as
  * a dependency of a later transfer has none and was not delivered here,
- * issue 15).  Deciding from the outbox rather than
+ * on several nodes).  Deciding from the outbox rather than
  * from inbox rows keeps the rule true after GC of the log.  A position
  * counts for the user by contract §1 (periods; recall and edit by their
  * target; the leaver's own leave).
@@ -66,7 +65,7 @@
  * the log, in the fanout transaction.
  */
 /*
- * issue 11 (contract §14): an item's `pinned`, the body list of the latest
+ * contract §14: an item's `pinned`, the body list of the latest
  * pin position in `pos` (delivered to the user, visible at its own
  * position) of conversation c, [] when none.
  */
@@ -95,7 +94,7 @@
 	"              AND " IM_PERIOD_COVERS_SQL("p", "COALESCE(t.msg_seq, e.msg_seq)") ") " \
 	"         OR (e.kind" EQ "'leave' AND EXISTS (SELECT 1 FROM per p " \
 	"            WHERE p.leave_event_id" EQ "e.message_id))) " \
-	/* issue 11: a reaction needs one period covering its target and itself */ \
+	/* a reaction needs one period covering its target and itself */ \
 	"    AND (e.kind" NE "'reaction' OR EXISTS (SELECT 1 FROM per p " \
 	"            WHERE p.conversation_id" EQ "e.conversation_id " \
 	"              AND " IM_PERIOD_COVERS_SQL("p", "t.msg_seq") \
@@ -127,7 +126,7 @@
 	"    'recalled_message_ids', COALESCE((SELECT pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FROM pos x " \
 	"                        WHERE x.conversation_id" EQ "c.conversation_id " \
 	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb))" \
-	/* issue 11: the latest pin position visible at or before the cut */ \
+	/* the latest pin position visible at or before the cut */ \
 	"    " OP_CONCAT SNAPSHOT_PINNED_SQL " AS body " \
 	"  FROM conv c JOIN im.conversation k ON k.conversation_id" EQ "c.conversation_id " \
 	"  LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "$1 " \

@@ -128,7 +128,7 @@ share_user_head(int64 user_id, UserHead *h)
 	args[0] = Int64GetDatum(user_id);
 	if (im_exec(plan, args, NULL, 1) != 1)
 	{
-		im_shard_require_user(user_id);	/* issue 15: no head here: is it ours? */
+		im_shard_require_user(user_id);	/* no head here: is it ours? */
 		im_lock_user_heads(&user_id, 1);
 		h->high_watermark = 0;
 		h->gc_floor = 0;
@@ -190,7 +190,7 @@ enum
 	Anum_page_target_message_id,
 	Anum_page_recalled,
 	Anum_page_created_at,
-	Anum_page_reply_to_message_id,	/* issue 11 (NULL on a pre-1.3 catalog) */
+	Anum_page_reply_to_message_id,	/* reply target (NULL on a pre-1.3 catalog) */
 	Anum_page_pin_message_id,
 	Anum_page_gc_floor,			/* the user's head, in the rows' snapshot */
 	Anum_page_user_hw
@@ -236,7 +236,7 @@ page_event_row(uint64 row, ImEventRow *ev)
 	ev->has_target = !isnull;
 	ev->recalled = im_get_bool(row, Anum_page_recalled, NULL);
 	ev->created_at = DatumGetTimestampTz(page_col(row, Anum_page_created_at, &isnull));
-	/* issue 11: a message's reply key; a pin's target is its pinned message */
+	/* a message's reply key; a pin's target is its pinned message */
 	ev->relation_keys = im_relation_catalog();
 	ev->reply_to_message_id = im_get_int64(row, Anum_page_reply_to_message_id, &isnull);
 	ev->has_reply = !isnull;
@@ -253,7 +253,7 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 		  int64 *last, bool *more, PageSeen *seen)
 {
 	static SPIPlanPtr plan;
-	static SPIPlanPtr plan_pre13;	/* issue 11: a pre-1.3 catalog (relation.h) */
+	static SPIPlanPtr plan_pre13;	/* a pre-1.3 catalog (message_relations.c) */
 	SPIPlanPtr	p;
 	Datum		args[4];
 	ImEventPage page;

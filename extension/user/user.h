@@ -163,7 +163,7 @@ typedef struct ImEventRow
 	int64		target_message_id;
 	bool		recalled;
 	TimestampTz created_at;
-	/* issue 11 (contract §14): a message carries reply_to_message_id (NULL
+	/* contract §14: a message carries reply_to_message_id (NULL
 	 * when none) once the catalog has relations (relation_keys) */
 	bool		relation_keys;
 	bool		has_reply;
