@@ -5,7 +5,9 @@
 
 EXTENSION   = im_sync
 MODULE_big  = im_sync
-OBJS        = $(patsubst %.c,%.o,$(wildcard extension/*.c))
+# the sources sit in one folder per subsystem (extension/doc/architecture.md)
+IM_DIRS     = core conversation fanout user push shard ops
+OBJS        = $(patsubst %.c,%.o,$(foreach d,$(IM_DIRS),$(wildcard extension/$(d)/*.c)))
 # The catalog version the library serves is im_sync.control's default_version
 # (version_check.c: workers wait while the installed extversion differs).
 IM_LIBRARY_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" im_sync.control)
@@ -29,7 +31,7 @@ ROUTER_SCHEMA = $(sort $(wildcard extension/router/schema/*.sql))
 ROUTER_SCRIPT = extension/router/im_sync_router--$(ROUTER_VERSION).sql
 DATA       += extension/router/im_sync_router.control $(wildcard extension/router/updates/im_sync_router--*.sql)
 DATA_built  = $(IM_SCRIPT) $(ROUTER_SCRIPT)
-PG_CPPFLAGS = -Iextension -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
+PG_CPPFLAGS = -Iextension -Iextension/include -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
 PG_CPPFLAGS += -DIM_LIBRARY_VERSION='"$(IM_LIBRARY_VERSION)"'
 SHLIB_LINK  = $(filter -lcrypto -lssl,$(LIBS))
 PG_CONFIG  ?= pg_config
@@ -88,7 +90,7 @@ $(IM_SCRIPT): $(IM_SCHEMA) im_sync.control Makefile
 $(ROUTER_SCRIPT): $(ROUTER_SCHEMA) extension/router/im_sync_router.control Makefile
 	$(call concat_schema,im_sync_router,extension/router/schema/*.sql,$(ROUTER_SCHEMA))
 # the version is compiled in from the control file
-extension/version_check.o: im_sync.control
+extension/core/version_check.o: im_sync.control
 # Scripts of this extension in the extension directory that this tree does
 # not install (the full scripts of earlier versions an earlier `make install`
 # left there) would be taken instead of the chain from the base: removed.

@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the token's claims as extension/token.c writes them (one definition) */
-#include "../extension/token_layout.h"
+/* the token's claims as extension/user/token.c writes them (one definition) */
+#include "im_sync/token_layout.h"
 
 #define SLOTS (1 << 16)
 

@@ -21,7 +21,7 @@ typedef struct im_job im_job;
 
 /*
  * The device a hello's token names, as a nonzero 64-bit key, read from the
- * token's claims without verifying them (extension/token_layout.h); 0 when
+ * token's claims without verifying them (extension/include/im_sync/token_layout.h); 0 when
  * the token is not readable (the node refuses it anyway).  Any thread.
  */
 extern uint64_t im_hello_device_key(const char *token);

@@ -1,0 +1,96 @@
+/*
+ * shard.h — several nodes' cross-file API (extension/shard/): transfers
+ * out (transfer_out.c, written by fanout), in (transfer_in.c, applied by
+ * the workers and im.run_fanout) and their acknowledgements
+ * (transfer_ack.c); a sharded node's reconcile checks and metrics
+ * (shard_reconcile.c, shard_metrics.c).  The node functions the router
+ * calls (shard_node.c) export only SQL functions; placement, which every
+ * layer asks, is core's (core/shard_map.h).
+ */
+#ifndef IM_SHARD_H
+#define IM_SHARD_H
+
+#include "postgres.h"
+#include "fmgr.h"
+
+/*
+ * transfers between nodes: the destination's apply
+ * (transfer_in.c), called by the workers and im.run_fanout before fanout.
+ */
+
+/*
+ * Apply at most max_transfers pending inbound transfers in the caller's
+ * transaction (each in its own subtransaction; a failing one is
+ * quarantined).  Returns how many were applied; 0 when not sharded or
+ * another applier holds the lock.  Must be called inside SPI_connect.
+ */
+extern int64 im_transfer_apply(int max_transfers);
+
+/*
+ * Order of inbound transfers (catalog 1.7; transfer_in.c): the single-node
+ * rule of fanout, per conversation on this destination.  A transfer that
+ * failed to apply is 'quarantined' with its error and retried after the
+ * backoff of contract §4 (IM_*_BACKOFF_SQL); after
+ * im_sync.fanout_max_attempts charged attempts it is 'dead'.  While it is
+ * quarantined it holds every later transfer of its conversation on this
+ * node (whichever users they carry: "later" is (msg_seq, transfer_id)
+ * within the conversation, as one outbox head holds its conversation on one
+ * node); a dead one holds nothing.  A quarantined transfer with no
+ * next_attempt_at (judged at arrival as sent before its source's pruning
+ * horizon: an operator's question, never retried by itself) holds nothing
+ * either.
+ *
+ * IM_TRANSFER_BLOCKERS_SQL: per conversation, the first quarantined
+ * transfer waiting out its backoff with no pending transfer before it (one
+ * before it may be what it missed, so it is retried right after that one).
+ * IM_TRANSFERS_DUE_SQL(cols): the transfers an apply pass takes, as rows
+ * of `cols` of im.transfer_in t: pending or retryable quarantined ones,
+ * before their conversation's blocker.
+ */
+#define IM_TRANSFER_BLOCKERS_SQL \
+	"SELECT DISTINCT ON (q.conversation_id) q.conversation_id, q.msg_seq, q.transfer_id" \
+	" FROM im.transfer_in q" \
+	" WHERE q.state" EQ "'quarantined' AND q.next_attempt_at" GT "pg_catalog.now()" \
+	"   AND NOT EXISTS (SELECT 1 FROM im.transfer_in p WHERE p.conversation_id" EQ "q.conversation_id" \
+	"                   AND p.state" EQ "'pending'" \
+	"                   AND (p.msg_seq, p.transfer_id)" LT "(q.msg_seq, q.transfer_id))" \
+	" ORDER BY q.conversation_id, q.msg_seq, q.transfer_id"
+#define IM_TRANSFERS_DUE_SQL(cols) \
+	"WITH blk AS (" IM_TRANSFER_BLOCKERS_SQL ") " \
+	"SELECT " cols " FROM im.transfer_in t LEFT JOIN blk b ON b.conversation_id" EQ "t.conversation_id " \
+	"WHERE (t.state" EQ "'pending' OR (t.state" EQ "'quarantined' AND t.next_attempt_at IS NOT NULL)) " \
+	"  AND (b.conversation_id IS NULL OR (t.msg_seq, t.transfer_id)" LT "(b.msg_seq, b.transfer_id))"
+/*
+ * transfer_out.c: in the fanout (sub)transaction of delivered
+ * position items, one transfer record per other node that places some of
+ * their recipients.  Nothing on an unsharded node.
+ */
+extern void im_transfer_out_write(const int64 *outbox_ids, int n);
+
+/*
+ * transfer_out.c: the transfer of a delete_for_me private item whose user
+ * is placed on another node (user/read_state.c's hand-off), in the item's
+ * fanout subtransaction instead of a local delivery.  False when the item
+ * is no such hand-off (then it is delivered here as any private item).
+ */
+extern bool im_transfer_out_write_deletion(int64 outbox_id);
+
+/* transfer_ack.c: the back channel (applied records, settled and released) */
+extern void im_transfer_ack_settle_stored(void);
+extern uint64 im_transfer_ack_release(void);
+
+/*
+ * im.reconcile() and im.metrics() on a sharded node
+ * (shard_reconcile.c, shard_metrics.c).
+ */
+
+/* emit the current SPI result of a single-node check, keeping this node's rows */
+extern void im_shard_reconcile_rows_from_spi(FunctionCallInfo fcinfo);
+
+/* the transfer checks; nothing on an unsharded node */
+extern void im_shard_reconcile(FunctionCallInfo fcinfo);
+
+/* the transfer rows of im.metrics() (shard_metrics.c); nothing unsharded */
+extern void im_shard_metrics(FunctionCallInfo fcinfo);
+
+#endif							/* IM_SHARD_H */

@@ -1,0 +1,721 @@
+/*
+ * transfer_in.c — the destination's half of a transfer.
+ *
+ * Arrival: the subscription's apply worker inserts the replicated
+ * im.transfer_out row; the ENABLE ALWAYS BEFORE INSERT trigger
+ * (im.transfer_out_arrive) records it in im.transfer_in under its exact key
+ * (source node, transfer id) — a pair already recorded only counts a
+ * duplicate — and returns NULL, so the replicated row itself is never
+ * stored and no unique key of a replicated table is ever hit by the apply
+ * worker (a conflict there would stop the subscription in a retry loop).
+ * Nothing else runs inside the apply worker.
+ *
+ * Apply (im.shard_apply_transfers, the workers, im.run_fanout): the node's
+ * own code turns pending rows into local copies — the conversation row,
+ * the events, the recipients' periods — plus an outbox item, and the SAME
+ * local fanout delivers it with the same idempotency key (user, source
+ * event, period), in msg_seq order, with heads, states, unread, markers,
+ * hints and push jobs as for a local conversation.  Then the "applied"
+ * record goes back (im.transfer_ack).
+ *
+ * Invariants protected here:
+ *   - a redelivered transfer (replication restarted from an older
+ *     position, a re-created subscription) changes nothing: exact-key
+ *     filter at arrival, upserts and ON CONFLICT DO NOTHING on the outbox
+ *     item when applied again;
+ *   - one applier at a time (an advisory lock), pending rows in
+ *     (conversation, msg_seq) order, so a conversation's outbox items appear
+ *     in msg_seq order, as on its own node;
+ *   - a poison transfer (its apply fails) is quarantined with its error in
+ *     its own subtransaction and acknowledged (the destination holds it and
+ *     its payload, reconcile reports it); other conversations flow;
+ *   - the single-node order of a failing item, per conversation: a
+ *     quarantined transfer is retried with fanout's backoff and holds the
+ *     later transfers of its conversation on this node until it applies, or
+ *     until it is dead after im_sync.fanout_max_attempts charged attempts
+ *     (shard.h); so a recall or edit never reaches the log before its target
+ *     unless the target is dead.  Older catalogs: extension/doc/upgrades.md,
+ *     "Catalog history kept in code".
+ */
+#include "core/im_sync.h"
+#include "core/common.h"
+#include "core/shard_map.h"
+#include "core/shmem.h"
+#include "core/version_check.h"
+#include "core/im_sql.h"
+#include "user/user.h"
+#include "shard/shard.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "storage/proc.h"
+#include "utils/resowner.h"
+
+/* advisory lock class of the one applier ("IMTI") */
+#define IM_TRANSFER_APPLY_LOCK_CLASS 0x494d5449
+
+/* The replicated row's column of im.transfer_out by name (no attnum assumptions). */
+static Datum
+row_value(TriggerData *td, const char *name, bool *isnull)
+{
+	TupleDesc	desc = td->tg_relation->rd_att;
+	int			attno = SPI_fnumber(desc, name);
+
+	if (attno <= 0)
+		elog(ERROR, "im_sync: im.transfer_out has no column %s", name);
+	return SPI_getbinval(td->tg_trigtuple, desc, attno, isnull);
+}
+
+static char *
+row_text(TriggerData *td, const char *name)
+{
+	bool		isnull;
+	Datum		d = row_value(td, name, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/*
+ * A transfer new to im.transfer_in but sent before its source's pruning
+ * horizon (maintenance.c pruned the exact records of that age) is judged,
+ * not applied blindly: this node's outbox item of its event (of a deletion
+ * handed off: its deleted_for_me row) is the record that it was applied (a
+ * duplicate: settled as applied, counted, acked again); without one it is
+ * quarantined with the reason, so a replay of old WAL is never applied
+ * twice and a very late new transfer is never dropped unseen
+ * (im.shard_retry_quarantined applies it).  Its own statement, after
+ * the insert: a prune that deleted the old record committed before the
+ * insert returned, so its horizon is visible here.  args: the arrival's.
+ */
+static bool
+judged_beyond_horizon(Datum *args)
+{
+	static SPIPlanPtr plan;
+	Datum		jargs[4] = {args[0], args[1], args[4], args[5]};
+
+	im_prepare(&plan,
+			   "UPDATE im.transfer_in t SET"
+			   "  state = CASE WHEN x.held THEN 'applied' ELSE 'quarantined' END,"
+			   "  duplicates = CASE WHEN x.held THEN 1 ELSE 0 END,"
+			   "  applied_at = pg_catalog.now(),"
+			   "  payload = CASE WHEN x.held THEN NULL ELSE t.payload END,"
+			   "  last_error = CASE WHEN x.held THEN NULL ELSE"
+			   "   '55000: sent before the pruning horizon of its source and this node holds no outbox item"
+			   " of its event: a new transfer delivered very late (retry it with im.shard_retry_quarantined)"
+			   " or a replay of one applied and pruned long ago (delete it)' END "
+			   "FROM (SELECT EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id" EQ "$3)"
+			   /* a handed-off deletion: this node's record of it */
+			   "   OR EXISTS (SELECT 1 FROM im.deleted_for_me d"
+			   "     WHERE d.user_id" EQ "($4->'deletion'->>'user_id')::pg_catalog.int8"
+			   "       AND d.message_id" EQ "($4->'deletion'->>'message_id')::pg_catalog.int8) AS held) x "
+			   "WHERE t.source_node" EQ "$1 AND t.transfer_id" EQ "$2"
+			   "  AND t.sent_at" LE "(SELECT m.at FROM im.maintenance_state m"
+			   "                    WHERE m.name" EQ "('transfer_in_pruned_before:'" OP_CONCAT "$1))",
+			   4, TEXTOID, INT8OID, INT8OID, JSONBOID);
+	return im_exec(plan, jargs, NULL, 0) == 1;
+}
+
+PG_FUNCTION_INFO_V1(im_transfer_out_arrive);
+Datum
+im_transfer_out_arrive(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan;
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	const char *self;
+	char	   *dest;
+	Datum		args[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	bool		isnull;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BY_INSERT(td->tg_event))
+		elog(ERROR, "im_sync: im.transfer_out_arrive is a BEFORE INSERT row trigger");
+	self = im_shard_self_name();
+	dest = row_text(td, "dest_node");
+	if (self == NULL || dest == NULL || strcmp(dest, self) != 0)
+	{
+		char	   *source = row_text(td, "source_node");
+
+		/* this node's own fanout writing a transfer to another node */
+		if (self != NULL && source != NULL && strcmp(source, self) == 0)
+			return PointerGetDatum(td->tg_trigtuple);
+		/* for another node (a wrong row filter): never stored here */
+		ereport(WARNING,
+				(errmsg("im_sync: dropped a transfer from \"%s\" to \"%s\" arriving at node \"%s\"",
+						source ? source : "?", dest ? dest : "?", self ? self : "(not sharded)")));
+		return PointerGetDatum(NULL);
+	}
+
+	im_spi_connect();
+	/*
+	 * A duplicate only counts; if it was settled already, its applied record
+	 * goes back once more (deleted and inserted again: only inserts are
+	 * published), so a source that sends a transfer again — its row was
+	 * re-inserted, or its ack got lost with a slot — also sees it acked.
+	 */
+	im_prepare(&plan,
+			   "INSERT INTO im.transfer_in (source_node, transfer_id, conversation_id, msg_seq,"
+			   "                            source_event_id, payload, sent_at)"
+			   "VALUES ($1, $2, $3, $4, $5, $6, $7) "
+			   "ON CONFLICT (source_node, transfer_id) DO UPDATE"
+			   "  SET duplicates = im.transfer_in.duplicates" PLUS "1 "
+			   "RETURNING state, duplicates",
+			   7, TEXTOID, INT8OID, INT8OID, INT8OID, INT8OID, JSONBOID, TIMESTAMPTZOID);
+	args[0] = CStringGetTextDatum(row_text(td, "source_node"));
+	args[1] = row_value(td, "transfer_id", &isnull);
+	args[2] = row_value(td, "conversation_id", &isnull);
+	args[3] = row_value(td, "msg_seq", &isnull);
+	args[4] = row_value(td, "source_event_id", &isnull);
+	args[5] = row_value(td, "payload", &isnull);
+	args[6] = row_value(td, "created_at", &isnull);
+	im_exec(plan, args, nulls, 0);
+	if (strcmp(im_get_text(0, 1), "pending") != 0 ||
+		(im_get_int64(0, 2, NULL) == 0 && judged_beyond_horizon(args)))
+	{
+		static SPIPlanPtr forget;
+		static SPIPlanPtr again;
+
+		im_prepare(&forget,
+				   "DELETE FROM im.transfer_ack WHERE source_node" EQ "$1 AND transfer_id" EQ "$2",
+				   2, TEXTOID, INT8OID);
+		im_prepare(&again,
+				   "INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)"
+				   " VALUES ($1, $2, im.shard_self())",
+				   2, TEXTOID, INT8OID);
+		im_exec(forget, args, NULL, 0);
+		if (im_catalog_at_least(1, 7))
+		{
+			/*
+			 * written by the next apply pass, like every applied record
+			 * (im_transfer_ack_release): one path, one rule
+			 */
+			static SPIPlanPtr due;
+
+			im_prepare(&due,
+					   "UPDATE im.transfer_in SET applied_at = NULL"
+					   " WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 AND state" NE "'pending'",
+					   2, TEXTOID, INT8OID);
+			im_exec(due, args, NULL, 0);
+		}
+		else
+			im_exec(again, args, NULL, 0);
+	}
+	SPI_finish();
+	im_wake_fanout_at_commit();
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * A deletion for oneself handed off by the conversation's node (its payload
+ * has 'deletion'; read_state.c applies it) rather than a position.
+ */
+static bool
+payload_is_deletion(Datum payload)
+{
+	Jsonb	   *j = DatumGetJsonbP(payload);
+	JsonbValue	key;
+
+	if (!JB_ROOT_IS_OBJECT(j))
+		return false;
+	key.type = jbvString;
+	key.val.string.val = "deletion";
+	key.val.string.len = strlen("deletion");
+	return findJsonbValueFromContainer(&j->root, JB_FOBJECT, &key) != NULL;
+}
+
+/*
+ * Apply one transfer's payload: copies (upserts that only move forward),
+ * the recipients' heads and states, the outbox item.  $1 is the payload,
+ * $2 the conversation, $3 the msg_seq, $4 the source event.
+ */
+static void
+apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_event_id)
+{
+	static SPIPlanPtr plan;
+	static SPIPlanPtr users;
+	Datum		args[4];
+	uint64		n;
+
+	/*
+	 * The map must agree: a copy never overwrites a conversation this node
+	 * owns, and only users placed here get heads (shard_map.c); otherwise
+	 * the transfer is quarantined with IS421.
+	 */
+	if (im_shard_owns_bucket(im_shard_bucket(conversation_id)))
+		ereport(ERROR,
+				(errcode(ERRCODE_IM_WRONG_NODE),
+				 errmsg("transfer for conversation " INT64_FORMAT " reached the node that owns it",
+						conversation_id)));
+	if (payload_is_deletion(payload))
+	{
+		im_transfer_apply_deletion(payload, conversation_id);
+		return;
+	}
+	im_prepare(&users,
+			   "SELECT DISTINCT x.user_id FROM"
+			   " pg_catalog.jsonb_populate_recordset(NULL::im.membership_period, $1->'periods') x",
+			   1, JSONBOID);
+	args[0] = payload;
+	n = im_exec(users, args, NULL, 0);
+	for (uint64 i = 0; i < n; i++)
+		im_shard_require_user(im_get_int64(i, 1, NULL));
+
+	im_prepare(&plan,
+			   "WITH conv AS ("
+			   "  INSERT INTO im.conversation"
+			   "  SELECT * FROM pg_catalog.jsonb_populate_record(NULL::im.conversation, $1->'conversation')"
+			   "  ON CONFLICT (conversation_id) DO UPDATE SET mode = EXCLUDED.mode,"
+			   "    head_msg_seq = GREATEST(im.conversation.head_msg_seq, EXCLUDED.head_msg_seq)"
+			   "  RETURNING 1) "
+			   "SELECT (SELECT pg_catalog.count(*) FROM conv)",
+			   4, JSONBOID, INT8OID, INT8OID, INT8OID);
+	args[0] = payload;
+	args[1] = Int64GetDatum(conversation_id);
+	args[2] = Int64GetDatum(msg_seq);
+	args[3] = Int64GetDatum(source_event_id);
+	im_exec(plan, args, NULL, 0);
+
+	{
+		/*
+		 * Events before periods (a period names its join event).  A copy
+		 * carries no request digest: only events with one hold the sender's
+		 * idempotency key (sender, client_msg_id), so a sender reusing a
+		 * client_msg_id in conversations on other nodes (contract §15) never
+		 * collides here, and this node's own retries and IS409 never see a
+		 * copy (an older catalog: upgrades.md, "Catalog history kept in code").
+		 */
+		static SPIPlanPtr events;
+		static SPIPlanPtr periods;
+		static SPIPlanPtr states;
+		static SPIPlanPtr outbox;
+
+		im_prepare(&events,
+				   "INSERT INTO im.event"
+				   " SELECT x.* FROM pg_catalog.jsonb_array_elements($1->'events') j,"
+				   "   pg_catalog.jsonb_populate_record(NULL::im.event, j.value" MINUS "'request_digest') x"
+				   " ORDER BY x.msg_seq "
+				   "ON CONFLICT (message_id) DO UPDATE SET body = EXCLUDED.body,"
+				   "  content_type = EXCLUDED.content_type, recalled = EXCLUDED.recalled"
+				   /* shconc (bytes): an unchanged copy is not rewritten (no WAL) */
+				   "  WHERE (im.event.body, im.event.content_type, im.event.recalled)"
+				   "    IS DISTINCT FROM (EXCLUDED.body, EXCLUDED.content_type, EXCLUDED.recalled)"
+				   /*
+					* A recalled copy is a tombstone (contract §12.4): an older
+					* payload (a quarantined transfer retried after the recall's
+					* arrived) never brings the body back
+					* (sql/95_shard_recall_retry).
+					*/
+				   "    AND NOT im.event.recalled",
+				   1, JSONBOID);
+		im_exec(events, args, NULL, 0);
+		im_prepare(&periods,
+				   "INSERT INTO im.membership_period"
+				   " SELECT x.* FROM pg_catalog.jsonb_populate_recordset(NULL::im.membership_period,"
+				   "   $1->'periods') x ORDER BY x.membership_period_id "
+				   "ON CONFLICT (membership_period_id) DO UPDATE"
+				   "  SET leave_seq = COALESCE(im.membership_period.leave_seq, EXCLUDED.leave_seq),"
+				   "      leave_event_id = COALESCE(im.membership_period.leave_event_id, EXCLUDED.leave_event_id)"
+				   /* period ids carry their conversation's bucket: the same id is the same period */
+				   "  WHERE im.membership_period.conversation_id" EQ "EXCLUDED.conversation_id"
+				   "    AND im.membership_period.user_id" EQ "EXCLUDED.user_id"
+				   /* shconc (bytes): only a leave changes a period (no WAL otherwise) */
+				   "    AND im.membership_period.leave_seq IS NULL AND EXCLUDED.leave_seq IS NOT NULL",
+				   1, JSONBOID);
+		im_exec(periods, args, NULL, 0);
+		{
+			/*
+			 * shconc (bytes): a transfer carries the rows of the
+			 * periods its item opens or closes and names the others by id
+			 * ('period_ids'; absent from older payloads).  Every named
+			 * period must be here by now (its join's transfer was applied
+			 * before, in msg_seq order); one that is not makes this transfer
+			 * a visible quarantine, never a delivery that silently misses
+			 * its recipient.
+			 */
+			static SPIPlanPtr missing;
+
+			im_prepare(&missing,
+					   "SELECT pg_catalog.string_agg(i.id::pg_catalog.text, ', ' ORDER BY i.id) FROM"
+					   " (SELECT j::pg_catalog.int8 AS id FROM pg_catalog.jsonb_array_elements_text("
+					   "    COALESCE($1->'period_ids', '[]'::pg_catalog.jsonb)) j) i"
+					   " WHERE NOT EXISTS (SELECT 1 FROM im.membership_period p"
+					   "   WHERE p.membership_period_id" EQ "i.id AND p.conversation_id" EQ "$2)",
+					   2, JSONBOID, INT8OID);
+			im_exec(missing, args, NULL, 1);
+			if (im_get_text(0, 1) != NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
+						 errmsg("transfer for conversation " INT64_FORMAT " msg_seq " INT64_FORMAT
+								" names membership periods this node never received: %s",
+								conversation_id, msg_seq, im_get_text(0, 1)),
+						 errhint("The transfer of their join is quarantined or not applied: retry it first.")));
+		}
+		/*
+		 * The recipients' heads and conversation states exist from their
+		 * first period on, as on a conversation's own node; inserted, never
+		 * updated here (fanout moves them under the heads' locks).
+		 */
+		im_prepare(&states,
+				   "WITH u AS (SELECT x.user_id FROM"
+				   "   pg_catalog.jsonb_populate_recordset(NULL::im.membership_period, $1->'periods') x"
+				   /* shconc (bytes): and the users of the periods named by id */
+				   "   UNION SELECT p.user_id FROM im.membership_period p"
+				   "   WHERE p.conversation_id" EQ "$2 AND p.membership_period_id IN"
+				   "    (SELECT j::pg_catalog.int8 FROM pg_catalog.jsonb_array_elements_text("
+				   "       COALESCE($1->'period_ids', '[]'::pg_catalog.jsonb)) j)),"
+				   " h AS (INSERT INTO im.user_head (user_id) SELECT u.user_id FROM u ORDER BY 1"
+				   "   ON CONFLICT (user_id) DO NOTHING RETURNING 1) "
+				   "INSERT INTO im.user_conversation (user_id, conversation_id)"
+				   " SELECT u.user_id, $2 FROM u ORDER BY 1 "
+				   "ON CONFLICT (user_id, conversation_id) DO NOTHING",
+				   2, JSONBOID, INT8OID);
+		im_exec(states, args, NULL, 0);
+		im_prepare(&outbox,
+				   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id) VALUES ($1, $2, $3) "
+				   "ON CONFLICT (source_event_id) DO NOTHING",
+				   3, INT8OID, INT8OID, INT8OID);
+		im_exec(outbox, args + 1, NULL, 0);
+	}
+}
+
+/*
+ * Mark applied, or failed with its error; returns the transfer's state
+ * now.  A failure is retried by the rule of fanout's outbox items (fanout.c
+ * record_failure): a transient one backs off and is never an attempt, any
+ * other is charged and the transfer is dead at im_sync.fanout_max_attempts.
+ * The applied record is NOT written here: applied_at stays NULL ("settled, record not written yet") and
+ * im_transfer_ack_release writes it in a later transaction, once this one
+ * is on the synchronous standby (transfer_ack.c: an ack written here was
+ * decoded and sent to the source while this commit still waited for the
+ * standby, so a failover lost a transfer the source had deleted).  On a 1.6
+ * catalog the record goes in this transaction, as before (a failed transfer
+ * is acknowledged too: this node holds its payload).
+ */
+static char *
+settle(const char *source, int64 transfer_id, const char *error, bool transient)
+{
+	static SPIPlanPtr plan;
+	static SPIPlanPtr plan16;
+	Datum		args[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		retried = im_catalog_at_least(1, 7);
+
+	if (retried)
+		im_prepare(&plan,
+				   "UPDATE im.transfer_in SET"
+				   "  state = CASE WHEN $3::pg_catalog.text IS NULL THEN 'applied'"
+				   "               WHEN NOT $4 AND attempts" PLUS "1" GE "$5 THEN 'dead'"
+				   "               ELSE 'quarantined' END,"
+				   "  last_error = $3, applied_at = NULL,"
+				   "  payload = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL ELSE payload END,"
+				   "  attempts = CASE WHEN $3::pg_catalog.text IS NULL OR $4 THEN attempts"
+				   "                  ELSE attempts" PLUS "1 END,"
+				   "  transient_failures = CASE WHEN $3::pg_catalog.text IS NOT NULL AND $4"
+				   "                            THEN transient_failures" PLUS "1 ELSE transient_failures END,"
+				   "  next_attempt_at = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL"
+				   "    WHEN $4 THEN pg_catalog.now()" PLUS IM_TRANSIENT_BACKOFF_SQL("transient_failures")
+				   "    WHEN attempts" PLUS "1" GE "$5 THEN NULL"
+				   "    ELSE pg_catalog.now()" PLUS IM_CHARGED_BACKOFF_SQL("attempts") " END"
+				   " WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 RETURNING state",
+				   5, TEXTOID, INT8OID, TEXTOID, BOOLOID, INT4OID);
+	else
+		im_prepare(&plan16,
+				   "WITH s AS ("
+				   "  UPDATE im.transfer_in SET"
+				   "    state = CASE WHEN $3::pg_catalog.text IS NULL THEN 'applied' ELSE 'quarantined' END,"
+				   "    last_error = $3, applied_at = pg_catalog.now(),"
+				   "    payload = CASE WHEN $3::pg_catalog.text IS NULL THEN NULL ELSE payload END"
+				   "  WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 RETURNING state), "
+				   "a AS (INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)"
+				   " SELECT $1, $2, im.shard_self() FROM s "
+				   " ON CONFLICT DO NOTHING RETURNING 1) "
+				   "SELECT s.state FROM s",
+				   3, TEXTOID, INT8OID, TEXTOID);
+	args[0] = CStringGetTextDatum(source);
+	args[1] = Int64GetDatum(transfer_id);
+	if (error)
+		args[2] = CStringGetTextDatum(error);
+	else
+		nulls[2] = 'n';
+	args[3] = BoolGetDatum(transient);
+	args[4] = Int32GetDatum(im_fanout_max_attempts);
+	if (im_exec(retried ? plan : plan16, args, nulls, 0) != 1)
+		elog(ERROR, "im_sync: inbound transfer " INT64_FORMAT " from \"%s\" vanished while applied",
+			 transfer_id, source);
+	return im_get_text(0, 1);
+}
+
+/* Apply one transfer in its own subtransaction; false when it failed (quarantined or dead). */
+static bool
+apply_one(const char *source, int64 transfer_id, Datum payload,
+		  int64 conversation_id, int64 msg_seq, int64 source_event_id)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool ok = true;
+	volatile bool transient = false;
+	char	   *volatile error = NULL;
+	char	   *state;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		apply_payload(payload, conversation_id, msg_seq, source_event_id);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+			edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN ||
+			edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+			edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE)
+			ReThrowError(edata);
+		error = psprintf("%s: %s", unpack_sql_state(edata->sqlerrcode),
+						 edata->message ? edata->message : "(no message)");
+		transient = im_fanout_error_is_transient(edata->sqlerrcode);
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	state = settle(source, transfer_id, error, transient);
+	if (!ok)
+		ereport(WARNING,
+				(errmsg("im_sync: transfer " INT64_FORMAT " from node \"%s\" (conversation " INT64_FORMAT
+						", msg_seq " INT64_FORMAT ") is %s: %s%s",
+						transfer_id, source, conversation_id, msg_seq,
+						strcmp(state, "dead") == 0 ? "dead" : "quarantined", error,
+						strcmp(state, "dead") == 0 ?
+						"; the later transfers of its conversation flow past it" :
+						!im_catalog_at_least(1, 7) ? "" :
+						transient ? "; transient, not counted as an attempt: backing off" :
+						"; will retry, holding the later transfers of its conversation")));
+	return ok;
+}
+
+/* the local transaction that last settled or marked transfers (im_transfer_apply) */
+static LocalTransactionId settled_in = InvalidLocalTransactionId;
+
+/*
+ * A transfer held behind a quarantined one of its conversation is
+ * acknowledged as a quarantined one is: this node holds it and its payload
+ * (pending rows are never pruned), so its source need not keep it, and the
+ * source's im.shard_pending() — the router's run_fanout — does not wait for
+ * it, as one node's run_fanout does not wait for the items behind a failed
+ * one.  Its arrival was committed by the apply worker without waiting for
+ * the synchronous standby, so, as for a settled transfer, the record goes
+ * in two steps (the failover window, transfer_ack.c): mark_held stamps
+ * held_at in this pass, whose commit waits for the standby; the next pass
+ * (ack_marked_held, beside im_transfer_ack_release) writes the records of
+ * the marks it sees.  Sent once per transfer (an ack pruned by maintenance
+ * while the hold lasts goes again; its source drops an ack it has no
+ * transfer for).  Runs after this pass's applies and reads the blockers
+ * again (IM_TRANSFER_BLOCKERS_SQL, as the due query did before them): a
+ * transfer that failed in this pass holds its conversation from now on.
+ * Returns the number of transfers marked.
+ */
+static uint64
+mark_held(void)
+{
+	static SPIPlanPtr plan;
+
+	im_prepare(&plan,
+			   "WITH blk AS (" IM_TRANSFER_BLOCKERS_SQL ") "
+			   "UPDATE im.transfer_in t SET held_at = pg_catalog.now() FROM blk b "
+			   "WHERE b.conversation_id" EQ "t.conversation_id"
+			   " AND (t.msg_seq, t.transfer_id)" GT "(b.msg_seq, b.transfer_id)"
+			   " AND t.state" EQ "'pending' AND t.held_at IS NULL",
+			   0);
+	return im_exec(plan, NULL, NULL, 0);
+}
+
+static void
+ack_marked_held(void)
+{
+	static SPIPlanPtr plan;
+
+	im_prepare(&plan,
+			   "INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) "
+			   "SELECT t.source_node, t.transfer_id, im.shard_self() FROM im.transfer_in t "
+			   "WHERE t.state" EQ "'pending' AND t.held_at IS NOT NULL"
+			   "  AND NOT EXISTS (SELECT 1 FROM im.transfer_ack a"
+			   "  WHERE a.source_node" EQ "t.source_node AND a.transfer_id" EQ "t.transfer_id) "
+			   "ORDER BY t.source_node, t.transfer_id "
+			   "ON CONFLICT DO NOTHING",
+			   0);
+	im_exec(plan, NULL, NULL, 0);
+}
+
+int64
+im_transfer_apply(int max_transfers)
+{
+	static SPIPlanPtr lock;
+	static SPIPlanPtr pending;
+	static SPIPlanPtr pending16;
+	Datum		args[2];
+	bool		ordered;		/* im_catalog_at_least(1, 7): retries and holds (shard.h) */
+	bool		held = false;
+	int64		held_conversation = 0;
+	uint64		n;
+	int64		applied = 0;
+	char	  **sources;
+	int64	   *ids,
+			   *convs,
+			   *seqs,
+			   *events;
+	Datum	   *payloads;
+
+	if (!im_shard_configured())
+		return 0;
+	im_prepare(&lock, "SELECT pg_catalog.pg_try_advisory_xact_lock($1, 0)", 1, INT4OID);
+	args[0] = Int32GetDatum(IM_TRANSFER_APPLY_LOCK_CLASS);
+	im_exec(lock, args, NULL, 0);
+	if (!im_get_bool(0, 1, NULL))
+		return 0;				/* another applier is at it; it applies in order */
+	im_transfer_ack_settle_stored();	/* under the same lock: one settler */
+	ordered = im_catalog_at_least(1, 7);
+	/*
+	 * What earlier transactions settled or marked; never in a transaction
+	 * that settled some itself (two apply calls in one transaction): its own
+	 * settlements are visible to it before they are on the standby.
+	 */
+	if (ordered && settled_in != MyProc->lxid)
+	{
+		im_transfer_ack_release();
+		ack_marked_held();
+	}
+	if (ordered)
+		im_prepare(&pending,
+				   IM_TRANSFERS_DUE_SQL("t.source_node, t.transfer_id, t.payload, t.conversation_id,"
+										" t.msg_seq, t.source_event_id")
+				   " ORDER BY t.conversation_id, t.msg_seq, t.transfer_id LIMIT $1",
+				   1, INT4OID);
+	else
+		im_prepare(&pending16,
+				   "SELECT source_node, transfer_id, payload, conversation_id, msg_seq, source_event_id "
+				   "FROM im.transfer_in WHERE state" EQ "'pending' "
+				   "ORDER BY conversation_id, msg_seq, transfer_id LIMIT $1",
+				   1, INT4OID);
+	args[0] = Int32GetDatum(max_transfers);
+	n = im_exec(ordered ? pending : pending16, args, NULL, 0);
+	sources = palloc(sizeof(char *) * Max(n, 1));
+	ids = palloc(sizeof(int64) * Max(n, 1));
+	convs = palloc(sizeof(int64) * Max(n, 1));
+	seqs = palloc(sizeof(int64) * Max(n, 1));
+	events = palloc(sizeof(int64) * Max(n, 1));
+	payloads = palloc(sizeof(Datum) * Max(n, 1));
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		sources[i] = im_get_text(i, 1);
+		ids[i] = im_get_int64(i, 2, NULL);
+		payloads[i] = im_get_datum_copy(i, 3, &isnull);
+		convs[i] = im_get_int64(i, 4, NULL);
+		seqs[i] = im_get_int64(i, 5, NULL);
+		events[i] = im_get_int64(i, 6, NULL);
+	}
+	for (uint64 i = 0; i < n; i++)
+	{
+		/* a failure holds the rest of its conversation (1.7: by its state too) */
+		if (held && convs[i] == held_conversation && ordered)
+			continue;
+		if (apply_one(sources[i], ids[i], payloads[i], convs[i], seqs[i], events[i]))
+			applied++;
+		else
+		{
+			held = true;
+			held_conversation = convs[i];
+		}
+	}
+	if ((ordered && mark_held() > 0) || n > 0)
+	{
+		settled_in = MyProc->lxid;
+		/*
+		 * This transaction settled or marked transfers: its commit must wait
+		 * for the synchronous standby before it becomes visible, since
+		 * visibility is what releases their applied records
+		 * (im_transfer_ack_release, ack_marked_held).
+		 * synchronous_commit off or local would make them visible at once.
+		 * The wake-up runs the pass that releases them after the commit.
+		 */
+		if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_WRITE)
+			(void) set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_LOCAL, true, 0, false);
+		im_wake_fanout_at_commit();
+	}
+	return applied;
+}
+
+/* im.shard_apply_transfers(max_transfers DEFAULT 10000) -> transfers applied */
+PG_FUNCTION_INFO_V1(im_shard_apply_transfers);
+Datum
+im_shard_apply_transfers(PG_FUNCTION_ARGS)
+{
+	int32		max_transfers = im_arg_int32(fcinfo, 0, "max_transfers", 1, PG_INT32_MAX);
+	int64		n;
+
+	im_spi_connect();
+	n = im_transfer_apply(max_transfers);
+	SPI_finish();
+	PG_RETURN_INT64(n);
+}
+
+/*
+ * im.shard_retry_quarantined(source_node, transfer_id) -> true when a
+ * quarantined or dead transfer went back to pending (after the cause was
+ * repaired), with its attempts cleared: the next apply takes it at once, in
+ * (msg_seq) order with what its conversation holds pending.  A dead one's
+ * later transfers were applied past it: its outbox item, if it gets one,
+ * is fanned out as any late item (periods decide, contract §1), as a
+ * repaired dead letter on one node.
+ */
+PG_FUNCTION_INFO_V1(im_shard_retry_quarantined);
+Datum
+im_shard_retry_quarantined(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan;
+	static SPIPlanPtr plan16;
+	char	   *source = im_arg_text(fcinfo, 0, "source_node", 41);
+	int64		transfer_id = im_arg_id(fcinfo, 1, "transfer_id");
+	bool		retried = im_catalog_at_least(1, 7);
+	Datum		args[2];
+	uint64		n;
+
+	im_spi_connect();
+	if (retried)
+		im_prepare(&plan,
+				   "UPDATE im.transfer_in SET state = 'pending', applied_at = NULL, attempts = 0,"
+				   "  transient_failures = 0, next_attempt_at = NULL "
+				   "WHERE source_node" EQ "$1 AND transfer_id" EQ "$2"
+				   "  AND state" EQ "ANY ('{quarantined,dead}'::pg_catalog.text[])",
+				   2, TEXTOID, INT8OID);
+	else
+		im_prepare(&plan16,
+				   "UPDATE im.transfer_in SET state = 'pending', applied_at = NULL "
+				   "WHERE source_node" EQ "$1 AND transfer_id" EQ "$2 AND state" EQ "'quarantined'",
+				   2, TEXTOID, INT8OID);
+	args[0] = CStringGetTextDatum(source);
+	args[1] = Int64GetDatum(transfer_id);
+	n = im_exec(retried ? plan : plan16, args, NULL, 0);
+	SPI_finish();
+	if (n == 1)
+		im_wake_fanout_at_commit();
+	PG_RETURN_BOOL(n == 1);
+}
