@@ -32,6 +32,7 @@ operator would, every node's reconcile empty.  Waits are bounded polls."""
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import psycopg2  # noqa: E402
@@ -77,7 +78,15 @@ def pending_all():
     return [tuple(node[n].q("SELECT * FROM im.shard_pending()")[0]) for n in NAMES]
 
 
+def forget_forged():
+    """what node1 forged stays in its own transfer_out, never acknowledged
+    (refused, or its quarantine deleted on node2): its operator's mess"""
+    node[A].q("DELETE FROM im.transfer_out WHERE transfer_id > 9000000000 OR source_node <> 'node1'")
+
+
 def drain(timeout=120):
+    forget_forged()
+
     def done():
         for n in NAMES:
             node[n].q("SELECT im.run_fanout()")
@@ -149,9 +158,12 @@ def create(n, members):
     return c
 
 
+RUN = str(time.time_ns())   # client_msg_ids of this run (the script may run again on the same nodes)
+
+
 def send(n, conv, sender, cid, text="hi"):
     return node[n].q("SELECT message_id, msg_seq FROM im.send_message(%s, %s, %s, %s)",
-                     (sender, conv, cid, json.dumps({"text": text})))[0]
+                     (sender, conv, f"{cid}-{RUN}", json.dumps({"text": text})))[0]
 
 
 def row(n, sql, args=None):
@@ -166,7 +178,7 @@ def body(n, message_id):
     return row(n, "SELECT body FROM im.event WHERE message_id = %s", (message_id,))
 
 
-NEXT_ID = [9_000_000_000]
+NEXT_ID = [9_000_000_000 + (time.time_ns() // 1000) % 1_000_000_000 * 1000]
 
 
 def fresh_id():
@@ -178,7 +190,7 @@ def event_like(ev, conv, k, text):
     """a new event of conv modelled on ev: an id with conv's bucket, msg_seq 1000 + k"""
     e = dict(ev)
     e.update(message_id=ev["message_id"] + 64 * (1_000_003 + k), conversation_id=conv, msg_seq=1000 + k,
-             client_msg_id=f"forged-{k}", body={"text": text})
+             client_msg_id=f"forged-{k}-{RUN}", body={"text": text})
     e.pop("target_message_id", None)
     return e
 
@@ -294,8 +306,9 @@ def main():
     node[C].q("ALTER SUBSCRIPTION im_node2_to_node3 DISABLE")
     z3 = create(B, [ub[2], uc[1]])
     mz3, _ = send(B, z3, ub[2], "z3-1", "for node3")
-    node[B].q("SELECT im.run_fanout()")
-    t = row(B, "SELECT transfer_id FROM im.transfer_out WHERE dest_node = %s AND source_event_id = %s", (C, mz3))
+    t = wait_for(lambda: node[B].q1("SELECT im.run_fanout() >= 0") and
+                 row(B, "SELECT transfer_id FROM im.transfer_out WHERE dest_node = %s AND source_event_id = %s",
+                     (C, mz3)), 30, step=0.2)
     check(t is not None, "forged_acker: node2 wrote the transfer for node3")
     forge_ack(B, t, C)
     wait_for(lambda: row(B, "SELECT count(*) FROM im.transfer_out WHERE transfer_id = %s", (t,)) == 0
@@ -331,7 +344,7 @@ def main():
     ]
     for name, what, (x, xconv, xev), change, unchanged in cases:
         ev = dict(xev, message_id=xev["message_id"] + 64 * 2_000_003, msg_seq=xconv["head_msg_seq"] + 1,
-                  client_msg_id="x-forged")
+                  client_msg_id=f"x-forged-{RUN}")
         p = {"conversation": dict(xconv, head_msg_seq=ev["msg_seq"]), "events": [ev], "periods": [],
              "period_ids": []}
         if "conversation" in change:
@@ -364,8 +377,10 @@ def main():
           f"{err}, {in_state(B, C, r['transfer_id'])}")
     node[C].q("ALTER SUBSCRIPTION im_node2_to_node3 DISABLE")
     mz4, _ = send(B, z3, ub[2], "z3-2", "for node3 again")
-    node[B].q("SELECT im.run_fanout()")
-    t = row(B, "SELECT transfer_id FROM im.transfer_out WHERE dest_node = %s AND source_event_id = %s", (C, mz4))
+    t = wait_for(lambda: node[B].q1("SELECT im.run_fanout() >= 0") and
+                 row(B, "SELECT transfer_id FROM im.transfer_out WHERE dest_node = %s AND source_event_id = %s",
+                     (C, mz4)), 30, step=0.2)
+    check(t is not None, "local_insert: node2 wrote the transfer for node3")
     try:
         node[B].q("INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) VALUES (%s, %s, %s)", (B, t, C))
         err = None
@@ -383,9 +398,6 @@ def main():
     for n in NAMES:
         if has_refused_table(n):
             node[n].q("DELETE FROM im.transfer_refused")
-    # what node1 forged stays in its transfer_out (never acknowledged): its operator's mess
-    node[A].q("DELETE FROM im.transfer_out WHERE transfer_id > 9000000000 OR source_node <> 'node1'")
-    node[A].q("DELETE FROM im.transfer_out WHERE dest_node = 'node2' AND outbox_id = 0")
     check(drain(), "drained at the end", str(pending_all()))
     bad = {n: node[n].q("SELECT check_name, detail::text FROM im.reconcile()") for n in NAMES}
     bad = {n: r for n, r in bad.items() if r}
