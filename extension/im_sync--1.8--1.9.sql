@@ -25,4 +25,5 @@ CREATE TABLE im.transfer_refused (
     reason          text   NOT NULL
 );
 SELECT pg_catalog.pg_extension_config_dump('im.transfer_refused', '');
+SELECT pg_catalog.pg_extension_config_dump('im.transfer_refused_refused_id_seq', '');
 COMMENT ON TABLE im.transfer_refused IS 'Replicated transfers and acks this node refused at arrival, with the reason (contract §15)';
