@@ -62,18 +62,24 @@ RESET client_min_messages;
 -- the transfer of the item that opened them.  Applied before that one (here:
 -- m1's transfer alone, as if the create's were quarantined), it is
 -- quarantined with its reason, never delivered to nobody in silence.
+SET session_replication_role = replica;   -- playing the apply worker (transfer_trust.c)
 INSERT INTO im.transfer_out SELECT * FROM wire WHERE conversation_id = :conv AND msg_seq = 2;
+RESET session_replication_role;
 SELECT im.shard_apply_transfers() AS applied;
 SELECT msg_seq, state, last_error ~ '^23503: .* names membership periods this node never received: \d+$' AS why
   FROM im.transfer_in;
 -- once the create's arrives, the quarantined one is retried right after it
 -- in the same pass (1.7: an earlier pending transfer of its conversation may
 -- be what it missed), and applies; nothing is left to retry by hand
+SET session_replication_role = replica;   -- playing the apply worker (transfer_trust.c)
 INSERT INTO im.transfer_out SELECT * FROM wire WHERE conversation_id = :conv AND msg_seq = 1;
+RESET session_replication_role;
 SELECT im.shard_apply_transfers() AS applied;
 SELECT im.shard_retry_quarantined(source_node, transfer_id) FROM im.transfer_in WHERE state = 'quarantined';
 SELECT msg_seq, state, attempts FROM im.transfer_in ORDER BY msg_seq;
+SET session_replication_role = replica;   -- playing the apply worker (transfer_trust.c)
 INSERT INTO im.transfer_out SELECT * FROM wire WHERE conversation_id <> :conv OR msg_seq > 2 ORDER BY transfer_id;
+RESET session_replication_role;
 SELECT im.run_fanout() > 0 AS applied_and_fanned_out;
 SELECT state, count(*) FROM im.transfer_in GROUP BY 1;
 SELECT c.conversation_id = :dead_conv AS after_dead_create, c.mode, uc.unread_count, uc.read_msg_seq

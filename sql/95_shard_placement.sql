@@ -89,19 +89,23 @@ CREATE TEMP TABLE t AS SELECT jsonb_build_object(
      jsonb_build_object('message_id', 193, 'conversation_id', 65, 'msg_seq', 2, 'kind', 'message',
                         'sender_id', 4, 'client_msg_id', 'r-1', 'body', '{"text": "from node2"}'::jsonb,
                         'content_type', 'text/plain', 'mode', 'fanout', 'recalled', false, 'created_at', now())),
-  'periods', jsonb_build_array(jsonb_build_object('membership_period_id', 77, 'conversation_id', 65,
+  'periods', jsonb_build_array(jsonb_build_object('membership_period_id', 65, 'conversation_id', 65,
                         'user_id', 4, 'join_seq', 1, 'join_event_id', 129))) AS payload;
+SET session_replication_role = replica;   -- playing the apply worker (transfer_trust.c)
 INSERT INTO im.transfer_out (transfer_id, source_node, dest_node, outbox_id, conversation_id, msg_seq, source_event_id, payload)
 SELECT 9, 'node2', 'node1', 1, 65, 1, 129, payload FROM t;
 INSERT INTO im.transfer_out (transfer_id, source_node, dest_node, outbox_id, conversation_id, msg_seq, source_event_id, payload)
 SELECT 11, 'node2', 'node1', 2, 65, 2, 193, payload FROM t;
 INSERT INTO im.transfer_out (transfer_id, source_node, dest_node, outbox_id, conversation_id, msg_seq, source_event_id, payload)
 SELECT 9, 'node2', 'node1', 1, 65, 1, 129, payload FROM t;
+RESET session_replication_role;
 SELECT count(*) AS stored_rows_from_node2 FROM im.transfer_out WHERE source_node = 'node2';
 SELECT source_node, transfer_id, state, duplicates FROM im.transfer_in ORDER BY transfer_id;
 -- a lower id arriving later is not "below the highest seen": it is new
+SET session_replication_role = replica;   -- playing the apply worker (transfer_trust.c)
 INSERT INTO im.transfer_out (transfer_id, source_node, dest_node, outbox_id, conversation_id, msg_seq, source_event_id, payload)
 SELECT 3, 'node2', 'node1', 3, 65, 3, 257, jsonb_set(payload, '{periods,0,user_id}', '5') FROM t;
+RESET session_replication_role;
 SELECT transfer_id, state FROM im.transfer_in ORDER BY transfer_id;
 
 -- apply: copies and outbox items, delivered by the local fanout as for a
@@ -131,14 +135,56 @@ SET im_sync.reconcile_outbox_age = 0;
 SELECT check_name, count(*) FROM im.reconcile() GROUP BY 1 ORDER BY 1;
 RESET im_sync.reconcile_outbox_age;
 -- the back channel on the source: node2's applied record deletes exactly that row
+SET session_replication_role = replica;   -- playing the apply worker (transfer_trust.c)
 INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by)
 SELECT 'node1', min(transfer_id), 'node2' FROM im.transfer_out WHERE dest_node = 'node2';
+RESET session_replication_role;
 SELECT count(*) AS acks_stored_from_node2 FROM im.transfer_ack WHERE applied_by = 'node2';
 SELECT transfers_unacked FROM im.shard_pending();
 -- after repair, a quarantined transfer can be retried (here it fails again)
 SELECT im.shard_retry_quarantined('node2', 3);
 SELECT im.shard_apply_transfers();
 SELECT transfer_id, state FROM im.transfer_in WHERE transfer_id = 3;
+
+-- trust between nodes (transfer_trust.c): a row a session inserts is no
+-- other node's transfer or ack (42501); one playing the apply worker (a
+-- superuser in the replica role: the sender it claims is believed) still
+-- passes every other arrival check or is refused
+SELECT pg_temp.outcome($$INSERT INTO im.transfer_out (transfer_id, source_node, dest_node, outbox_id, conversation_id, msg_seq, source_event_id, payload)
+  VALUES (21, 'node2', 'node1', 0, 65, 9, 0, '{}')$$);
+SELECT pg_temp.outcome($$INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) VALUES ('node1', 1, 'node2')$$);
+SET session_replication_role = replica;
+-- claims this node, addressed to another, a conversation this node owns (64: bucket 0)
+SELECT pg_temp.outcome($$INSERT INTO im.transfer_out (transfer_id, source_node, dest_node, outbox_id, conversation_id, msg_seq, source_event_id, payload)
+  VALUES (22, 'node1', 'node1', 0, 65, 9, 0, '{}')$$);
+SELECT pg_temp.outcome($$INSERT INTO im.transfer_out (transfer_id, source_node, dest_node, outbox_id, conversation_id, msg_seq, source_event_id, payload)
+  VALUES (23, 'node2', 'node3', 0, 65, 9, 0, '{}')$$);
+SELECT pg_temp.outcome($$INSERT INTO im.transfer_out (transfer_id, source_node, dest_node, outbox_id, conversation_id, msg_seq, source_event_id, payload)
+  VALUES (24, 'node2', 'node1', 0, 64, 9, 0, '{}')$$);
+-- an ack naming this node as its acker, an ack of another node's transfer
+SELECT pg_temp.outcome($$INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) VALUES ('node1', 1, 'node1')$$);
+SELECT pg_temp.outcome($$INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) VALUES ('node2', 1, 'node3')$$);
+-- a payload carrying a row of another conversation (a body of 65 in a transfer of 129): quarantined
+INSERT INTO im.transfer_out (transfer_id, source_node, dest_node, outbox_id, conversation_id, msg_seq, source_event_id, payload)
+SELECT 25, 'node2', 'node1', 4, 129, 1, 449, jsonb_build_object(
+  'conversation', jsonb_build_object('conversation_id', 129, 'kind', 'group', 'mode', 'fanout',
+                                     'head_msg_seq', 1, 'created_at', now()),
+  'events', jsonb_build_array(
+     jsonb_build_object('message_id', 449, 'conversation_id', 129, 'msg_seq', 1, 'kind', 'create',
+                        'body', '[4]'::jsonb, 'recalled', false, 'created_at', now()),
+     jsonb_build_object('message_id', 193, 'conversation_id', 65, 'msg_seq', 2, 'kind', 'message',
+                        'sender_id', 4, 'client_msg_id', 'r-1', 'body', '{"text": "forged"}'::jsonb,
+                        'content_type', 'text/plain', 'mode', 'fanout', 'recalled', false, 'created_at', now())),
+  'periods', '[]'::jsonb, 'period_ids', '[]'::jsonb);
+RESET session_replication_role;
+SET client_min_messages = error;
+SELECT im.shard_apply_transfers() AS applied;
+RESET client_min_messages;
+SELECT transfer_id, state, last_error FROM im.transfer_in WHERE transfer_id > 20;
+SELECT body->>'text' AS body_of_193, (SELECT count(*) FROM im.conversation WHERE conversation_id = 129) AS copies_of_129
+FROM im.event WHERE message_id = 193;
+-- a session's refusal is its error: nothing recorded
+SELECT count(*) AS refused_rows FROM im.transfer_refused;
 
 \c im_regress
 DROP DATABASE im_shard_regress;

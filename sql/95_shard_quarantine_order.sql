@@ -96,7 +96,9 @@ SET im_sync.fanout_max_attempts = 1000;
 -- later transfers of a and c wait; b and d apply (d's edit brings dm along
 -- as its target).  Every one is acknowledged: the held ones too (this node
 -- holds them), so their source and the router's run_fanout need not wait.
+SET session_replication_role = replica;   -- playing the apply worker (transfer_trust.c)
 INSERT INTO im.transfer_out SELECT * FROM wire WHERE source_event_id <> :dm ORDER BY transfer_id;
+RESET session_replication_role;
 SELECT im.shard_apply_transfers() AS applied;
 -- the records go at the next pass, once the pass that settled or marked
 -- them is on the synchronous standby (the failover window, transfer_ack.c):
@@ -159,7 +161,9 @@ SELECT name, events FROM log2 WHERE name IN ('c', 'e') ORDER BY name;
 
 -- 5. dm's own transfer arrives after its edit's (and after the recount
 -- above): delivered, counted once
+SET session_replication_role = replica;   -- playing the apply worker (transfer_trust.c)
 INSERT INTO im.transfer_out SELECT * FROM wire WHERE source_event_id = :dm;
+RESET session_replication_role;
 SELECT im.run_fanout() > 0 AS fanned_out;
 SELECT events FROM log2 WHERE name = 'd';
 

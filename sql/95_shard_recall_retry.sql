@@ -41,15 +41,19 @@ TRUNCATE im.conversation, im.event, im.membership_period, im.user_conversation, 
 RESET client_min_messages;
 -- the message's transfer arrives first: it names a period this node has not
 -- received yet, so it fails; with a bound of one attempt it is dead at once
+SET session_replication_role = replica;   -- playing the apply worker (transfer_trust.c)
 INSERT INTO im.transfer_out SELECT * FROM wire WHERE conversation_id = :conv AND msg_seq = 2;
+RESET session_replication_role;
 SET im_sync.fanout_max_attempts = 1;
 SELECT im.shard_apply_transfers() AS applied;
 RESET im_sync.fanout_max_attempts;
 SELECT msg_seq, state FROM im.transfer_in WHERE conversation_id = :conv ORDER BY msg_seq;
 -- the create and the recall arrive and apply past it; the recall brings its
 -- target along, recalled
+SET session_replication_role = replica;   -- playing the apply worker (transfer_trust.c)
 INSERT INTO im.transfer_out SELECT * FROM wire WHERE NOT (conversation_id = :conv AND msg_seq = 2)
  ORDER BY transfer_id;
+RESET session_replication_role;
 SELECT im.run_fanout() >= 0 AS ran;
 SELECT recalled, body IS NULL AS tombstone FROM im.event WHERE message_id = :m;
 -- the older transfer retried: delivered, but the copy stays recalled

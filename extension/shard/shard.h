@@ -77,6 +77,40 @@ extern bool im_transfer_out_write_deletion(int64 outbox_id);
 
 /* transfer_ack.c: the back channel (applied records, settled and released) */
 extern void im_transfer_ack_settle_stored(void);
+
+/*
+ * Trust between nodes (transfer_trust.c).  How the row an arrival trigger
+ * fires for got here: replicated by a subscription's worker, inserted by a
+ * session, or by a superuser session playing an apply worker
+ * (session_replication_role = replica; the claimed sender is believed,
+ * every other check holds).  *from: the node the subscription replicates
+ * from (NULL with *why when its name does not say).
+ */
+typedef enum ImArrival
+{
+	IM_ARRIVAL_LOCAL,
+	IM_ARRIVAL_SUBSCRIPTION,
+	IM_ARRIVAL_PLAYED
+} ImArrival;
+
+extern ImArrival im_transfer_arrival(const char *self, const char **from, const char **why);
+
+/* NULL when this node takes the row in; else why not */
+extern const char *im_transfer_refusal(const char *self, const char *from, const char *source,
+									   const char *dest, int64 conversation_id);
+extern const char *im_ack_refusal(const char *self, const char *from, const char *source,
+								  const char *applied_by);
+
+/*
+ * A refused row: from a subscription a WARNING and an im.transfer_refused
+ * row (the caller then drops the row); from a session an error.
+ */
+extern void im_transfer_refuse(ImArrival via, const char *kind, const char *from, const char *source,
+							   const char *dest, const char *applied_by, int64 transfer_id,
+							   bool has_conversation, int64 conversation_id, const char *reason);
+
+/* ERROR (the apply fails: quarantined) unless every payload row is the conversation's */
+extern void im_transfer_check_payload(Datum payload, int64 conversation_id, int64 source_event_id);
 extern uint64 im_transfer_ack_release(void);
 
 /*

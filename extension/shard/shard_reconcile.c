@@ -12,12 +12,13 @@
  *   - the transfer checks: quarantined inbound transfers, transfers unacked
  *     or unapplied past im_sync.reconcile_outbox_age, replication slots that
  *     lost (or are about to lose) WAL, disabled subscriptions, user heads of
- *     users placed elsewhere.
+ *     users placed elsewhere, replicated rows refused at arrival.
  * Nothing here runs on an unsharded node.
  */
 #include "core/im_sync.h"
 #include "core/common.h"
 #include "core/shard_map.h"
+#include "core/version_check.h"
 #include "core/im_sql.h"
 #include "shard/shard.h"
 
@@ -143,6 +144,25 @@ im_shard_reconcile(FunctionCallInfo fcinfo)
 	{
 		im_prepare(&plans[i], transfer_checks[i], 1, INT4OID);
 		im_exec(plans[i], args, NULL, 0);
+		im_srf_rows_from_spi(fcinfo, 5);
+	}
+	if (im_catalog_at_least(1, 9))
+	{
+		/*
+		 * Replicated rows refused at arrival (transfer_trust.c): a forged or
+		 * misaddressed row, or a subscription not named after its source.
+		 */
+		static SPIPlanPtr refused;
+
+		im_prepare(&refused,
+				   "SELECT 'transfer_refused', 'error', r.conversation_id, NULL::pg_catalog.int8, "
+				   "  pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('kind', r.kind, "
+				   "    'subscription', r.subscription, 'delivered_by', r.delivered_by, "
+				   "    'source_node', r.source_node, 'dest_node', r.dest_node, 'applied_by', r.applied_by, "
+				   "    'transfer_id', r.transfer_id, 'reason', r.reason, 'refused_at', r.refused_at)) "
+				   "FROM im.transfer_refused r ORDER BY r.refused_id",
+				   0);
+		im_exec(refused, NULL, NULL, 0);
 		im_srf_rows_from_spi(fcinfo, 5);
 	}
 }

@@ -24,6 +24,53 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+/*
+ * What to do with a row inserted into im.transfer_ack (trust between nodes,
+ * transfer_trust.c): store it — this node's own applied record for another
+ * node, written by this node's code, never a replicated row —, settle it —
+ * it acknowledges a transfer of this node and came through the
+ * subscription of the node it names as acker —, or drop it (refused:
+ * logged and listed by reconcile; an error for a session's insert).
+ */
+typedef enum
+{
+	ACK_STORE,
+	ACK_SETTLE,
+	ACK_DROP
+} AckAction;
+
+static AckAction
+ack_action(TriggerData *td, const char *self, const char *source, const char *applied_by)
+{
+	const char *from;
+	const char *why;
+	const char *reason;
+	ImArrival	via = im_transfer_arrival(self, &from, &why);
+	bool		isnull;
+	int64		transfer_id = DatumGetInt64(SPI_getbinval(td->tg_trigtuple, td->tg_relation->rd_att,
+														  SPI_fnumber(td->tg_relation->rd_att, "transfer_id"),
+														  &isnull));
+
+	if (via != IM_ARRIVAL_SUBSCRIPTION && self != NULL && applied_by != NULL && strcmp(applied_by, self) == 0 &&
+		source != NULL && strcmp(source, self) != 0)
+		return ACK_STORE;
+	/* for another node, written here by hand: never stored (as always) */
+	if (via == IM_ARRIVAL_LOCAL && (self == NULL || source == NULL || strcmp(source, self) != 0))
+		return ACK_DROP;
+	if (via == IM_ARRIVAL_LOCAL)
+		reason = "inserted by a session, not by a subscription's apply worker";
+	else
+	{
+		if (via == IM_ARRIVAL_PLAYED)
+			from = applied_by;
+		reason = why ? why : im_ack_refusal(self, from, source, applied_by);
+		if (reason == NULL)
+			return ACK_SETTLE;
+	}
+	im_transfer_refuse(via, "ack", from, source, NULL, applied_by, transfer_id, false, 0, reason);
+	return ACK_DROP;
+}
+
 PG_FUNCTION_INFO_V1(im_transfer_ack_arrive);
 Datum
 im_transfer_ack_arrive(PG_FUNCTION_ARGS)
@@ -44,12 +91,14 @@ im_transfer_ack_arrive(PG_FUNCTION_ARGS)
 	self = im_shard_self_name();
 	source = SPI_getvalue(td->tg_trigtuple, desc, SPI_fnumber(desc, "source_node"));
 	applied_by = SPI_getvalue(td->tg_trigtuple, desc, SPI_fnumber(desc, "applied_by"));
-	if (self == NULL || source == NULL || strcmp(source, self) != 0)
+	switch (ack_action(td, self, source, applied_by))
 	{
-		/* this node's own "applied" record, for the source to read */
-		if (self != NULL && applied_by != NULL && strcmp(applied_by, self) == 0)
+		case ACK_STORE:
 			return PointerGetDatum(td->tg_trigtuple);
-		return PointerGetDatum(NULL);
+		case ACK_DROP:
+			return PointerGetDatum(NULL);
+		case ACK_SETTLE:
+			break;
 	}
 	im_spi_connect();
 	im_prepare(&plan,

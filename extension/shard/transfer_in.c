@@ -121,6 +121,59 @@ judged_beyond_horizon(Datum *args)
 	return im_exec(plan, jargs, NULL, 0) == 1;
 }
 
+/*
+ * What to do with a row inserted into im.transfer_out (trust between
+ * nodes, transfer_trust.c): store it — only this node's own fanout writing
+ * to another node, never a replicated row —, record it as an arrival — it
+ * came through the subscription of its source, which is not this node and
+ * owns the conversation's bucket in this node's map, and it is addressed
+ * to this node —, or drop it (refused: logged and listed by reconcile; an
+ * error for a session's insert).
+ */
+typedef enum
+{
+	ARRIVAL_STORE,
+	ARRIVAL_RECORD,
+	ARRIVAL_DROP
+} ArrivalAction;
+
+static ArrivalAction
+arrival_action(TriggerData *td, const char *self, const char *dest)
+{
+	char	   *source = row_text(td, "source_node");
+	const char *from;
+	const char *why;
+	const char *reason;
+	ImArrival	via = im_transfer_arrival(self, &from, &why);
+	bool		isnull;
+	int64		transfer_id = DatumGetInt64(row_value(td, "transfer_id", &isnull));
+	int64		conversation_id = DatumGetInt64(row_value(td, "conversation_id", &isnull));
+
+	if (via != IM_ARRIVAL_SUBSCRIPTION && self != NULL && source != NULL && strcmp(source, self) == 0 &&
+		dest != NULL && strcmp(dest, self) != 0)
+		return ARRIVAL_STORE;
+	if (via == IM_ARRIVAL_LOCAL && (self == NULL || dest == NULL || strcmp(dest, self) != 0))
+	{
+		/* for another node, written here by hand: never stored */
+		ereport(WARNING,
+				(errmsg("im_sync: dropped a transfer from \"%s\" to \"%s\" inserted at node \"%s\"",
+						source ? source : "?", dest ? dest : "?", self ? self : "(not sharded)")));
+		return ARRIVAL_DROP;
+	}
+	if (via == IM_ARRIVAL_LOCAL)
+		reason = "inserted by a session, not by a subscription's apply worker";
+	else
+	{
+		if (via == IM_ARRIVAL_PLAYED)
+			from = source;
+		reason = why ? why : im_transfer_refusal(self, from, source, dest, conversation_id);
+		if (reason == NULL)
+			return ARRIVAL_RECORD;
+	}
+	im_transfer_refuse(via, "transfer", from, source, dest, NULL, transfer_id, true, conversation_id, reason);
+	return ARRIVAL_DROP;
+}
+
 PG_FUNCTION_INFO_V1(im_transfer_out_arrive);
 Datum
 im_transfer_out_arrive(PG_FUNCTION_ARGS)
@@ -138,18 +191,14 @@ im_transfer_out_arrive(PG_FUNCTION_ARGS)
 		elog(ERROR, "im_sync: im.transfer_out_arrive is a BEFORE INSERT row trigger");
 	self = im_shard_self_name();
 	dest = row_text(td, "dest_node");
-	if (self == NULL || dest == NULL || strcmp(dest, self) != 0)
+	switch (arrival_action(td, self, dest))
 	{
-		char	   *source = row_text(td, "source_node");
-
-		/* this node's own fanout writing a transfer to another node */
-		if (self != NULL && source != NULL && strcmp(source, self) == 0)
+		case ARRIVAL_STORE:
 			return PointerGetDatum(td->tg_trigtuple);
-		/* for another node (a wrong row filter): never stored here */
-		ereport(WARNING,
-				(errmsg("im_sync: dropped a transfer from \"%s\" to \"%s\" arriving at node \"%s\"",
-						source ? source : "?", dest ? dest : "?", self ? self : "(not sharded)")));
-		return PointerGetDatum(NULL);
+		case ARRIVAL_DROP:
+			return PointerGetDatum(NULL);
+		case ARRIVAL_RECORD:
+			break;
 	}
 
 	im_spi_connect();
@@ -252,6 +301,8 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 				(errcode(ERRCODE_IM_WRONG_NODE),
 				 errmsg("transfer for conversation " INT64_FORMAT " reached the node that owns it",
 						conversation_id)));
+	/* and every row of the payload is that conversation's (transfer_trust.c) */
+	im_transfer_check_payload(payload, conversation_id, source_event_id);
 	if (payload_is_deletion(payload))
 	{
 		im_transfer_apply_deletion(payload, conversation_id);

@@ -325,12 +325,16 @@ def drill_ack_before_visible():
                                                source_event_id, payload)
                    VALUES (%s, 'nodeack', 0, 0, 0, 0, '{}') RETURNING transfer_id""", (a,))
     tid = cur.fetchone()[0]
-    # the ack, as the apply worker inserts it (the trigger runs for any insert)
+    # the ack, as the apply worker inserts it: a superuser session in the
+    # replica role plays the apply worker (transfer_trust.c; a plain
+    # session's insert is refused)
+    node[a].q("SET session_replication_role = replica")
     node[a].q("INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) VALUES (%s, %s, 'nodeack')",
               (a, tid))
     # the same ack once more (a replay): never a unique-key conflict
     node[a].q("INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) VALUES (%s, %s, 'nodeack')",
               (a, tid))
+    node[a].q("RESET session_replication_role")
     t.commit()
     t.close()
     # the next apply pass settles it (this run_fanout's, or a worker's when

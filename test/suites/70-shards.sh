@@ -15,15 +15,17 @@
 #     database restart test, which test_shard_nodes.py replaces with a node
 #     stopped and restarted), the push end-to-end test, the Node client test,
 #     and the other helpers' entry points when present
-#     (test/shards/transfer_check.py, test/router/router_check.sh), and the
+#     (test/shards/transfer_check.py, test/router/router_check.sh), the
+#     forged-row checks test/shards/forge_check.py, and the
 #     standby drill test/shards/standby_check.sh (its own installation).
 #     Users are consecutive ids and direct conversations take the bucket of
 #     (a + b) % 64, so most fanout crosses nodes.  `test/shards.sh down` at
 #     the end, also on failure.
 # A part that cannot run here says "NOT RUN" and why; it is never counted
 # as passed.  IM_SHARDS_SKIP (comma-separated part names: model, e2e,
-# deletefm, shard_nodes, client, push, transfer, router, standby) leaves
-# parts out; its default is empty (all parts run); skip_why says why a part is left out
+# deletefm, shard_nodes, client, push, transfer, forge, router, standby)
+# leaves parts out; its default is empty (all parts run); skip_why says why a
+# part is left out
 # when one must be again.
 # The model test runs its fixed seeds with fewer steps than 50-model
 # (IM_SHARDS_MODEL_ARGS); it resets the node settings it changed when it ends,
@@ -94,7 +96,7 @@ fi
 
 # delete_for_me through the router with the user and the conversation on
 # different nodes: one call, handed off by transfer; reconcile's
-# delete_for_me_unpaired check (h25-deletefm)
+# delete_for_me_unpaired check
 if want deletefm; then
   echo "--- test/shards/deletefm_check.py"
   "$py" test/shards/deletefm_check.py "$ROUTER" "$IM_SHARDS_DIR" || rc=1
@@ -166,6 +168,12 @@ elif [ -f test/shards/transfer_check.py ]; then
   "$py" test/shards/transfer_check.py "$IM_SHARDS_DIR" || rc=1
 else
   notrun+=("test/shards/transfer_check.py (not present)")
+fi
+# trust between nodes: node1 forges transfers and acks for node2 (sources,
+# destinations, ackers, claimed ids, payload rows of other conversations)
+if want forge; then
+  echo "--- test/shards/forge_check.py"
+  "$py" test/shards/forge_check.py "$IM_SHARDS_DIR" || rc=1
 fi
 down
 if ! want router; then
