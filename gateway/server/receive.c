@@ -18,7 +18,7 @@
 #include "im_gateway.h"
 #include "log.h"
 #include "log_hash.h"
-#include "metrics.h"
+#include "gateway_metrics.h"
 #include "session.h"
 
 #include <libwebsockets.h>

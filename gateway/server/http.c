@@ -11,7 +11,7 @@
 #include "db.h"
 #include "im_gateway.h"
 #include "log.h"
-#include "metrics.h"
+#include "gateway_metrics.h"
 #include "session.h"
 
 #include <libwebsockets.h>

@@ -28,7 +28,7 @@
 #include "admission.h"
 #include "config.h"
 #include "db.h"
-#include "metrics.h"
+#include "gateway_metrics.h"
 
 #include <arpa/inet.h>
 #include <libwebsockets.h>

@@ -10,14 +10,14 @@
  */
 #include "session.h"
 #include "auth.h"
-#include "presence.h"
+#include "presence_report.h"
 #include "admission.h"
 #include "config.h"
 #include "db.h"
 #include "keepalive.h"
 #include "log.h"
 #include "log_hash.h"
-#include "metrics.h"
+#include "gateway_metrics.h"
 #include "table_hash.h"
 
 #include <libwebsockets.h>

@@ -16,7 +16,7 @@
 #include "http.h"
 #include "im_gateway.h"
 #include "keepalive.h"
-#include "metrics.h"
+#include "gateway_metrics.h"
 #include "receive.h"
 #include "session.h"
 

@@ -8,7 +8,7 @@
  * on a notification alone.
  */
 #include "auth.h"
-#include "presence.h"
+#include "presence_report.h"
 #include "admission.h"
 #include "config.h"
 #include "db.h"
@@ -17,7 +17,7 @@
 #include "keepalive.h"
 #include "log.h"
 #include "log_hash.h"
-#include "metrics.h"
+#include "gateway_metrics.h"
 #include "receive.h"
 #include "session.h"
 

@@ -16,10 +16,10 @@
 #include "config.h"
 #include "db.h"
 #include "keepalive.h"
-#include "presence.h"
+#include "presence_report.h"
 #include "log.h"
 #include "log_hash.h"
-#include "metrics.h"
+#include "gateway_metrics.h"
 #include "protocol.h"
 #include "session.h"
 

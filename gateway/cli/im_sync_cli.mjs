@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // im_sync_cli.mjs — the terminal equivalent of the web page, on the same
 // module (contract §16).  Node ≥ 20, with the ws package from gateway/.
-//   node gateway/web/im_sync_cli.mjs --url ws://127.0.0.1:PORT/ --token T [--store DIR] COMMAND
+//   node gateway/cli/im_sync_cli.mjs --url ws://127.0.0.1:PORT/ --token T [--store DIR] COMMAND
 //     list                      conversations with unread counts
 //     messages CONV             a conversation's messages
 //     send CONV TEXT            send (retried with the same client_msg_id until acknowledged)
@@ -10,7 +10,7 @@
 // --store DIR keeps the local view and the outbox in DIR (file storage), so
 // the next run resumes instead of taking a snapshot.  IM_TOKEN may hold the token.
 import { createRequire } from 'node:module';
-import { ImSyncClient, FileStorage, MemoryStorage } from './im_sync_client.js';
+import { ImSyncClient, FileStorage, MemoryStorage } from '../web/im_sync_client.js';
 
 const require = createRequire(new URL('../package.json', import.meta.url));
 const WebSocket = require('ws');

@@ -7,7 +7,7 @@
  * flight; scrapes arriving meanwhile wait for it.  The gateway's own
  * counters are always current.
  */
-#include "metrics.h"
+#include "gateway_metrics.h"
 #include "text_buf.h"
 #include "admission.h"
 #include "accept.h"

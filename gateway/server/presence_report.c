@@ -2,7 +2,7 @@
  * presence.c — see presence.h.  Fire-and-forget jobs: their answers are
  * dropped (a lost call is repaired by the next refresh or by the ttl).
  */
-#include "presence.h"
+#include "presence_report.h"
 #include "db.h"
 #include "frame.h"
 #include "text_buf.h"

@@ -18,7 +18,7 @@
 #include "db.h"
 #include "frame.h"
 #include "log.h"
-#include "metrics.h"
+#include "gateway_metrics.h"
 #include "session.h"
 #include "table_hash.h"
 
