@@ -1,7 +1,7 @@
 /*
  * log_hash.c — see log_hash.h.
  */
-#include "log_hash.h"
+#include "common/log_hash.h"
 
 #include <inttypes.h>
 #include <stdio.h>

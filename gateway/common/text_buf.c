@@ -1,5 +1,5 @@
 /* text_buf.c — see text_buf.h. */
-#include "text_buf.h"
+#include "common/text_buf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

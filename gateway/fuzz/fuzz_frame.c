@@ -6,7 +6,7 @@
  * parameters, $1 is always the session user, never frame data, and a
  * send or edit passes the frame text itself as the body parameter.
  */
-#include "frame.h"
+#include "server/frame.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,8 +11,8 @@
  *    valid JSON whose spliced member equals the input, next to intact
  *    scalar members.
  */
-#include "frame.h"
-#include "json_splice.h"
+#include "server/frame.h"
+#include "server/db/json_splice.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -39,11 +39,11 @@
  *   - a Retry-After answer is honoured up to an hour
  *     (PUSH_RETRY_AFTER_MAX_S); a malformed one is ignored.
  */
-#include "log_hash.h"
-#include "push_http.h"
-#include "push_nodes.h"
-#include "push_unseal.h"
-#include "push_wipe.h"
+#include "common/log_hash.h"
+#include "relay/push_http.h"
+#include "relay/push_nodes.h"
+#include "relay/push_unseal.h"
+#include "relay/push_wipe.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -8,7 +8,7 @@
  *   a refused or closed connection, any transport error -> transient;
  *   any other 4xx (and an unexpected status) -> permanent.
  */
-#include "push_http.h"
+#include "relay/push_http.h"
 
 #include <stdlib.h>
 #include <string.h>

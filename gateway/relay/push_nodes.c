@@ -6,8 +6,8 @@
  * A node whose LISTEN comes back wakes a claim (what was queued there
  * while we were deaf), the relay's equivalent of the gateway's re-check.
  */
-#include "push_nodes.h"
-#include "push_http.h"
+#include "relay/push_nodes.h"
+#include "relay/push_http.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * with SHA-256 and MGF1-SHA-256 (empty label) unwraps the AES-256-GCM key,
  * which opens the token and checks its tag.
  */
-#include "push_unseal.h"
+#include "relay/push_unseal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /*
  * push_wipe.c — see push_wipe.h.
  */
-#include "push_wipe.h"
+#include "relay/push_wipe.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -21,9 +21,9 @@
  * first 16, so an unwiped copy is found.
  */
 #define _GNU_SOURCE				/* memmem */
-#include "push_http.h"
-#include "push_unseal.h"
-#include "push_wipe.h"
+#include "relay/push_http.h"
+#include "relay/push_unseal.h"
+#include "relay/push_wipe.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -24,11 +24,11 @@
  *     address's count while it is counted, NULL after.
  */
 #define _GNU_SOURCE				/* accept4 */
-#include "accept.h"
-#include "admission.h"
-#include "config.h"
-#include "db.h"
-#include "gateway_metrics.h"
+#include "server/accept.h"
+#include "server/admission.h"
+#include "server/config.h"
+#include "server/db/db.h"
+#include "server/gateway_metrics.h"
 
 #include <arpa/inet.h>
 #include <libwebsockets.h>

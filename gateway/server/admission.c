@@ -9,10 +9,10 @@
  * socket: an unauthenticated session, or a connection before its upgrade),
  * the reconnect buckets by a fixed slot count.
  */
-#include "admission.h"
-#include "config.h"
-#include "db.h"
-#include "table_hash.h"
+#include "server/admission.h"
+#include "server/config.h"
+#include "server/db/db.h"
+#include "common/table_hash.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

@@ -7,19 +7,19 @@
  * a session is closed 4003/4008 only on im.device_session's answer, never
  * on a notification alone.
  */
-#include "auth.h"
-#include "presence_report.h"
-#include "admission.h"
-#include "config.h"
-#include "db.h"
-#include "frame.h"
-#include "hints.h"
-#include "keepalive.h"
-#include "log.h"
-#include "log_hash.h"
-#include "gateway_metrics.h"
-#include "receive.h"
-#include "session.h"
+#include "server/auth.h"
+#include "server/presence_report.h"
+#include "server/admission.h"
+#include "server/config.h"
+#include "server/db/db.h"
+#include "server/frame.h"
+#include "server/hints.h"
+#include "server/keepalive.h"
+#include "common/log.h"
+#include "common/log_hash.h"
+#include "server/gateway_metrics.h"
+#include "server/receive.h"
+#include "server/session.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -6,9 +6,9 @@
  * at least one, TLS files readable, plain ws:// only on loopback unless
  * --insecure).
  */
-#include "config.h"
-#include "admission.h"
-#include "db.h"
+#include "server/config.h"
+#include "server/admission.h"
+#include "server/db/db.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  * a frame that names another user or device is FORBIDDEN; values reach SQL
  * only as parameters of the static statements below.
  */
-#include "frame.h"
+#include "server/frame.h"
 
 #include <errno.h>
 #include <inttypes.h>

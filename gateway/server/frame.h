@@ -125,7 +125,7 @@ extern char *im_error_frame(json_t *id, const char *code, const char *message,
 							long retry_after_ms);
 
 /* The ttl of a presence (issue 12): set by the hello statement, renewed by
- * presence.c a third of it apart. */
+ * presence_report.c a third of it apart. */
 #define IM_PRESENCE_TTL_TEXT "90 seconds"
 
 #endif

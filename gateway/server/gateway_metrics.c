@@ -1,5 +1,5 @@
 /*
- * metrics.c — counters of the lws thread and the /metrics page.
+ * gateway_metrics.c — counters of the lws thread and the /metrics page.
  *
  * /metrics cache (issue 8 item 4): im.metrics() scans tables, and scrapes
  * need no authentication, so its result is reused for METRICS_MAX_AGE
@@ -7,13 +7,13 @@
  * flight; scrapes arriving meanwhile wait for it.  The gateway's own
  * counters are always current.
  */
-#include "gateway_metrics.h"
-#include "text_buf.h"
-#include "admission.h"
-#include "accept.h"
-#include "db.h"
-#include "http.h"
-#include "session.h"
+#include "server/gateway_metrics.h"
+#include "common/text_buf.h"
+#include "server/admission.h"
+#include "server/accept.h"
+#include "server/db/db.h"
+#include "server/http.h"
+#include "server/session.h"
 
 #include <libpq-fe.h>
 #include <stdarg.h>

@@ -1,12 +1,12 @@
 /*
- * metrics.h — the gateway's own counters and GET /metrics (Prometheus
+ * gateway_metrics.h — the gateway's own counters and GET /metrics (Prometheus
  * text): these counters, the database thread's (db.h) and the rows of
  * im.metrics(), cached for a few seconds.
  */
-#ifndef IM_GW_METRICS_H
-#define IM_GW_METRICS_H
+#ifndef IM_GW_GATEWAY_METRICS_H
+#define IM_GW_GATEWAY_METRICS_H
 
-#include "frame.h"
+#include "server/frame.h"
 
 struct session;
 struct im_job;

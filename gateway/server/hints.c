@@ -12,15 +12,15 @@
  * Hints may be lost (a full slot, too many pending): clients catch up from
  * sync and conversation_list, which is why losing one is allowed here.
  */
-#include "hints.h"
-#include "auth.h"
-#include "config.h"
-#include "db.h"
-#include "frame.h"
-#include "log.h"
-#include "gateway_metrics.h"
-#include "session.h"
-#include "table_hash.h"
+#include "server/hints.h"
+#include "server/auth.h"
+#include "server/config.h"
+#include "server/db/db.h"
+#include "server/frame.h"
+#include "common/log.h"
+#include "server/gateway_metrics.h"
+#include "server/session.h"
+#include "common/table_hash.h"
 
 #include <libwebsockets.h>
 #include <inttypes.h>

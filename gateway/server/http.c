@@ -2,17 +2,17 @@
  * http.c — HTTP on the gateway's port: admission of WebSocket upgrades
  * (contract §10: caps and Origin decided before a session exists, without
  * the database) and the two GET endpoints, /healthz (SELECT 1 through the
- * pool) and /metrics (metrics.c).
+ * pool) and /metrics (gateway_metrics.c).
  */
-#include "http.h"
-#include "web_mount.h"
-#include "admission.h"
-#include "config.h"
-#include "db.h"
-#include "im_gateway.h"
-#include "log.h"
-#include "gateway_metrics.h"
-#include "session.h"
+#include "server/http.h"
+#include "server/web_mount.h"
+#include "server/admission.h"
+#include "server/config.h"
+#include "server/db/db.h"
+#include "server/im_gateway.h"
+#include "common/log.h"
+#include "server/gateway_metrics.h"
+#include "server/session.h"
 
 #include <libwebsockets.h>
 #include <stdlib.h>

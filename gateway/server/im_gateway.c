@@ -8,20 +8,20 @@
  * lws_cancel_service when results or notifications are ready.  Shape as in
  * libwebsockets' minimal-ws-server-ring: main apart from the protocol.
  */
-#include "im_gateway.h"
-#include "accept.h"
-#include "web_mount.h"
-#include "admission.h"
-#include "auth.h"
-#include "config.h"
-#include "db.h"
-#include "keepalive.h"
-#include "presence_report.h"
-#include "log.h"
-#include "log_hash.h"
-#include "gateway_metrics.h"
-#include "protocol.h"
-#include "session.h"
+#include "server/im_gateway.h"
+#include "server/accept.h"
+#include "server/web_mount.h"
+#include "server/admission.h"
+#include "server/auth.h"
+#include "server/config.h"
+#include "server/db/db.h"
+#include "server/keepalive.h"
+#include "server/presence_report.h"
+#include "common/log.h"
+#include "common/log_hash.h"
+#include "server/gateway_metrics.h"
+#include "server/protocol.h"
+#include "server/session.h"
 
 #include <libwebsockets.h>
 #include <signal.h>

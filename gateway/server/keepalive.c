@@ -16,11 +16,11 @@
  * becomes due earlier, a re-check to retry, moves the session to the next
  * second (im_keepalive_soon).
  */
-#include "keepalive.h"
-#include "auth.h"
-#include "config.h"
-#include "db.h"
-#include "session.h"
+#include "server/keepalive.h"
+#include "server/auth.h"
+#include "server/config.h"
+#include "server/db/db.h"
+#include "server/session.h"
 
 #include <libwebsockets.h>
 #include <math.h>

@@ -1,11 +1,11 @@
 /*
- * presence.c — see presence.h.  Fire-and-forget jobs: their answers are
+ * presence_report.c — see presence_report.h.  Fire-and-forget jobs: their answers are
  * dropped (a lost call is repaired by the next refresh or by the ttl).
  */
-#include "presence_report.h"
-#include "db.h"
-#include "frame.h"
-#include "text_buf.h"
+#include "server/presence_report.h"
+#include "server/db/db.h"
+#include "server/frame.h"
+#include "common/text_buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>

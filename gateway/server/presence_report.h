@@ -1,5 +1,5 @@
 /*
- * presence.h — the gateway tells im_sync which devices are connected
+ * presence_report.h — the gateway tells im_sync which devices are connected
  * (contract §13), so fanout does not push to them: im.set_presence in
  * the hello's transaction (online, frame.c) and at close (offline),
  * im.refresh_presence for all its
@@ -8,10 +8,10 @@
  * lost before a live session looks offline).  A gateway that dies leaves
  * presences that expire after the ttl.
  */
-#ifndef IM_GW_PRESENCE_H
-#define IM_GW_PRESENCE_H
+#ifndef IM_GW_PRESENCE_REPORT_H
+#define IM_GW_PRESENCE_REPORT_H
 
-#include "session.h"
+#include "server/session.h"
 
 #define IM_PRESENCE_TTL_S 90
 #define IM_PRESENCE_REFRESH_S 30

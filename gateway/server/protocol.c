@@ -7,18 +7,18 @@
  * when its answer arrives, and then the answer is dropped (an open hello
  * transaction is rolled back first).
  */
-#include "protocol.h"
-#include "accept.h"
-#include "admission.h"
-#include "auth.h"
-#include "db.h"
-#include "hints.h"
-#include "http.h"
-#include "im_gateway.h"
-#include "keepalive.h"
-#include "gateway_metrics.h"
-#include "receive.h"
-#include "session.h"
+#include "server/protocol.h"
+#include "server/accept.h"
+#include "server/admission.h"
+#include "server/auth.h"
+#include "server/db/db.h"
+#include "server/hints.h"
+#include "server/http.h"
+#include "server/im_gateway.h"
+#include "server/keepalive.h"
+#include "server/gateway_metrics.h"
+#include "server/receive.h"
+#include "server/session.h"
 
 /* lws per-session data: only the pointer to our own session (session.h). */
 typedef struct pss

@@ -8,18 +8,18 @@
  * control); every frame is rate-limited before it is queued; a bad frame
  * only ever touches its own session.
  */
-#include "receive.h"
-#include "admission.h"
-#include "auth.h"
-#include "config.h"
-#include "db.h"
-#include "frame.h"
-#include "hello_order.h"
-#include "im_gateway.h"
-#include "log.h"
-#include "log_hash.h"
-#include "gateway_metrics.h"
-#include "session.h"
+#include "server/receive.h"
+#include "server/admission.h"
+#include "server/auth.h"
+#include "server/config.h"
+#include "server/db/db.h"
+#include "server/frame.h"
+#include "server/db/hello_order.h"
+#include "server/im_gateway.h"
+#include "common/log.h"
+#include "common/log_hash.h"
+#include "server/gateway_metrics.h"
+#include "server/session.h"
 
 #include <libwebsockets.h>
 #include <inttypes.h>

@@ -8,17 +8,17 @@
  * and the close only after everything queued is out; a session's queue is
  * bounded by --max-queue (plus IM_ERROR_HEADROOM for error frames).
  */
-#include "session.h"
-#include "auth.h"
-#include "presence_report.h"
-#include "admission.h"
-#include "config.h"
-#include "db.h"
-#include "keepalive.h"
-#include "log.h"
-#include "log_hash.h"
-#include "gateway_metrics.h"
-#include "table_hash.h"
+#include "server/session.h"
+#include "server/auth.h"
+#include "server/presence_report.h"
+#include "server/admission.h"
+#include "server/config.h"
+#include "server/db/db.h"
+#include "server/keepalive.h"
+#include "common/log.h"
+#include "common/log_hash.h"
+#include "server/gateway_metrics.h"
+#include "common/table_hash.h"
 
 #include <libwebsockets.h>
 #include <inttypes.h>

@@ -9,7 +9,7 @@
 #ifndef IM_GW_SESSION_H
 #define IM_GW_SESSION_H
 
-#include "admission.h"
+#include "server/admission.h"
 
 #include <stddef.h>
 #include <stdint.h>

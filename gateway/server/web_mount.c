@@ -9,8 +9,8 @@
  * real path.  Only the folder is mounted, so gateway/node_modules and the
  * sources beside it are not reachable.
  */
-#include "web_mount.h"
-#include "config.h"
+#include "server/web_mount.h"
+#include "server/config.h"
 
 #include <limits.h>
 #include <stdio.h>

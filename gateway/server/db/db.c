@@ -22,9 +22,9 @@
  * backoff; with no pool connection up, queued and new jobs are answered
  * UNAVAILABLE at once.
  */
-#include "db_internal.h"
-#include "hello_order.h"
-#include "log.h"
+#include "server/db/db_internal.h"
+#include "server/db/hello_order.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

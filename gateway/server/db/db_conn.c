@@ -16,8 +16,8 @@
  * (issue 14: between a primary's death and the promotion clients get
  * UNAVAILABLE, never a hang).
  */
-#include "db_internal.h"
-#include "log.h"
+#include "server/db/db_internal.h"
+#include "common/log.h"
 
 #include <poll.h>
 #include <stdio.h>

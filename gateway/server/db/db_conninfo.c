@@ -22,7 +22,7 @@
  * conninfo says where the node is (host, port, dbname); who connects
  * (user, password, TLS files, …) comes from --db unless it says otherwise.
  */
-#include "db_internal.h"
+#include "server/db/db_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

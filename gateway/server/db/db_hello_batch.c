@@ -35,8 +35,8 @@
  * command gives exactly one result (COMMAND_OK, TUPLES_OK, an error, or
  * PIPELINE_ABORTED after an error); NULLs separate them.
  */
-#include "db_internal.h"
-#include "log.h"
+#include "server/db/db_internal.h"
+#include "common/log.h"
 
 #include <stdlib.h>
 #include <string.h>

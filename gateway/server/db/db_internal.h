@@ -8,7 +8,7 @@
 #ifndef IM_GW_DB_INTERNAL_H
 #define IM_GW_DB_INTERNAL_H
 
-#include "db.h"
+#include "server/db/db.h"
 
 #include <stdint.h>
 #include <libpq-fe.h>

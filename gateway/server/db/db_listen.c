@@ -15,8 +15,8 @@
  * down delays only the sessions of the users it owns, and its LISTEN_UP
  * re-checks only those.
  */
-#include "db_internal.h"
-#include "log.h"
+#include "server/db/db_internal.h"
+#include "common/log.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,8 +14,8 @@
  * the node's: a node coming back then re-checks every session (more calls,
  * never a missed revocation).
  */
-#include "db_internal.h"
-#include "log.h"
+#include "server/db/db_internal.h"
+#include "common/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>

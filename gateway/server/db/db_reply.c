@@ -7,9 +7,9 @@
  * string).  The reply shape (one row merged, or "rows") comes from the op
  * table in frame.c.
  */
-#include "db_internal.h"
-#include "frame.h"
-#include "json_splice.h"
+#include "server/db/db_internal.h"
+#include "server/frame.h"
+#include "server/db/json_splice.h"
 
 #include <stdlib.h>
 #include <string.h>

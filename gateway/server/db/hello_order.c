@@ -18,8 +18,8 @@
  * (order, never correctness; at most 64 x 32 hellos run at once against
  * 65,536 slots).
  */
-#include "hello_order.h"
-#include "db.h"
+#include "server/db/hello_order.h"
+#include "server/db/db.h"
 
 #include <libwebsockets.h>
 #include <openssl/evp.h>

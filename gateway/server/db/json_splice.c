@@ -3,7 +3,7 @@
  * the gateway only forwards reaches the client byte for byte as PostgreSQL
  * produced it, so every member of a conversation reads the same JSON.
  */
-#include "json_splice.h"
+#include "server/db/json_splice.h"
 
 #include <stdlib.h>
 #include <string.h>
