@@ -1,7 +1,7 @@
 /*
  * token_layout.h — the byte layout of a token's claims, the one definition
  * the C readers use: extension/token.c writes and verifies tokens, and the
- * gateway (gateway/hello_order.c) reads a device token's user and device to
+ * gateway (gateway/server/db/hello_order.c) reads a device token's user and device to
  * keep a device's hellos in order, without verifying it (the database
  * does).  Plain C, no PostgreSQL headers.  The JS client's
  * deviceTokenClaims (gateway/web/im_sync_client.js) reads the same offsets
