@@ -13,7 +13,7 @@ DATA        = $(wildcard extension/im_sync--*.sql)
 # file and scripts go with DATA into the same extension directory; `make`,
 # `make install` and `make clean` also run in extension/router/.
 DATA       += extension/im_sync_router.control $(wildcard extension/im_sync_router--*.sql)
-PG_CPPFLAGS = -Iextension -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
+PG_CPPFLAGS = -Iextension -Iextension/include -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror
 # The catalog version the library serves is im_sync.control's default_version
 # (version_check.c: workers wait while the installed extversion differs).
 IM_LIBRARY_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" im_sync.control)

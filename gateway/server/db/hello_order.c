@@ -28,8 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the token's claims as extension/token.c writes them (one definition) */
-#include "../extension/token_layout.h"
+/* the token's claims as extension/token.c writes them (one definition,
+ * read here only by its names) */
+#include "im_sync/token_layout.h"
 
 #define SLOTS (1 << 16)
 
@@ -54,11 +55,11 @@ im_hello_device_key(const char *token)
 	if (n <= IM_TOKEN_DEVLEN_AT)
 		return 0;
 	devlen = (unsigned char) raw[IM_TOKEN_DEVLEN_AT];
-	if (devlen < 1 || devlen > IM_TOKEN_DEVICE_MAX || n < IM_TOKEN_DEVLEN_AT + 1 + devlen)
+	if (devlen < 1 || devlen > IM_TOKEN_DEVICE_MAX || n < IM_TOKEN_CLAIMS_FIXED + devlen)
 		return 0;
-	for (i = IM_TOKEN_USER_ID_AT; i < IM_TOKEN_USER_ID_AT + 8; i++)
+	for (i = IM_TOKEN_USER_ID_AT; i < IM_TOKEN_USER_ID_AT + IM_TOKEN_USER_ID_LEN; i++)
 		h = (h ^ (unsigned char) raw[i]) * 1099511628211ULL;
-	for (i = IM_TOKEN_DEVLEN_AT; i <= IM_TOKEN_DEVLEN_AT + devlen; i++)
+	for (i = IM_TOKEN_DEVLEN_AT; i < IM_TOKEN_CLAIMS_FIXED + devlen; i++)	/* devlen, device_id */
 		h = (h ^ (unsigned char) raw[i]) * 1099511628211ULL;
 	return h ? h : 1;
 }

@@ -21,8 +21,9 @@ typedef struct im_job im_job;
 
 /*
  * The device a hello's token names, as a nonzero 64-bit key, read from the
- * token's claims without verifying them (extension/token_layout.h); 0 when
- * the token is not readable (the node refuses it anyway).  Any thread.
+ * token's claims without verifying them (by the names of
+ * extension/include/im_sync/token_layout.h); 0 when the token is not
+ * readable (the node refuses it anyway).  Any thread.
  */
 extern uint64_t im_hello_device_key(const char *token);
 
