@@ -27,7 +27,7 @@ extern const char *im_hash_user(int64_t user_id, char out[IM_LOG_HASH_BUF]);
 extern const char *im_hash_device(int64_t user_id, const char *device_id,
 								  char out[IM_LOG_HASH_BUF]);
 
-/* HMAC(key, "t:<push_target_id>"): the push relay's logs (issue 12) */
+/* HMAC(key, "t:<push_target_id>"): the push relay's logs */
 extern const char *im_hash_push_target(int64_t push_target_id, char out[IM_LOG_HASH_BUF]);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * fuzz_roundtrip.c — libFuzzer target over the JSON round trip of message
- * bodies (issue 8 item 1): frame -> statement parameter -> (PostgreSQL's
+ * bodies (exact numbers): frame -> statement parameter -> (PostgreSQL's
  * reading of the body) -> reply splice.  For any input that is a JSON
  * value, checks that
  *  - a send frame carrying it as body (when it is an object) decodes with

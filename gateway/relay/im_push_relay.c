@@ -12,7 +12,7 @@
  * multi: connections reused, HTTP/2 where offered, timeouts), classify the
  * answer and complete the job (im.complete_push_job).  Woken by LISTEN
  * im_sync_push, polling every --poll seconds as well.  When --db is a router
- * (issue 15: im.shard_nodes() exists) the wake-ups come from the nodes: the
+ * (im.shard_nodes() exists) the wake-ups come from the nodes: the
  * relay keeps one LISTEN connection per node (push_nodes.c), each
  * reconnecting on its own, and claims at once when one comes back.
  *

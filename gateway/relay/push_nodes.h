@@ -1,6 +1,6 @@
 /*
  * push_nodes.h — the push relay's LISTEN connections to the nodes of a
- * sharded installation (issue 15): a push job is queued, and im_sync_push
+ * sharded installation: a push job is queued, and im_sync_push
  * notified, on the node that owns its user, and NOTIFY does not cross
  * PL/Proxy.  Claims and completions still go through the router.
  */

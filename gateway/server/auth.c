@@ -220,7 +220,7 @@ welcome(session *s, im_job *j)
 	im_unauth_release(s->unauth_ip);
 	s->unauth_ip = NULL;
 	im_session_link_user(s);
-	/* issue 12: its presence was set online by the hello statement */
+	/* its presence was set online by the hello statement */
 	w = json_object();
 	json_object_set_new(w, "type", json_string("welcome"));
 	if (j->id)
@@ -266,7 +266,7 @@ refuse_hello(session *s, im_job *j, long retry_ms, const char *why)
  * transaction still open, checks the limits that need the identity, and
  * COMMITs only a hello it will welcome.  A refused hello is rolled back, so
  * its connection-epoch bump and NOTIFY SUPERSEDED never happen and the live
- * session of the device stays current (issue 8 item 12).  The job comes back
+ * session of the device stays current.  The job comes back
  * once more after the COMMIT, and only then is the session welcomed.
  */
 int
@@ -329,7 +329,7 @@ im_on_auth_job(session *s, im_job *j)
 
 /*
  * A notification never closes a session by itself (any role can NOTIFY,
- * issue 8 item 2): it only triggers this.  Per session at most one re-check
+ * whatever it says): it only triggers this.  Per session at most one re-check
  * is in flight and one pending, so a flood of notifications costs at most
  * two calls per round trip.  hint: also hint afterwards (after a re-LISTEN,
  * hints may have been lost).

@@ -42,7 +42,7 @@ typedef struct im_config
 	int			statement_timeout_ms;	/* on every pool connection, 0: none */
 	size_t		max_queue;		/* bytes of replies queued per session */
 	const char *log_key;		/* file with the key of logged id hashes */
-	const char *web_root;		/* issue 13: folder served at /web/ (NULL: web/ next to the binary) */
+	const char *web_root;		/* folder served at /web/ (NULL: web/ next to the binary) */
 } im_config;
 
 extern im_config im_cfg;

@@ -44,7 +44,7 @@ typedef enum
 	F_DEVICE,					/* session device */
 	F_INT,						/* JSON integer -> bigint/int text */
 	F_TEXT,						/* JSON string */
-	F_BOOL,						/* JSON true/false -> boolean text (issue 11) */
+	F_BOOL,						/* JSON true/false -> boolean text */
 	F_OBJECT					/* JSON object: the frame's own text, the
 								 * statement extracts the field from it */
 } field_kind;
@@ -68,7 +68,7 @@ typedef struct
 	const char *sql_all;
 	const char *sql_default;
 	/*
-	 * issue 11: when set, the last field is optional and passed only when
+	 * When set, the last field is optional and passed only when
 	 * the frame has it (send's reply_to_message_id), with these statements;
 	 * a frame without it runs sql_all/sql_default, which a pre-1.3 catalog
 	 * understands.  The defaulted field is then the one before it.
@@ -94,7 +94,7 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 	[IM_OP_SEND] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_TEXT, "client_msg_id", 1, 0},
 		{F_OBJECT, "body", 1, 0}, {F_TEXT, "content_type", 0, 1},
-		{F_INT, "reply_to_message_id", 0, 0}},	/* issue 11 */
+		{F_INT, "reply_to_message_id", 0, 0}},	/* optional: a reply */
 		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', $5::text)",
 		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body')",
 		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', $5::text, $6::bigint)",
@@ -147,7 +147,7 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 		{U, D, {F_TEXT, "snapshot_token", 1, 0}, {F_TEXT, "manifest_digest", 1, 0}},
 		"SELECT * FROM im.ack_snapshot($1::bigint, $2::text, $3::text, $4::text)", NULL
 	},
-	/* issue 11 (contract §14) */
+	/* reactions and pins (contract §14) */
 	[IM_OP_REACT] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "target_message_id", 1, 0},
 		{F_TEXT, "reaction", 1, 0}, {F_BOOL, "present", 1, 0}, {F_TEXT, "client_msg_id", 1, 0}},
@@ -158,7 +158,7 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 		{F_BOOL, "pinned", 1, 0}, {F_TEXT, "client_msg_id", 1, 0}},
 		"SELECT * FROM im.pin_message($1::bigint, $2::bigint, $3::bigint, $4::boolean, $5::text)", NULL
 	},
-	/* issue 13 (contract §16): the facts for the sender, never device ids */
+	/* contract §16: the facts for the sender, never device ids */
 	[IM_OP_MESSAGE_STATUS] = {
 		{U, {F_INT, "message_id", 1, 0}},
 		"SELECT * FROM im.message_facts($1::bigint, $2::bigint)", NULL
@@ -398,7 +398,7 @@ decode_hello(json_t *root, im_request *req)
 	 * One round trip per hello: device_session runs after authenticate
 	 * (LATERAL) and, being volatile, sees the epoch it just set.  Admission
 	 * limits are checked on the result before the session is welcomed.
-	 * The device's presence (issue 12) is set online in the same
+	 * The device's presence (offline push) is set online in the same
 	 * transaction: it commits with the new epoch or, for a refused hello,
 	 * not at all, and a reconnect storm pays one transaction per hello (or
 	 * per batch of hellos, db_hello_batch.c) instead of two.
@@ -495,7 +495,7 @@ decode_params(json_t *root, const char *buf, size_t len, int64_t user_id,
 	}
 	if (st->sql_all_trailing)
 	{
-		/* issue 11: the optional trailing field, kept only when present */
+		/* the optional trailing field, kept only when present */
 		char	   *last = req->params[--req->nparams];
 
 		req->params[req->nparams] = NULL;

@@ -34,9 +34,9 @@ typedef enum im_op
 	IM_OP_SNAPSHOT_BEGIN,
 	IM_OP_SNAPSHOT_FETCH,
 	IM_OP_SNAPSHOT_ACK,
-	IM_OP_REACT,				/* issue 11, contract §14 */
+	IM_OP_REACT,				/* contract §14 */
 	IM_OP_PIN,
-	IM_OP_MESSAGE_STATUS,		/* issue 13, contract §16 */
+	IM_OP_MESSAGE_STATUS,		/* contract §16 */
 	IM_OP_COUNT
 } im_op;
 
@@ -124,7 +124,7 @@ extern int	im_parse_device_event(const char *payload, im_device_event *ev);
 extern char *im_error_frame(json_t *id, const char *code, const char *message,
 							long retry_after_ms);
 
-/* The ttl of a presence (issue 12): set by the hello statement, renewed by
+/* The ttl of a presence: set by the hello statement, renewed by
  * presence_report.c a third of it apart. */
 #define IM_PRESENCE_TTL_TEXT "90 seconds"
 

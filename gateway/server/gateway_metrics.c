@@ -1,7 +1,7 @@
 /*
  * gateway_metrics.c — counters of the lws thread and the /metrics page.
  *
- * /metrics cache (issue 8 item 4): im.metrics() scans tables, and scrapes
+ * /metrics cache: im.metrics() scans tables, and scrapes
  * need no authentication, so its result is reused for METRICS_MAX_AGE
  * seconds (aged from when the call was sent) and at most one call is in
  * flight; scrapes arriving meanwhile wait for it.  The gateway's own

@@ -7,7 +7,7 @@
  * members, so it asks im.members_among which of its connected users are
  * members and caches the answer for --members-ttl seconds, one lookup in
  * flight per slot.  im_sync_device never closes a session by itself (any
- * role can NOTIFY, issue 8 item 2): it only triggers a device re-check.
+ * role can NOTIFY): it only triggers a device re-check.
  *
  * Hints may be lost (a full slot, too many pending): clients catch up from
  * sync and conversation_list, which is why losing one is allowed here.
@@ -175,7 +175,7 @@ conv_hint_cb(void *arg, int64_t conv, int64_t head)
 	j->key = conv;
 	/*
 	 * Only which of this gateway's connected users are active members
-	 * (issue 8 item 6): the gateway role cannot list a conversation's
+	 * (least privilege): the gateway role cannot list a conversation's
 	 * members.
 	 */
 	j->sql = "SELECT u FROM im.members_among($1::bigint, $2::bigint[]) u";

@@ -138,7 +138,7 @@ im_on_http(struct lws *wsi, session *s, const char *uri)
 		im_request_metrics(s);
 	else if (uri && strcmp(uri, "/") == 0)
 	{
-		/* issue 13: the web client lives under the /web/ mount */
+		/* the web client lives under the /web/ mount */
 		if (im_web_redirect_root(wsi) != 0)
 			lws_set_timeout(wsi, PENDING_TIMEOUT_CLOSE_SEND, LWS_TO_KILL_ASYNC);
 	}

@@ -50,7 +50,7 @@ tick(lws_sorted_usec_list_t *sul)
 {
 	im_hello_tick();
 	im_keepalive_tick(im_now());
-	im_presence_tick(im_now());	/* issue 12 */
+	im_presence_tick(im_now());	/* presence refresh when due */
 	lws_sul_schedule(g_ctx, 0, &g_tick, tick, LWS_US_PER_SEC);
 	im_gateway_poll_state();
 }
@@ -138,7 +138,7 @@ create_context(const char *argv0)
 	}
 	info.options |= LWS_SERVER_OPTION_LIBEV;
 	info.signal_cb = on_lws_signal;
-	/* issue 13: the web client at /web/ (contract §16) */
+	/* the web client at /web/ (contract §16) */
 	if (im_web_mount_setup(&info, argv0) != 0)
 		return NULL;
 	if ((ctx = lws_create_context(&info)) != NULL)

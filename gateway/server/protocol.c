@@ -167,7 +167,7 @@ callback_im(struct lws *wsi, enum lws_callback_reasons reason,
 		case LWS_CALLBACK_HTTP_WRITEABLE:
 			return im_on_http_writeable(wsi, s);
 		case LWS_CALLBACK_HTTP_FILE_COMPLETION:
-			/* issue 13: a /web/ file sent; ready for the next keep-alive request */
+			/* a /web/ file sent; ready for the next keep-alive request */
 			return lws_http_transaction_completed(wsi) ? -1 : 0;
 		case LWS_CALLBACK_CLOSED_HTTP:
 		case LWS_CALLBACK_HTTP_DROP_PROTOCOL:

@@ -119,7 +119,7 @@ im_session_unregister(session *s)
 		}
 	if (s->authed)
 	{
-		im_presence_offline(s);	/* issue 12 */
+		im_presence_offline(s);	/* offline for fanout's push decision */
 		user_unlink(s);
 	}
 	im_keepalive_remove(s);
@@ -199,7 +199,7 @@ im_send_error(session *s, json_t *id, const char *code, const char *msg, long re
 		im_begin_close(s, 1013, "send_queue_full");
 }
 
-/* Every request gets a reply (issue 8 item 7). */
+/* Every request gets a reply: one too large for the send queue is answered UNAVAILABLE. */
 void
 im_send_reply(session *s, json_t *id, char *text, int out_type)
 {

@@ -6,7 +6,7 @@
  * PQconnectStartParams/PQconnectPoll, PQsendQueryParams, PQflush,
  * PQconsumeInput/PQisBusy/PQgetResult) and one LISTEN connection
  * (db_listen.c: im_sync_hint, im_sync_device), plus one per node when --db
- * is a router (db_nodes.c, issue 15).  Jobs come from the lws
+ * is a router (db_nodes.c).  Jobs come from the lws
  * thread through a mutex-protected queue and a wake pipe; finished jobs go
  * back through a second queue and the lws thread is woken with
  * lws_cancel_service.

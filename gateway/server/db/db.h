@@ -23,7 +23,7 @@ typedef enum im_job_kind
 	IM_JOB_METRICS,				/* GET /metrics */
 	IM_JOB_NOTIFY,				/* db -> lws: a notification (no query) */
 	IM_JOB_LISTEN_UP,			/* db -> lws: LISTEN (re)established; key: its bucket mask */
-	IM_JOB_PRESENCE				/* issue 12: set/refresh_presence, answer dropped */
+	IM_JOB_PRESENCE				/* set/refresh_presence, answer dropped */
 } im_job_kind;
 
 typedef enum im_job_status
@@ -102,7 +102,7 @@ typedef struct im_db_stats
 	volatile long reconnects;
 	volatile int pool_ready;
 	volatile int listen_ready;	/* every LISTEN connection (router's, nodes') up */
-	volatile int listen_nodes;	/* issue 15: nodes the router lists */
+	volatile int listen_nodes;	/* nodes the router lists */
 	volatile int listen_nodes_ready;
 	volatile long hist[12];		/* DB round trip histogram buckets */
 	volatile double hist_sum;

@@ -13,7 +13,7 @@
  * Deadlines (im_conn_check_deadlines): connecting longer than
  * connect_timeout, or a reply later than the statement timeout + grace,
  * takes the connection down, so a silent server never holds a call
- * (issue 14: between a primary's death and the promotion clients get
+ * (following a primary: between its death and the promotion clients get
  * UNAVAILABLE, never a hang).
  */
 #include "server/db/db_internal.h"

@@ -1,9 +1,9 @@
 /*
  * db_conninfo.c — the keywords of one connection attempt, from a conninfo
  * parsed once (PQconninfoParse): the --db conninfo for the pool and the
- * router's LISTEN connection, and each node's conninfo (db_nodes.c, issue
- * 15) for its LISTEN connection.  Plus what following a primary needs
- * (contract §10, issue 14):
+ * router's LISTEN connection, and each node's conninfo (db_nodes.c) for
+ * its LISTEN connection.  Plus what following a primary needs (contract
+ * §10):
  *
  *   - target_session_attrs=read-write unless the conninfo says otherwise:
  *     every gateway call may write, so with a multi-host conninfo

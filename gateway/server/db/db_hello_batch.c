@@ -1,6 +1,6 @@
 /*
  * db_hello_batch.c — several queued hellos authenticated in one transaction
- * on one pool connection (issue 10, the reconnect storm).
+ * on one pool connection (for the reconnect storm).
  *
  * Why: im.authenticate NOTIFYs im_sync_device, and PostgreSQL holds the
  * notify queue's lock from before the commit record until after its flush,

@@ -15,7 +15,7 @@
 
 #define MAX_CONNS 64
 #define MAX_PREPARED 64			/* distinct statements per connection */
-#define MAX_NODES 32			/* nodes of a sharded installation (issue 15) */
+#define MAX_NODES 32			/* nodes of a sharded installation */
 
 /* A conninfo parsed once (db_conninfo.c). */
 typedef struct im_conninfo
@@ -208,7 +208,7 @@ extern void im_listen_tick(dbconn *c, double now);
 /* im_db_stats_g.listen_ready from the LISTEN connections' states */
 extern void im_listen_update_ready(void);
 
-/* db_nodes.c: the node map of a sharded installation (issue 15) */
+/* db_nodes.c: the node map of a sharded installation */
 extern int	im_db_sharded;
 /* The router answered im.shard_nodes() with res: node slots follow it. */
 extern void im_nodes_apply(const PGresult *res);

@@ -1,5 +1,5 @@
 /*
- * db_nodes.c — the nodes of a sharded installation (issue 15, contract
+ * db_nodes.c — the nodes of a sharded installation (contract
  * §15): the router lists them (`SELECT * FROM im.shard_nodes()`: node_name,
  * conninfo, and optionally buckets int[], the buckets the node owns), and
  * the gateway keeps one LISTEN connection per node, because hints, device

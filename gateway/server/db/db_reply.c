@@ -3,7 +3,7 @@
  * database thread so large results never stall the WebSocket loop.
  *
  * Scalars go through jansson; json/jsonb columns are spliced in as the text
- * PostgreSQL printed (issue 8 item 1: never re-parsed, never turned into a
+ * PostgreSQL printed (exact numbers: never re-parsed, never turned into a
  * string).  The reply shape (one row merged, or "rows") comes from the op
  * table in frame.c.
  */
@@ -52,7 +52,7 @@ cell_json(const PGresult *res, int row, int col)
 
 /*
  * One row as an object text: scalars through jansson, json/jsonb columns
- * spliced in as PostgreSQL printed them (issue 8 item 1: never re-parsed,
+ * spliced in as PostgreSQL printed them (exact numbers: never re-parsed,
  * never turned into a string).  base, when given, holds keys that come
  * first (type, id) and is consumed.
  */

@@ -1,5 +1,5 @@
 /*
- * hello_order.h — one hello of a device at a time (issue 15, known gap 6).
+ * hello_order.h — one hello of a device at a time (through the router).
  *
  * A device's newest hello must win.  On one database a hello's epoch bump
  * commits only when the gateway welcomes it, and the device row's lock

@@ -3,7 +3,7 @@
  * verbatim.  Scalar columns are built with jansson; json/jsonb columns are
  * spliced in as the text PostgreSQL printed, never parsed and printed again
  * (jansson cannot hold integers past int64 and would change how numbers
- * read, issue 8 item 1).  No libpq, so the fuzzer links it alone.
+ * read).  No libpq, so the fuzzer links it alone.
  */
 #ifndef IM_GW_JSON_SPLICE_H
 #define IM_GW_JSON_SPLICE_H
