@@ -139,8 +139,8 @@ Web page (one browser profile or private window per device; group $group too):
   bob phone     : $web$(frag "$t2p")
   bob desktop   : $web$(frag "$t2d")
 Command line (Node >= 20, after make deps):
-  node gateway/web/im_sync_cli.mjs --url ws://127.0.0.1:$port/ --token "$t2p" follow
-  node gateway/web/im_sync_cli.mjs --url ws://127.0.0.1:$port/ --token "$t1d" send $conv "hello bob"
+  node gateway/cli/im_sync_cli.mjs --url ws://127.0.0.1:$port/ --token "$t2p" follow
+  node gateway/cli/im_sync_cli.mjs --url ws://127.0.0.1:$port/ --token "$t1d" send $conv "hello bob"
 EOF
 # ---- end issue 13
 

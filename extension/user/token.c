@@ -38,7 +38,7 @@
 
 #define IM_KEY_LEN		32
 #define IM_MAC_LEN		PG_SHA256_DIGEST_LENGTH
-/* the claims layout and sizes (token_layout.h; with key id and MAC:
+/* the claims layout and sizes (im_sync/token_layout.h; with key id and MAC:
  * IM_TOKEN_MAX_BYTES) are also read by the gateway's hello order */
 #define IM_CLAIMS_FIXED IM_TOKEN_CLAIMS_FIXED
 StaticAssertDecl(IM_MAC_LEN == IM_TOKEN_MAC_LEN, "token MAC length");
@@ -309,6 +309,7 @@ encode_signed(const ImTokenClaims *claims, int32 key_id, const uint8 *key)
 	put32(&p, claims->sync_generation);
 	Assert(p - buf == IM_TOKEN_USER_ID_AT);
 	put64(&p, claims->user_id);
+	Assert(p - buf == IM_TOKEN_USER_ID_AT + IM_TOKEN_USER_ID_LEN);
 	put64(&p, claims->resume_from);
 	put64(&p, claims->watermark);
 	put64(&p, claims->recovery_session_id);

@@ -67,11 +67,11 @@ async function sha256Hex(text) {
 
 // The user and device a device token names, read from its claims without
 // verifying them (the server does, at hello); null if it is not a device
-// token.  The layout is extension/include/im_sync/token_layout.h: purpose 'D', version 1,
-// user_id (int64, big-endian) at byte 13, the device id's length at byte 77
-// and its bytes after it; base64url without padding.  A storage can be
-// chosen by these before connecting (the page keys its database by them);
-// the welcome then confirms them.
+// token.  The layout is extension/include/im_sync/token_layout.h: purpose
+// 'D', version 1, user_id (int64, big-endian) at byte 13, the device id's
+// length at byte 77 and its bytes after it; base64url without padding.  A
+// storage can be chosen by these before connecting (the page keys its
+// database by them); the welcome then confirms them.
 export function deviceTokenClaims(token) {
   // no regular expression touches the token: RegExp.input and RegExp.$_
   // would keep it on a global

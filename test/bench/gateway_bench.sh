@@ -153,7 +153,7 @@ start_gateway() {
 start_gateway "$IM_TMP/gateway.log" || exit 1
 gw=$gw_pid; port=$gw_port
 export IM_GW_URL="ws://127.0.0.1:$port/"
-echo "gateway: ${GW_LIMITS[*]} ${BENCH_GW_ARGS:-} (other limits: defaults, see gateway/README.md)"
+echo "gateway: ${GW_LIMITS[*]} ${BENCH_GW_ARGS:-} (other limits: defaults, see gateway/doc/README.md)"
 echo "descriptors: ulimit -n $FDS per process$hard_note; fs.nr_open $nr_open;" \
      "net.core.somaxconn $(cat /proc/sys/net/core/somaxconn); ephemeral ports $(tr '\t' '-' </proc/sys/net/ipv4/ip_local_port_range) per source address"
 
@@ -238,7 +238,7 @@ if [ "$NIDLE" -gt 0 ]; then
 HCONN=$(( POOL > 1 ? POOL - 1 : 1 ))
 awk '{print NR "\t" $4}' "$IM_TMP/all.txt" >"$IM_TMP/tokens.tsv"
 im_psql -q -c "CREATE TABLE public.bench_tokens(i int PRIMARY KEY, t text)" -c "\\copy public.bench_tokens FROM '$IM_TMP/tokens.tsv'" || exit 1
-# the gateway's hello statement (gateway/frame.c): authenticate, device_session, set_presence
+# the gateway's hello statement (gateway/server/frame.c): authenticate, device_session, set_presence
 HELLO_STMT="SELECT a.user_id, d.state, im.set_presence(a.user_id, a.device_id, a.connection_epoch, true, '90 seconds'::interval)
   FROM im.authenticate((SELECT t FROM public.bench_tokens WHERE i = :i)) a,
        LATERAL im.device_session(a.user_id, a.device_id, a.connection_epoch) d;"
@@ -248,7 +248,7 @@ BEGIN;
 $HELLO_STMT
 COMMIT;
 SQL
-# the gateway's batch (gateway/db_hello_batch.c): 32 hellos a transaction, a
+# the gateway's batch (gateway/server/db/db_hello_batch.c): 32 hellos a transaction, a
 # savepoint each; distinct devices in turn (a device in two batches at once
 # would wait for the other's commit, which the gateway's storm never does)
 im_psql -q -c "CREATE SEQUENCE public.bench_hello_seq" || exit 1

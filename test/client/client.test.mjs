@@ -310,7 +310,7 @@ test('the command-line client: send, list, messages, read, follow', async () => 
   const { execFileSync } = await import('node:child_process');
   const A = newUser(); const B = newUser();
   const conv = group([A, B]);
-  const cli = fileURLToPath(new URL('../../gateway/web/im_sync_cli.mjs', import.meta.url));
+  const cli = fileURLToPath(new URL('../../gateway/cli/im_sync_cli.mjs', import.meta.url));
   const tokA = token(A, 'cli'); const tokB = token(B, 'cli');
   const run = (tok, ...args) => execFileSync(process.execPath, [cli, '--url', gw.url, '--token', tok, '--store', dir(`cli-${tok.slice(-6)}`), ...args],
                                              { encoding: 'utf8', timeout: 30000 });

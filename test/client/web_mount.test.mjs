@@ -72,3 +72,24 @@ test('nothing outside the folder: .., %2e%2e, absolute paths, symlinks', async (
     assert.ok(r.status >= 400 || r.status === 301 || r.status === 302, `${a}: status ${r.status}`);
   }
 });
+
+// gateway/web/ is mounted as it is, so it holds exactly what the page loads:
+// the files index.html names and the modules they import, nothing else (the
+// command-line client and the npm packages live outside it).
+test('gateway/web holds exactly the page and what it loads', () => {
+  const web = new URL('../../gateway/web/', import.meta.url);
+  const loaded = new Set(['index.html']);
+  const todo = ['index.html'];
+  while (todo.length) {
+    const f = todo.pop();
+    const text = fs.readFileSync(new URL(f, web), 'utf8');
+    const refs = f.endsWith('.html')
+      ? [...text.matchAll(/\b(?:src|href)="([^"]+)"/g)].map((m) => m[1])
+      : [...text.matchAll(/^import\b[^'"]*['"](\.\/[^'"]+)['"]/gm)].map((m) => m[1]);
+    for (const r of refs) {
+      const name = r.replace(/^\.\//, '');
+      if (!loaded.has(name)) { loaded.add(name); todo.push(name); }
+    }
+  }
+  assert.deepEqual(fs.readdirSync(web).sort(), [...loaded].sort());
+});

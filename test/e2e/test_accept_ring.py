@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Connections waiting before lws' handshake (gateway/accept.c) are bounded
+"""Connections waiting before lws' handshake (gateway/server/accept.c) are bounded
 per peer address, by the connection cap and by their age.
 
   test_idle_flood_from_one_address: 3,000 raw TCP sockets from 127.0.0.2
@@ -42,7 +42,7 @@ from imgw import DB, Client, new_user_ids, register, run_tests  # noqa: E402
 
 GW_BIN = os.environ.get("IM_GW_BIN") or os.path.join(HERE, "..", "..", "gateway", "im_gateway")
 FLOOD_FROM = "127.0.0.2"
-IM_MAX_HANDSHAKES = 256            # gateway/accept.h
+IM_MAX_HANDSHAKES = 256            # gateway/server/accept.h
 
 
 def raise_nofile(need):

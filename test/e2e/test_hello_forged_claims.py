@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Forged hellos naming a device never wait for, nor hold back, that
 device's real hellos, nor fill --max-pending-hello behind them
-(gateway/hello_order.c).
+(gateway/server/db/hello_order.c).
 
 Tokens are verified only in the database (im.authenticate), so the claims
 the gateway reads from a token to keep a device's hellos in order may be

@@ -68,7 +68,7 @@ kill -TERM "$gw2"; wait "$gw2"
 # issue 12: offline push — im_push_relay, the stub push gateway, presence
 # through a gateway of its own, in a database of its own (test/e2e/test_push.py)
 make -s -C gateway im_push_relay || rc=1
-# the relay's secret wiping, Retry-After parsing and scheme limits (gateway/test_push_relay.c)
+# the relay's secret wiping, Retry-After parsing and scheme limits (gateway/relay/test_push_relay.c)
 make -s -C gateway relay-test || rc=1
 IM_TMP="$IM_TMP" PGBIN="$PGBIN" "$py" test/e2e/test_push.py ${IM_PUSH_TESTS:-} || rc=1
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # 65-fuzz: libFuzzer (ASan+UBSan) for a bounded time (IM_FUZZ_SECONDS in
 # all, default 30, split between the targets) on copies of the seed corpus:
-#   fuzz_frame      frame decoding and argument extraction (gateway/frame.c)
+#   fuzz_frame      frame decoding and argument extraction (gateway/server/frame.c)
 #   fuzz_roundtrip  body round trip: frame -> parameter -> reply splice
-#                   (gateway/json_splice.c) must give back an equal value
+#                   (gateway/server/db/json_splice.c) must give back an equal value
 # Longer runs: make fuzz (gateway fuzz-long, FUZZ_RUNS executions each).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -131,7 +131,7 @@ def fill(user, n, tag):
     return hw
 
 
-# The API's calls, prepared like the gateway prepares them (gateway/frame.c).
+# The API's calls, prepared like the gateway prepares them (gateway/server/frame.c).
 API_PREPARE = [
     "PREPARE sync_first(bigint, text, int, bigint, int) AS "
     "SELECT status, next_cursor, has_more, jsonb_array_length(events), events::text "
