@@ -1,6 +1,6 @@
 -- ---- privileges: PUBLIC reads no table and runs no function of the
--- extension (contract §12); the DBA grants the API per role (README,
--- "Security").  Every API function is declared SECURITY DEFINER with the
+-- extension (contract §12); the DBA grants the API per role (README "Grants",
+-- extension/doc/security.md).  Every API function is declared SECURITY DEFINER with the
 -- pinned search_path pg_catalog, im, pg_temp; sql/00_install.sql checks
 -- that none is missing it and names the exceptions (set_extension_owner
 -- below and the row rules of 10_conversation.sql).

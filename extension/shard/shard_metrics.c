@@ -41,7 +41,7 @@ static const char *shard_gauges_sql =
 "FROM pg_catalog.pg_replication_slots s WHERE s.slot_name LIKE 'im\\_%' "
 "UNION ALL SELECT 'im_shard_slot_lost{slot=\"' " OP_CONCAT " s.slot_name " OP_CONCAT " '\"}', "
 "  (s.wal_status" EQ "'lost')::int::float8, "
-"  '1 when the slot lost WAL it still needed (repair: README Shards).' "
+"  '1 when the slot lost WAL it still needed (repair: extension/doc/sharding.md).' "
 "FROM pg_catalog.pg_replication_slots s WHERE s.slot_name LIKE 'im\\_%'";
 
 void

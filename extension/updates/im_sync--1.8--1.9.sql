@@ -1,8 +1,8 @@
 \echo Use "ALTER EXTENSION im_sync UPDATE TO '1.9'" to load this file. \quit
 
--- ---- 1.8 -> 1.9: second hardening round (docs: README "Security")
+-- ---- 1.8 -> 1.9: second hardening round (extension/doc/security.md)
 
--- ---- the extension owner switch contains its owner (README "Security")
+-- ---- the extension owner switch contains its owner (extension/doc/extension_owner.md)
 -- im.set_extension_owner refuses, with 42501, an owner that someone else
 -- could act as: a non-superuser role that can log in, has CREATEROLE (it
 -- could make itself loginable or grant itself to a login role) or has

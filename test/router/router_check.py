@@ -89,7 +89,7 @@ check(dict(q("SELECT node_name, conninfo FROM im.shard_nodes()")) == dict(nodes)
 check(len(bucket_node) == 64 and set(bucket_node.values()) == set(names), "64 buckets over the nodes")
 opts = q1("SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'im_sync'")
 parts = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in opts if o.startswith("p")}
-check("query_timeout=0" in opts, "query_timeout off by default (README: statement_timeout on the router's roles)")
+check("query_timeout=0" in opts, "query_timeout off by default (sharding.md: statement_timeout on the router's roles)")
 check(sorted(parts) == sorted(f"p{b}" for b in range(64)), "server im_sync has partitions p0..p63")
 check(all("user=" not in v and "connect_timeout='2'" in v for v in parts.values()),
       "partitions carry connect_timeout and no user (PL/Proxy connects as the caller)")

@@ -29,7 +29,7 @@
  * calling role and check its grants there.  The only SECURITY DEFINER ones
  * read the owner-only node table (im_router.probe, im_router.shard_nodes,
  * im.shard_nodes; extension/doc/sharding.md lists who may run what).
- * The caller's role must exist on every node with the same grants (README,
+ * The caller's role must exist on every node with the same grants (extension/doc/sharding.md,
  * "Roles through the router").
  */
 

@@ -10,7 +10,7 @@
  *   3. SECURITY DEFINER only where the owner-only node table is read, and
  *      dblink's functions revoked from PUBLIC.
  * Sessions that were open before this update may still hold a dblink
- * connection 1.0's probe left them: end them (README, upgrade notes).
+ * connection the earlier probe left them: end them (extension/doc/upgrades.md).
  */
 
 -- ---- 1. the probe without a session
