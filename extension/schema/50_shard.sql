@@ -146,16 +146,16 @@ RETURNS TABLE(user_id bigint, conversation_id bigint, msg_seq bigint, source_eve
 AS 'MODULE_PATHNAME', 'im_shard_received_positions' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 
-COMMENT ON FUNCTION im.shard_configure(text, text[]) IS 'Stores this node''s name and the 64-bucket node map; idempotent (contract §15, issue 15)';
-COMMENT ON FUNCTION im.shard_self() IS 'This node''s name, NULL when not sharded (contract §15, issue 15)';
-COMMENT ON FUNCTION im.shard_pending() IS 'Outbox items pending, transfers not yet acknowledged, inbound transfers not applied (contract §15, issue 15)';
-COMMENT ON FUNCTION im.shard_apply_transfers(integer) IS 'Applies pending inbound transfers into the local copies and outbox (contract §15, issue 15)';
-COMMENT ON FUNCTION im.shard_retry_quarantined(text, bigint) IS 'Puts a quarantined or dead inbound transfer back to pending, attempts cleared (contract §15, issue 15)';
-COMMENT ON FUNCTION im.conversation_heads(bigint[]) IS 'Authoritative heads of the conversations this node owns (contract §15, issue 15)';
-COMMENT ON FUNCTION im.message_audience(bigint) IS 'The users contract §1 lets see a message, on its conversation node (contract §15, issue 15)';
-COMMENT ON FUNCTION im.shard_message_status(bigint, bigint[]) IS 'message_status''s device rows for these users of this node, from its copies (contract §15, issue 15)';
-COMMENT ON FUNCTION im.shard_message_facts(bigint, bigint[]) IS 'message_facts'' user rows for these users of this node, from its copies (contract §15, issue 15)';
-COMMENT ON FUNCTION im.shard_received_positions(bigint[]) IS 'The conversation positions in these local users'' logs, for the cross-node check (contract §15, issue 15)';
+COMMENT ON FUNCTION im.shard_configure(text, text[]) IS 'Stores this node''s name and the 64-bucket node map; idempotent (contract §15)';
+COMMENT ON FUNCTION im.shard_self() IS 'This node''s name, NULL when not sharded (contract §15)';
+COMMENT ON FUNCTION im.shard_pending() IS 'Outbox items pending, transfers not yet acknowledged, inbound transfers not applied (contract §15)';
+COMMENT ON FUNCTION im.shard_apply_transfers(integer) IS 'Applies pending inbound transfers into the local copies and outbox (contract §15)';
+COMMENT ON FUNCTION im.shard_retry_quarantined(text, bigint) IS 'Puts a quarantined or dead inbound transfer back to pending, attempts cleared (contract §15)';
+COMMENT ON FUNCTION im.conversation_heads(bigint[]) IS 'Authoritative heads of the conversations this node owns (contract §15)';
+COMMENT ON FUNCTION im.message_audience(bigint) IS 'The users contract §1 lets see a message, on its conversation node (contract §15)';
+COMMENT ON FUNCTION im.shard_message_status(bigint, bigint[]) IS 'message_status''s device rows for these users of this node, from its copies (contract §15)';
+COMMENT ON FUNCTION im.shard_message_facts(bigint, bigint[]) IS 'message_facts'' user rows for these users of this node, from its copies (contract §15)';
+COMMENT ON FUNCTION im.shard_received_positions(bigint[]) IS 'The conversation positions in these local users'' logs, for the cross-node check (contract §15)';
 
 COMMENT ON TABLE im.shard_config IS 'This node''s name and the 64-bucket node map; no row = not sharded (contract §15)';
 COMMENT ON TABLE im.transfer_out IS 'Transfers this node''s fanout wrote for other nodes, kept until their applied record comes back (contract §15)';
@@ -174,7 +174,7 @@ CREATE FUNCTION im.conversation_current(conversation_ids bigint[])
 RETURNS TABLE(conversation_id bigint, head_msg_seq bigint, mode text)
 AS 'MODULE_PATHNAME', 'im_conversation_current' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
-COMMENT ON FUNCTION im.conversation_current(bigint[]) IS 'Authoritative head and mode of the conversations this node owns, for the router''s conversation_list (contract §15, issue 15)';
+COMMENT ON FUNCTION im.conversation_current(bigint[]) IS 'Authoritative head and mode of the conversations this node owns, for the router''s conversation_list (contract §15)';
 
 -- ---- the router's cross-node delivery check (contract §18.3)
 -- The router's im.reconcile() asks each conversation node what its periods
@@ -303,8 +303,8 @@ SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp AS $$
    ORDER BY pos.c, m.u, pos.s, m.p
 $$;
 
-COMMENT ON FUNCTION im.shard_expected_receipts(integer) IS 'What this conversation node''s periods say users on each other node may receive, for its newest processed positions: the router''s cross-node check (contract §15, §18.3, issue 15)';
-COMMENT ON FUNCTION im.shard_check_receipts(text, jsonb) IS 'This user node''s logs against shard_expected_receipts'' part for it: fanout_missing / fanout_extra rows (contract §15, §18.3, issue 15)';
+COMMENT ON FUNCTION im.shard_expected_receipts(integer) IS 'What this conversation node''s periods say users on each other node may receive, for its newest processed positions: the router''s cross-node check (contract §15, §18.3)';
+COMMENT ON FUNCTION im.shard_check_receipts(text, jsonb) IS 'This user node''s logs against shard_expected_receipts'' part for it: fanout_missing / fanout_extra rows (contract §15, §18.3)';
 
 -- ---- deletions for oneself across nodes: the router's cross-node check
 -- A deletion of a user placed on another node than its conversation is
