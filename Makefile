@@ -129,7 +129,7 @@ build-and-install: deps
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) install; else sudo $(MAKE) install; fi
 check: build-and-install
 	@bash test/run_checks.sh
-# make run SHARDS=3: three nodes and a router (issue 15, test/shards.sh)
+# make run SHARDS=3: three nodes and a router (test/shards.sh)
 run: build-and-install
 	@SHARDS='$(SHARDS)' bash test/run_system.sh
 demo: build-and-install
