@@ -104,20 +104,16 @@ append_written(ImConversation *conv, int heads_moved_col, int outbox_items_col)
 }
 
 /*
- * a new message_id carries its conversation's bucket on a sharded
- * node (factor 64, shard_map.h), and is the plain sequence value otherwise
- * (factor 1).  factor: the parameter holding it.
+ * The append statement; extra_cols/extra_vals: the reply and pin target
+ * columns; id: the parameter holding the new message_id, which carries its
+ * conversation's bucket (im_shard_next_placed_id, shard_map.h).
  */
-#define PLACED_EVENT_ID_SQL(factor) \
-	"(pg_catalog.nextval('im.event_id_seq')" OP_TIMES factor ")" PLUS "($1" OP_MOD factor ")"
-
-/* The append statement; extra_cols/extra_vals: the reply and pin target columns. */
-#define APPEND_SQL(extra_cols, extra_vals, factor) \
+#define APPEND_SQL(extra_cols, extra_vals, id) \
 	"WITH ins AS (" \
 	"  INSERT INTO im.event (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_id," \
 	"                        request_digest, content_type, body, target_message_id," \
 	"                        subject_user_id, mode" extra_cols ")" \
-	"  VALUES (" PLACED_EVENT_ID_SQL(factor) ", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11" extra_vals ")" \
+	"  VALUES (" id ", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11" extra_vals ")" \
 	"  ON CONFLICT (sender_id, client_msg_id) WHERE request_digest IS NOT NULL DO NOTHING" \
 	"  RETURNING message_id, msg_seq)," \
 	APPEND_HEAD_OUTBOX_SQL \
@@ -133,7 +129,7 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	SPIPlanPtr	p;
 	Datum		args[14];
 	char		nulls[14];
-	int			factor_arg;
+	int			id_arg;
 
 	/*
 	 * One statement: if the event insert is suppressed by the idempotency
@@ -149,14 +145,14 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 					   APPEND_SQL(", reply_to_message_id, pin_message_id", ", $12, $13", "$14"),
 					   14, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
 					   JSONBOID, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID, INT8OID);
-		factor_arg = 13;
+		id_arg = 13;
 	}
 	else
 	{
 		p = im_prepare(&plan, APPEND_SQL("", "", "$12"),
 					   12, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
 					   JSONBOID, INT8OID, INT8OID, TEXTOID, INT8OID);
-		factor_arg = 11;
+		id_arg = 11;
 	}
 
 	memset(nulls, ' ', sizeof(nulls));
@@ -173,8 +169,9 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	nulls[11] = ev->reply_to_message_id == 0 ? 'n' : ' ';
 	args[12] = Int64GetDatum(ev->pin_message_id);
 	nulls[12] = ev->pin_message_id == 0 ? 'n' : ' ';
-	args[factor_arg] = Int64GetDatum(im_shard_id_factor());
-	nulls[factor_arg] = ' ';
+	/* a suppressed append uses up its id, as nextval in the statement did */
+	args[id_arg] = Int64GetDatum(im_shard_next_placed_id("event_id_seq", conv->conversation_id));
+	nulls[id_arg] = ' ';
 
 	if (im_exec(p, args, nulls, 0) == 0)
 		return false;

@@ -21,6 +21,7 @@
 #include "conversation/conversation.h"
 
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 
@@ -68,12 +69,15 @@ collect_members(FunctionCallInfo fcinfo, int64 creator, int64 **out)
 }
 
 /*
- * a period id carries its conversation's bucket ($1) on a sharded
- * node, so the copies of periods from several conversation nodes never
- * share an id on a user node; factor 1 unsharded (shard_map.h).
+ * A new period id: it carries its conversation's bucket on a sharded node,
+ * so the copies of periods from several conversation nodes never share an
+ * id on a user node (shard_map.h).
  */
-#define PLACED_PERIOD_ID_SQL(factor) \
-	"(pg_catalog.nextval('im.membership_period_id_seq')" OP_TIMES factor ")" PLUS "($1" OP_MOD factor ")"
+static int64
+placed_period_id(int64 conversation_id)
+{
+	return im_shard_next_placed_id("membership_period_id_seq", conversation_id);
+}
 
 /* user_conversation rows exist from the first period on (fanout only UPDATEs
  * them, so it never takes a key-share lock on the conversation row).  The
@@ -119,6 +123,8 @@ create_conversation(const char *kind, int64 *members, int n)
 	int64		message_id;
 	int64		msg_seq;
 	Datum		arr;
+	int64	   *period_ids;
+	int64		pair_key;
 	bool		direct = strcmp(kind, "direct") == 0;
 
 	if (direct)
@@ -128,16 +134,20 @@ create_conversation(const char *kind, int64 *members, int n)
 		 * calls resolve to one node and one id; $3 is the id factor
 		 */
 		im_shard_require_conversation(members[0] + members[1]);
+		if (pg_add_s64_overflow(members[0], members[1], &pair_key))
+			ereport(ERROR,
+					(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+					 errmsg("bigint out of range")));
 		im_prepare(&ins_direct,
 				   "INSERT INTO im.conversation (conversation_id, kind, direct_user_lo, direct_user_hi) "
-				   "VALUES ((pg_catalog.nextval('im.conversation_id_seq')" OP_TIMES "$3)" PLUS "(($1" PLUS "$2)" OP_MOD "$3),"
-				   "        'direct', $1, $2) "
+				   "VALUES ($3, 'direct', $1, $2) "
 				   "ON CONFLICT (direct_user_lo, direct_user_hi) DO NOTHING "
 				   "RETURNING conversation_id",
 				   3, INT8OID, INT8OID, INT8OID);
 		args[0] = Int64GetDatum(members[0]);
 		args[1] = Int64GetDatum(members[1]);
-		args[2] = Int64GetDatum(im_shard_id_factor());
+		/* a get-or-create that finds the pair uses up the id, as nextval did */
+		args[2] = Int64GetDatum(im_shard_next_placed_id("conversation_id_seq", pair_key));
 		if (im_exec(ins_direct, args, NULL, 0) == 0)
 		{
 			im_prepare(&get_direct,
@@ -154,18 +164,15 @@ create_conversation(const char *kind, int64 *members, int n)
 	}
 	else
 	{
-		/* a group gets the node's buckets round robin ($2 '{}' unsharded) */
+		/* a group gets the node's buckets round robin (shard_map.h) */
+		int64		v = im_shard_nextval("conversation_id_seq");
+
+		conversation_id = im_shard_placed_id(v, im_shard_round_robin_bucket(v));
 		im_prepare(&ins_group,
-				   "WITH s AS (SELECT pg_catalog.nextval('im.conversation_id_seq') AS v) "
-				   "INSERT INTO im.conversation (conversation_id, kind) "
-				   "SELECT (s.v" OP_TIMES "$1)" PLUS "COALESCE(($2::pg_catalog.int4[])"
-				   "  [(s.v" OP_MOD "GREATEST(pg_catalog.cardinality($2), 1))" PLUS "1], 0), 'group' FROM s "
-				   "RETURNING conversation_id",
-				   2, INT8OID, INT4ARRAYOID);
-		args[0] = Int64GetDatum(im_shard_id_factor());
-		args[1] = im_shard_owned_buckets();
+				   "INSERT INTO im.conversation (conversation_id, kind) VALUES ($1, 'group')",
+				   1, INT8OID);
+		args[0] = Int64GetDatum(conversation_id);
 		im_exec(ins_group, args, NULL, 0);
-		conversation_id = im_get_int64(0, 1, NULL);
 	}
 
 	im_lock_conversation(conversation_id, &conv);
@@ -184,15 +191,20 @@ create_conversation(const char *kind, int64 *members, int n)
 			 conversation_id);
 
 	arr = im_int8_array(members, n);
+	/* members is sorted: the period ids ascend with the user ids */
+	period_ids = palloc(sizeof(int64) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		period_ids[i] = placed_period_id(conversation_id);
 	im_prepare(&ins_periods,
 			   "INSERT INTO im.membership_period (membership_period_id, conversation_id, user_id, join_seq, join_event_id) "
-			   "SELECT " PLACED_PERIOD_ID_SQL("$4") ", $1, u, 1, $3 "
-			   "FROM pg_catalog.unnest($2::pg_catalog.int8[]) u ORDER BY u",
-			   4, INT8OID, INT8ARRAYOID, INT8OID, INT8OID);
+			   "SELECT p.id, $1, p.u, 1, $3 "
+			   "FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), pg_catalog.unnest($4::pg_catalog.int8[])) p(u, id) "
+			   "ORDER BY p.u",
+			   4, INT8OID, INT8ARRAYOID, INT8OID, INT8ARRAYOID);
 	args[0] = Int64GetDatum(conversation_id);
 	args[1] = arr;
 	args[2] = Int64GetDatum(message_id);
-	args[3] = Int64GetDatum(im_shard_id_factor());
+	args[3] = im_int8_array(period_ids, n);
 	im_exec(ins_periods, args, NULL, 0);
 
 	im_lock_user_heads(members, n);
@@ -421,13 +433,13 @@ im_join_conversation(PG_FUNCTION_ARGS)
 		/* The period starts at the join event itself: the joiner sees it. */
 		im_prepare(&ins_period,
 				   "INSERT INTO im.membership_period (membership_period_id, conversation_id, user_id, join_seq, join_event_id) "
-				   "VALUES (" PLACED_PERIOD_ID_SQL("$5") ", $1, $2, $3, $4) RETURNING membership_period_id",
+				   "VALUES ($5, $1, $2, $3, $4) RETURNING membership_period_id",
 				   5, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID);
 		args[0] = Int64GetDatum(conversation_id);
 		args[1] = Int64GetDatum(user_id);
 		args[2] = Int64GetDatum(join_seq);
 		args[3] = Int64GetDatum(message_id);
-		args[4] = Int64GetDatum(im_shard_id_factor());
+		args[4] = Int64GetDatum(placed_period_id(conversation_id));
 		im_exec(ins_period, args, NULL, 0);
 		period_id = im_get_int64(0, 1, NULL);
 

@@ -119,9 +119,9 @@ extern bool im_kind_uses_marker(const char *kind);
  * ALTER EXTENSION im_sync UPDATE (extension/doc/upgrades.md); the read
  * paths then keep their older statements and objects: each keeps a second
  * plan slot, and im_relation_sql() gives the statement text without the
- * fragments of this issue (IM_EVENT_RELATION_KEYS_SQL and
- * IM_MESSAGE_REACTIONS_SQL become an empty object).  One catalog lookup
- * per transaction.
+ * relation columns (IM_EVENT_RELATION_COLS_SQL become NULLs); the C
+ * builder of the objects (user/event_json.c) then adds no reply key and no
+ * reactions.  One catalog lookup per transaction.
  */
 extern bool im_relation_catalog(void);
 extern const char *im_relation_sql(const char *sql);
@@ -179,14 +179,12 @@ extern bool im_request_lookup(const char *kind, int64 sender_id, int64 conversat
 	" LEFT JOIN rx_mine rxm ON rxm.mid" EQ "e.message_id "
 
 /*
- * The keys of a row `e` of the page (only a message gets them):
- * `reactions` ({"👍":2,…}, {} when none) and `my_reactions` (the reader's
- * keys, [] when none).
+ * The values of the keys a message of the page gets (history.c adds them to
+ * messages only, user/event_json.c builds the object): `reactions`
+ * ({"👍":2,…}, {} when none) and `my_reactions` (the reader's keys, [] when
+ * none).
  */
-#define IM_MESSAGE_REACTIONS_SQL \
-	"(CASE WHEN e.kind" EQ "'message' THEN pg_catalog.jsonb_build_object(" \
-	"   'reactions', COALESCE(rxc.counts, '{}'::pg_catalog.jsonb), " \
-	"   'my_reactions', COALESCE(rxm.keys, '[]'::pg_catalog.jsonb)) " \
-	" ELSE '{}'::pg_catalog.jsonb END)"
+#define IM_MESSAGE_REACTIONS_COLS_SQL \
+	"COALESCE(rxc.counts, '{}'::pg_catalog.jsonb), COALESCE(rxm.keys, '[]'::pg_catalog.jsonb)"
 
 #endif							/* IM_CONVERSATION_H */

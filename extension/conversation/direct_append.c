@@ -52,7 +52,6 @@
 #include "catalog/pg_type.h"
 #include "commands/defrem.h"
 #include "commands/sequence.h"
-#include "common/int.h"
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
 #include "storage/lmgr.h"
@@ -675,7 +674,6 @@ im_append_member_message(ImDirectAppend *da, ImConversation *conv, const ImNewEv
 	Snapshot	snap;
 	bool		member;
 	bool		key_taken;
-	int64		factor = im_shard_id_factor();
 	int64		id;
 
 	Assert(strcmp(ev->kind, "message") == 0 && ev->target_message_id == 0 &&
@@ -699,12 +697,8 @@ im_append_member_message(ImDirectAppend *da, ImConversation *conv, const ImNewEv
 		return false;
 	}
 
-	/* the id carries the conversation's bucket (append.c) */
-	if (pg_mul_s64_overflow(nextval_internal(da->event_seq, true), factor, &id) ||
-		pg_add_s64_overflow(id, conv->conversation_id % factor, &id))
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("bigint out of range")));
+	/* the id carries the conversation's bucket (shard_map.h) */
+	id = im_shard_placed_id(nextval_internal(da->event_seq, true), conv->conversation_id);
 	fill_row(&da->event, conv, ev, id, 0);
 	insert_event(da, ev);
 	fill_row(&da->outbox, conv, ev, id, nextval_internal(da->outbox_seq, true));

@@ -81,9 +81,7 @@ im_relation_sql(const char *sql)
 {
 	if (im_relation_catalog())
 		return sql;
-	return replace_all(replace_all(replace_all(sql, IM_EVENT_RELATION_KEYS_SQL, "'{}'::pg_catalog.jsonb"),
-								   IM_MESSAGE_REACTIONS_SQL, "'{}'::pg_catalog.jsonb"),
-					   IM_EVENT_RELATION_COLS_SQL, "NULL::pg_catalog.int8, NULL::pg_catalog.int8");
+	return replace_all(sql, IM_EVENT_RELATION_COLS_SQL, "NULL::pg_catalog.int8, NULL::pg_catalog.int8");
 }
 
 /*

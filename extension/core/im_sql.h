@@ -56,45 +56,26 @@
 	"(pg_catalog.octet_length((" x ")::pg_catalog.text)" PLUS "2)"
 
 /*
- * SQL: extra keys of a position object (contract §11, §14), for an
- * im.event row aliased `e`: a message's reply_to_message_id; a pin's target
- * (kept in pin_message_id) as target_message_id.  jsonb keeps the last of
- * two equal keys, so concatenated after the base object it wins.
- */
-#define IM_EVENT_RELATION_KEYS_SQL \
-	"(CASE e.kind WHEN 'message' THEN " \
-	"   pg_catalog.jsonb_build_object('reply_to_message_id', e.reply_to_message_id) " \
-	" WHEN 'pin' THEN " \
-	"   pg_catalog.jsonb_build_object('target_message_id', e.pin_message_id) " \
-	" ELSE '{}'::pg_catalog.jsonb END)"
-
-/*
- * The same keys' columns, for statements that build §11 objects in C
- * (event_json.c); NULLs on a pre-1.3 catalog (im_relation_sql, message_relations.c).
- */
-#define IM_EVENT_RELATION_COLS_SQL "e.reply_to_message_id, e.pin_message_id"
-
-/*
- * The keys of a conversation position's contract §11 object that are
- * im.event columns of the same name, in order.  One list makes both
- * fetch_messages' SQL fragment below and the sync pages' C builder
- * (event_json.c, which adds sync_seq and the relation key), so the two
- * objects cannot drift apart.  X(column) is applied to each, SEP between.
+ * The columns of a conversation position's contract §11 object, for an
+ * im.event row aliased `e`: the im.event columns whose keys have the same
+ * name (IM_EVENT_COLUMN_KEYS, in order), then the relation columns
+ * (IM_EVENT_RELATION_COLS_SQL): a message's reply_to_message_id, a pin's
+ * target (kept in pin_message_id, its target_message_id key).  The one C
+ * builder of these objects (user/event_json.c) reads them; sync pages and
+ * fetch_messages both select them with IM_EVENT_COLUMNS_SQL.  X(column) is
+ * applied to each name of IM_EVENT_COLUMN_KEYS, SEP between.
  */
 #define IM_EVENT_COLUMN_KEYS(X, SEP) \
 	X(kind) SEP X(conversation_id) SEP X(msg_seq) SEP X(message_id) SEP \
 	X(sender_id) SEP X(content_type) SEP X(body) SEP X(target_message_id) SEP \
 	X(recalled) SEP X(created_at)
 
-/* SQL fragment: one conversation position as contract §11 JSON, from an
- * im.event row aliased `e` (fetch_messages). */
-#define IM_EVENT_JSON_KEY_SQL(column) "'" #column "', e." #column
-#define IM_EVENT_JSON_SQL \
-	"(pg_catalog.jsonb_build_object(" \
-	IM_EVENT_COLUMN_KEYS(IM_EVENT_JSON_KEY_SQL, ", ") ")" \
-	/* reply and pin keys (IM_EVENT_RELATION_KEYS_SQL above) */ \
-	OP_CONCAT IM_EVENT_RELATION_KEYS_SQL ")"
+/* NULLs on a catalog without relations (im_relation_sql, message_relations.c) */
+#define IM_EVENT_RELATION_COLS_SQL "e.reply_to_message_id, e.pin_message_id"
 
+#define IM_EVENT_COLUMN_SQL(column) "e." #column
+#define IM_EVENT_COLUMNS_SQL \
+	IM_EVENT_COLUMN_KEYS(IM_EVENT_COLUMN_SQL, ", ") ", " IM_EVENT_RELATION_COLS_SQL
 
 /*
  * The retry backoff of contract §4, after `n` earlier failures of the same

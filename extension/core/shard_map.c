@@ -26,6 +26,8 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "common/int.h"
 #include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -152,6 +154,53 @@ im_shard_id_factor(void)
 	return im_shard_configured() ? IM_SHARD_BUCKETS : 1;
 }
 
+int64
+im_shard_placed_id(int64 seq_value, int64 key)
+{
+	int64		factor = im_shard_id_factor();
+	int64		id;
+
+	if (pg_mul_s64_overflow(seq_value, factor, &id) ||
+		pg_add_s64_overflow(id, key % factor, &id))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("bigint out of range")));
+	return id;
+}
+
+int64
+im_shard_nextval(const char *seq_name)
+{
+	Oid			seq = get_relname_relid(seq_name, get_namespace_oid("im", false));
+
+	if (!OidIsValid(seq))
+		elog(ERROR, "im_sync: sequence im.%s is missing", seq_name);
+	/* nextval's own checks: USAGE or UPDATE on the sequence */
+	return nextval_internal(seq, true);
+}
+
+int64
+im_shard_next_placed_id(const char *seq_name, int64 key)
+{
+	return im_shard_placed_id(im_shard_nextval(seq_name), key);
+}
+
+int
+im_shard_round_robin_bucket(int64 seq_value)
+{
+	const ShardCache *c = shard_cache();
+	int			owned[IM_SHARD_BUCKETS];
+	int			n = 0;
+
+	if (!c->configured)
+		return 0;
+	for (int b = 0; b < IM_SHARD_BUCKETS; b++)
+		if (strcmp(c->nodes[b], c->self) == 0)
+			owned[n++] = b;
+	/* configured: self owns a bucket (im.shard_configure) */
+	return n == 0 ? 0 : owned[seq_value % n];
+}
+
 bool
 im_shard_owns_bucket(int bucket)
 {
@@ -205,19 +254,6 @@ im_shard_keep_local_users(int64 *user_ids, int n)
 		if (im_shard_owns_bucket(im_shard_bucket(user_ids[i])))
 			user_ids[k++] = user_ids[i];
 	return k;
-}
-
-Datum
-im_shard_owned_buckets(void)
-{
-	Datum		elems[IM_SHARD_BUCKETS];
-	int			n = 0;
-
-	if (im_shard_configured())
-		for (int b = 0; b < IM_SHARD_BUCKETS; b++)
-			if (im_shard_owns_bucket(b))
-				elems[n++] = Int32GetDatum(b);
-	return PointerGetDatum(construct_array(elems, n, INT4OID, 4, true, TYPALIGN_INT));
 }
 
 /*

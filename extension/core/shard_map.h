@@ -28,6 +28,35 @@ extern const char *im_shard_self_name(void);
 /* the id multiplier of new ids: 64 when sharded, 1 otherwise */
 extern int64 im_shard_id_factor(void);
 
+/*
+ * The id formula, spelled only here: the id of a new row placed with key's
+ * bucket is seq_value * im_shard_id_factor() + key % im_shard_id_factor()
+ * (seq_value itself when not sharded).  Overflow raises "bigint out of
+ * range" (22003) as bigint arithmetic in SQL does.  Statements that insert
+ * a row with such an id take it as a parameter made here (message and
+ * private event ids, conversation and period ids); only push jobs, one per
+ * selected target inside one statement, use IM_PLACED_ID_SQL below.
+ */
+extern int64 im_shard_placed_id(int64 seq_value, int64 key);
+
+/* nextval of sequence im.<seq_name>, and im_shard_placed_id of it */
+extern int64 im_shard_nextval(const char *seq_name);
+extern int64 im_shard_next_placed_id(const char *seq_name, int64 key);
+
+/*
+ * A group conversation's bucket: this node's owned buckets taken round
+ * robin by seq_value (0 when not sharded), the key of its id.
+ */
+extern int	im_shard_round_robin_bucket(int64 seq_value);
+
+/*
+ * The same formula in SQL for a statement that makes one id per row it
+ * selects: next and key are SQL expressions, factor the parameter holding
+ * im_shard_id_factor().
+ */
+#define IM_PLACED_ID_SQL(next, key, factor) \
+	"((" next ")" OP_TIMES factor ")" PLUS "((" key ")" OP_MOD factor ")"
+
 /* true when the bucket is this node's (always true when not sharded) */
 extern bool im_shard_owns_bucket(int bucket);
 
@@ -40,8 +69,5 @@ extern void im_shard_require_user(int64 user_id);
 
 /* keeps the users placed on this node, in order; returns the new count */
 extern int	im_shard_keep_local_users(int64 *user_ids, int n);
-
-/* int4[] of the buckets this node owns ('{}' when not sharded) */
-extern Datum im_shard_owned_buckets(void);
 
 #endif

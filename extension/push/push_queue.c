@@ -93,7 +93,7 @@ im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 			   /* a job id carries its user's bucket ($5: the id factor, shard_map.h) */
 			   "INSERT INTO im.push_job (job_id, push_target_id, user_id, device_id, conversation_id, message_id,"
 			   "                         msg_seq, sync_seq, not_before)"
-			   " SELECT (pg_catalog.nextval('im.push_job_id_seq')" OP_TIMES "$5)" PLUS "(tg.user_id" OP_MOD "$5),"
+			   " SELECT " IM_PLACED_ID_SQL("pg_catalog.nextval('im.push_job_id_seq')", "tg.user_id", "$5") ","
 			   "   tg.push_target_id, tg.user_id, tg.device_id, $1, tg.message_id, tg.msg_seq, tg.sync_seq,"
 			   "   pg_catalog.timestamptz_larger(pg_catalog.now()" PLUS "pg_catalog.make_interval(secs => $3),"
 			   "     COALESCE(pc.last_claimed_at" PLUS "pg_catalog.make_interval(secs => $4), '-infinity'))"

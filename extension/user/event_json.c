@@ -1,6 +1,9 @@
 /*
- * event_json.c — the events of a sync page (contract §11) as one jsonb,
- * built in C, and the exact length of its JSON text.
+ * event_json.c — the position objects of contract §11 as one jsonb page,
+ * built in C, and the exact length of its JSON text: the one builder of
+ * the events of a sync page (sync.c) and of a fetch_messages page
+ * (history.c), which differ only in their optional keys (sync_seq; a
+ * message's reactions and my_reactions).
  *
  * Why in C: a page built in SQL pays jsonb_build_object per event (every
  * bigint printed and parsed back into a numeric), a deep copy of every
@@ -22,7 +25,9 @@
  * sum with the printed page.
  */
 #include "core/im_sync.h"
+#include "core/common.h"
 #include "core/im_sql.h"
+#include "conversation/conversation.h"
 #include "user/user.h"
 
 #include "catalog/pg_type.h"
@@ -31,9 +36,9 @@
 #include "utils/numeric.h"
 
 /*
- * Keys in the order of ImEventJson.values: the im.event columns of
- * IM_EVENT_COLUMN_KEYS (the same list fetch_messages' SQL uses), then
- * sync_seq, then reply_to_message_id (last: only messages have it).
+ * The keys: the im.event columns of IM_EVENT_COLUMN_KEYS (in the order
+ * IM_EVENT_COLUMNS_SQL selects them), then the optional ones.  jsonb sorts
+ * an object's keys, so the order here changes nothing in the output.
  */
 #define KEY_INDEX(column) K_##column
 #define KEY_NAME(column) [K_##column] = #column
@@ -44,16 +49,85 @@ enum
 	IM_EVENT_COLUMN_KEYS(KEY_INDEX, COMMA),
 	K_sync_seq,
 	K_reply_to_message_id,
+	K_reactions,
+	K_my_reactions,
 	K_count
 };
 
-StaticAssertDecl(K_count == IM_EVENT_KEYS, "IM_EVENT_KEYS counts the keys of a sync event");
+StaticAssertDecl(K_count == IM_EVENT_KEYS, "IM_EVENT_KEYS counts the keys of a position object");
+StaticAssertDecl(K_sync_seq + 2 == IM_EVENT_COLUMNS,
+				 "IM_EVENT_COLUMNS counts IM_EVENT_COLUMN_KEYS and the two relation columns");
 
 static const char *const event_keys[IM_EVENT_KEYS] = {
 	IM_EVENT_COLUMN_KEYS(KEY_NAME, COMMA),
 	[K_sync_seq] = "sync_seq",
 	[K_reply_to_message_id] = "reply_to_message_id",
+	[K_reactions] = "reactions",
+	[K_my_reactions] = "my_reactions",
 };
+
+/* Offsets of the columns of IM_EVENT_COLUMNS_SQL after its first. */
+enum
+{
+	C_kind = 0,
+	C_conversation_id,
+	C_msg_seq,
+	C_message_id,
+	C_sender_id,
+	C_content_type,
+	C_body,
+	C_target_message_id,
+	C_recalled,
+	C_created_at,
+	C_reply_to_message_id,
+	C_pin_message_id,
+	C_count
+};
+
+StaticAssertDecl(C_count == IM_EVENT_COLUMNS, "C_* name every column of IM_EVENT_COLUMNS_SQL");
+
+static Datum
+column(uint64 row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+bool
+im_event_row_read(uint64 row, int first_col, ImEventRow *ev)
+{
+	bool		isnull;
+	Datum		d;
+
+	ev->message_id = im_get_int64(row, first_col + C_message_id, &isnull);
+	if (isnull)
+		return false;
+	ev->kind = TextDatumGetCString(column(row, first_col + C_kind, &isnull));
+	ev->conversation_id = im_get_int64(row, first_col + C_conversation_id, NULL);
+	ev->msg_seq = im_get_int64(row, first_col + C_msg_seq, NULL);
+	ev->sender_id = im_get_int64(row, first_col + C_sender_id, &isnull);
+	ev->has_sender = !isnull;
+	d = column(row, first_col + C_content_type, &isnull);
+	ev->content_type = isnull ? NULL : TextDatumGetCString(d);
+	d = column(row, first_col + C_body, &isnull);
+	ev->body = isnull ? NULL : DatumGetJsonbP(d);
+	ev->target_message_id = im_get_int64(row, first_col + C_target_message_id, &isnull);
+	ev->has_target = !isnull;
+	ev->recalled = im_get_bool(row, first_col + C_recalled, NULL);
+	ev->created_at = DatumGetTimestampTz(column(row, first_col + C_created_at, &isnull));
+	/* a message's reply key; a pin's target is its pinned message */
+	ev->relation_keys = im_relation_catalog();
+	ev->reply_to_message_id = im_get_int64(row, first_col + C_reply_to_message_id, &isnull);
+	ev->has_reply = !isnull;
+	if (strcmp(ev->kind, "pin") == 0)
+	{
+		ev->target_message_id = im_get_int64(row, first_col + C_pin_message_id, &isnull);
+		ev->has_target = !isnull;
+	}
+	ev->has_sync_seq = false;
+	ev->reactions = NULL;
+	ev->my_reactions = NULL;
+	return true;
+}
 
 void
 im_event_page_begin(ImEventPage *page)
@@ -108,51 +182,67 @@ im_jsonb_text_bytes(ImEventPage *page, Jsonb *value)
 	return page->scratch.len;
 }
 
+/* A nested jsonb value, measured by printing it as jsonb_out does. */
+static int64
+set_jsonb(ImEventPage *page, JsonbValue *v, Jsonb *value)
+{
+	/* pushJsonbValue unpacks a binary value into the page */
+	v->type = jbvBinary;
+	v->val.binary.data = &value->root;
+	v->val.binary.len = VARSIZE(value) - VARHDRSZ;
+	return im_jsonb_text_bytes(page, value);
+}
+
 void
-im_event_json_make(ImEventPage *page, const ImEventRow *ev, int64 sync_seq,
-				   ImEventJson *out)
+im_event_json_make(ImEventPage *page, const ImEventRow *ev, ImEventJson *out)
 {
 	JsonbValue *v = out->values;
-	int			nkeys = (ev->relation_keys && strcmp(ev->kind, "message") == 0) ?
-		IM_EVENT_KEYS : IM_EVENT_KEYS - 1;
-	/* "{" + "}" and ", " between the pairs */
-	int64		bytes = 2 + 2 * (nkeys - 1);
+	bool		message = strcmp(ev->kind, "message") == 0;
+	int			n = 0;
+	int64		bytes;
 
-	bytes += set_string(page, &v[K_kind], ev->kind);
-	bytes += set_int(&v[K_conversation_id], ev->conversation_id);
-	bytes += set_int(&v[K_msg_seq], ev->msg_seq);
-	bytes += set_int(&v[K_message_id], ev->message_id);
-	bytes += ev->has_sender ? set_int(&v[K_sender_id], ev->sender_id) : set_null(&v[K_sender_id]);
-	bytes += ev->content_type ? set_string(page, &v[K_content_type], ev->content_type) :
-		set_null(&v[K_content_type]);
-	if (ev->body)
+/* the next key's value goes into v[n]; its name is event_keys[key] */
+#define NEXT(key) (out->keys[n] = (key), &v[n++])
+
+	bytes = set_string(page, NEXT(K_kind), ev->kind);
+	bytes += set_int(NEXT(K_conversation_id), ev->conversation_id);
+	bytes += set_int(NEXT(K_msg_seq), ev->msg_seq);
+	bytes += set_int(NEXT(K_message_id), ev->message_id);
+	bytes += ev->has_sender ? set_int(NEXT(K_sender_id), ev->sender_id) : set_null(NEXT(K_sender_id));
+	bytes += ev->content_type ? set_string(page, NEXT(K_content_type), ev->content_type) :
+		set_null(NEXT(K_content_type));
+	bytes += ev->body ? set_jsonb(page, NEXT(K_body), ev->body) : set_null(NEXT(K_body));
+	bytes += ev->has_target ? set_int(NEXT(K_target_message_id), ev->target_message_id) :
+		set_null(NEXT(K_target_message_id));
 	{
-		/* pushJsonbValue unpacks a binary value into the page */
-		v[K_body].type = jbvBinary;
-		v[K_body].val.binary.data = &ev->body->root;
-		v[K_body].val.binary.len = VARSIZE(ev->body) - VARHDRSZ;
-		bytes += im_jsonb_text_bytes(page, ev->body);
+		JsonbValue *r = NEXT(K_recalled);
+
+		r->type = jbvBool;
+		r->val.boolean = ev->recalled;
+		bytes += ev->recalled ? 4 : 5;	/* true / false */
 	}
-	else
-		bytes += set_null(&v[K_body]);
-	bytes += ev->has_target ? set_int(&v[K_target_message_id], ev->target_message_id) :
-		set_null(&v[K_target_message_id]);
-	v[K_recalled].type = jbvBool;
-	v[K_recalled].val.boolean = ev->recalled;
-	bytes += ev->recalled ? 4 : 5;	/* true / false */
 	/* as jsonb_build_object converts a timestamptz */
-	bytes += set_string(page, &v[K_created_at],
+	bytes += set_string(page, NEXT(K_created_at),
 						JsonEncodeDateTime(NULL, TimestampTzGetDatum(ev->created_at),
 										   TIMESTAMPTZOID, NULL));
-	bytes += set_int(&v[K_sync_seq], sync_seq);
-	if (nkeys > K_reply_to_message_id)
-		bytes += ev->has_reply ? set_int(&v[K_reply_to_message_id], ev->reply_to_message_id) :
-			set_null(&v[K_reply_to_message_id]);
+	if (ev->has_sync_seq)
+		bytes += set_int(NEXT(K_sync_seq), ev->sync_seq);
+	if (ev->relation_keys && message)
+		bytes += ev->has_reply ? set_int(NEXT(K_reply_to_message_id), ev->reply_to_message_id) :
+			set_null(NEXT(K_reply_to_message_id));
+	if (ev->reactions && ev->my_reactions && message)
+	{
+		bytes += set_jsonb(page, NEXT(K_reactions), ev->reactions);
+		bytes += set_jsonb(page, NEXT(K_my_reactions), ev->my_reactions);
+	}
+#undef NEXT
 
+	/* "{" + "}" and ", " between the pairs */
+	bytes += 2 + 2 * (n - 1);
 	/* every key is plain ASCII: its text is the name in quotes, then ": " */
-	for (int k = 0; k < nkeys; k++)
-		bytes += strlen(event_keys[k]) + 2 + 2;
-	out->nkeys = nkeys;
+	for (int k = 0; k < n; k++)
+		bytes += strlen(event_keys[out->keys[k]]) + 2 + 2;
+	out->nkeys = n;
 	out->text_bytes = bytes;
 }
 
@@ -165,8 +255,8 @@ im_event_page_add_event(ImEventPage *page, const ImEventJson *ev)
 		JsonbValue	key;
 
 		key.type = jbvString;
-		key.val.string.val = unconstify(char *, event_keys[k]);
-		key.val.string.len = strlen(event_keys[k]);
+		key.val.string.val = unconstify(char *, event_keys[ev->keys[k]]);
+		key.val.string.len = strlen(event_keys[ev->keys[k]]);
 		pushJsonbValue(&page->state, WJB_KEY, &key);
 		pushJsonbValue(&page->state, WJB_VALUE, unconstify(JsonbValue *, &ev->values[k]));
 	}

@@ -14,6 +14,7 @@
 #include "core/locks.h"
 #include "core/im_sql.h"
 #include "conversation/conversation.h"
+#include "user/user.h"
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
@@ -78,6 +79,15 @@
 	"    AND e.msg_seq" GT "$3 AND e.msg_seq" LE "$4 " \
 	"    AND " IM_NOT_DELETED_FOR_ME_SQL("$1") ")"
 
+/* Result columns of the page statement: a position's §11 columns, then
+ * what the reader sees of its reactions (conversation.h). */
+enum
+{
+	Anum_history_event = 1,		/* the IM_EVENT_COLUMNS_SQL columns */
+	Anum_history_reaction_counts = Anum_history_event + IM_EVENT_COLUMNS,
+	Anum_history_my_reactions
+};
+
 PG_FUNCTION_INFO_V1(im_fetch_messages);
 /*
  * fetch_messages(user_id, conversation_id, after_seq, page_limit, up_to_seq)
@@ -91,17 +101,20 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr page_plan;
 	static SPIPlanPtr page_plan_pre13;	/* a pre-1.3 catalog (message_relations.c) */
-	SPIPlanPtr	page;
+	SPIPlanPtr	plan;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
 	int64		after_seq;
 	int32		page_limit = im_arg_int32(fcinfo, 3, "page_limit", 1, 1000);
 	int64		up_to_seq;
 	ImConversation conv;
-	Datum		args[6];
+	Datum		args[5];
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
-	bool		isnull;
+	uint64		nrows;
+	ImEventPage page;
+	int64		last;
+	bool		reaction_keys;
 
 	if (PG_ARGISNULL(2) || PG_GETARG_INT64(2) < 0)
 		ereport(ERROR,
@@ -124,47 +137,64 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 						   "Only positions inside one of the user's membership periods can be read.");
 
 	/*
-	 * One page plus one row: the extra row only tells has_more.  Positions
-	 * the user may not see are skipped inside the range, so a page never
-	 * ends early on an invisible stretch.  The page also ends before the
-	 * position that would push its JSON text over im_sync.max_page_bytes
-	 * (always at least one position), with has_more true and
-	 * next_after_seq its last position, so the next page starts right after
-	 * it: nothing skipped, nothing repeated.
+	 * One page plus one row, in msg_seq order: the extra row only tells
+	 * has_more.  Positions the user may not see are skipped inside the
+	 * range, so a page never ends early on an invisible stretch.
 	 */
-	page = im_prepare(im_relation_catalog() ? &page_plan : &page_plan_pre13, im_relation_sql(
+	reaction_keys = im_relation_catalog();
+	plan = im_prepare(reaction_keys ? &page_plan : &page_plan_pre13, im_relation_sql(
 			   "WITH " HISTORY_VISIBLE_POSITIONS_SQL ", "
 			   "top AS (SELECT v.message_id, v.msg_seq FROM visible v "
 			   "        ORDER BY v.msg_seq LIMIT $5" PLUS "1), "
-			   IM_MESSAGE_REACTIONS_CTE_SQL ", "	/* reactions (conversation.h) */
-			   "ev AS (SELECT e.msg_seq, " IM_EVENT_JSON_SQL
-			   /* reactions and my_reactions (conversation.h) */
-			   OP_CONCAT IM_MESSAGE_REACTIONS_SQL " AS ev, "
-			   "              pg_catalog.row_number() OVER (ORDER BY e.msg_seq) AS rn "
-			   "       FROM im.event e" IM_MESSAGE_REACTIONS_JOIN_SQL "WHERE e.message_id" EQ
-			   "            ANY (ARRAY(SELECT top.message_id FROM top))), "
-			   "sized AS (SELECT ev.*, pg_catalog.sum(" IM_PAGE_BYTES_SQL("ev.ev") ") "
-			   "                 OVER (ORDER BY ev.msg_seq) AS bytes FROM ev), "
-			   "page AS (SELECT s.msg_seq, s.ev FROM sized s WHERE s.rn" LE "$5 "
-			   "         AND (s.rn" EQ "1 OR s.bytes" LE "$6)) "
-			   "SELECT COALESCE((SELECT pg_catalog.jsonb_agg(p.ev ORDER BY p.msg_seq) FROM page p), "
-			   "                '[]'::pg_catalog.jsonb), "
-			   "       COALESCE((SELECT pg_catalog.max(p.msg_seq) FROM page p), $3), "
-			   "       (SELECT pg_catalog.count(*) FROM ev)" GT
-			   "       (SELECT pg_catalog.count(*) FROM page)"),
-			   6, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID);
+			   IM_MESSAGE_REACTIONS_CTE_SQL " "	/* reactions (conversation.h) */
+			   "SELECT " IM_EVENT_COLUMNS_SQL ", " IM_MESSAGE_REACTIONS_COLS_SQL " "
+			   "FROM im.event e" IM_MESSAGE_REACTIONS_JOIN_SQL
+			   "WHERE e.message_id" EQ "ANY (ARRAY(SELECT top.message_id FROM top)) "
+			   "ORDER BY e.msg_seq"),
+			   5, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(conversation_id);
 	args[2] = Int64GetDatum(after_seq);
 	args[3] = Int64GetDatum(up_to_seq);
 	args[4] = Int64GetDatum((int64) page_limit);
-	args[5] = Int64GetDatum((int64) im_max_page_bytes);
-	if (im_exec(page, args, NULL, 1) != 1)
-		elog(ERROR, "im_sync: fetch_messages page query returned no row");
+	nrows = im_exec(plan, args, NULL, 0);
 
-	values[0] = im_get_datum_copy(0, 1, &isnull);
-	values[1] = Int64GetDatum(im_get_int64(0, 2, NULL));
-	values[2] = BoolGetDatum(im_get_bool(0, 3, NULL));
+	/*
+	 * The page ends after page_limit positions, or before the position that
+	 * would push its JSON text over im_sync.max_page_bytes (always at least
+	 * one position), with has_more true and next_after_seq its last
+	 * position, so the next page starts right after it: nothing skipped,
+	 * nothing repeated.  The objects are the sync pages' (event_json.c),
+	 * without sync_seq and with a message's reactions.
+	 */
+	im_event_page_begin(&page);
+	last = after_seq;
+	for (uint64 row = 0; row < nrows && row < (uint64) page_limit; row++)
+	{
+		ImEventRow	ev;
+		ImEventJson ej;
+		bool		isnull;
+
+		if (!im_event_row_read(row, Anum_history_event, &ev))
+			elog(ERROR, "im_sync: fetch_messages page row without an event");
+		if (reaction_keys && strcmp(ev.kind, "message") == 0)
+		{
+			ev.reactions = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+														Anum_history_reaction_counts, &isnull));
+			ev.my_reactions = DatumGetJsonbP(SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+														   Anum_history_my_reactions, &isnull));
+		}
+		im_event_json_make(&page, &ev, &ej);
+		if (page.n > 0 && im_event_page_bytes_with(&page, ej.text_bytes) > (int64) im_max_page_bytes)
+			break;
+		im_event_page_add_event(&page, &ej);
+		last = ev.msg_seq;
+	}
+
+	values[0] = JsonbPGetDatum(im_event_page_finish(&page));
+	values[1] = Int64GetDatum(last);
+	values[2] = BoolGetDatum((uint64) page.n < nrows);
+	/* the tuplestore copies the row, so SPI memory may go after */
 	im_srf_row(fcinfo, values, nulls);
 
 	SPI_finish();

@@ -42,7 +42,7 @@ enqueue_private_event_keyed(int64 user_id, int64 conversation_id, const char *ki
 
 	/*
 	 * One statement: the event and its outbox item cannot come apart.
-	 * The id carries the bucket of id_key ($6: the id factor) —
+	 * The id ($6) carries the bucket of id_key (shard_map.h) —
 	 * the user's, or for a deletion handed off to the user's node the
 	 * conversation's — a bucket this node owns, so it never equals a copied
 	 * event's id (those carry other nodes' buckets) in the outbox's
@@ -51,8 +51,7 @@ enqueue_private_event_keyed(int64 user_id, int64 conversation_id, const char *ki
 	im_prepare(&plan,
 			   "WITH pe AS ("
 			   "  INSERT INTO im.private_event (private_event_id, user_id, conversation_id, kind, read_msg_seq, message_id) "
-			   "  VALUES ((pg_catalog.nextval('im.event_id_seq')" OP_TIMES "$6)" PLUS "($1" OP_MOD "$6),"
-			   "          $7, $2, $3, $4, $5) RETURNING private_event_id, user_id, conversation_id) "
+			   "  VALUES ($6, $7, $2, $3, $4, $5) RETURNING private_event_id, user_id, conversation_id) "
 			   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id, private_user_id) "
 			   "SELECT pe.conversation_id, NULL, pe.private_event_id, pe.user_id FROM pe "
 			   "RETURNING source_event_id",
@@ -62,7 +61,7 @@ enqueue_private_event_keyed(int64 user_id, int64 conversation_id, const char *ki
 	args[2] = CStringGetTextDatum(kind);
 	args[3] = Int64GetDatum(read_msg_seq);
 	args[4] = Int64GetDatum(message_id);
-	args[5] = Int64GetDatum(im_shard_id_factor());
+	args[5] = Int64GetDatum(im_shard_next_placed_id("event_id_seq", id_key));
 	args[6] = Int64GetDatum(user_id);
 	if (read_msg_seq == 0)
 		nulls[3] = 'n';

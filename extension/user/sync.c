@@ -180,19 +180,8 @@ enum
 {
 	Anum_page_sync_seq = 1,
 	Anum_page_private,			/* a private event's whole object, else NULL */
-	Anum_page_kind,				/* the event row; NULL when hidden or private */
-	Anum_page_conversation_id,
-	Anum_page_msg_seq,
-	Anum_page_message_id,
-	Anum_page_sender_id,
-	Anum_page_content_type,
-	Anum_page_body,
-	Anum_page_target_message_id,
-	Anum_page_recalled,
-	Anum_page_created_at,
-	Anum_page_reply_to_message_id,	/* reply target (NULL on a pre-1.3 catalog) */
-	Anum_page_pin_message_id,
-	Anum_page_gc_floor,			/* the user's head, in the rows' snapshot */
+	Anum_page_event,			/* the IM_EVENT_COLUMNS_SQL columns; NULL when hidden or private */
+	Anum_page_gc_floor = Anum_page_event + IM_EVENT_COLUMNS,	/* the user's head, in the rows' snapshot */
 	Anum_page_user_hw
 };
 
@@ -211,41 +200,6 @@ static Datum
 page_col(uint64 row, int col, bool *isnull)
 {
 	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
-}
-
-/* The event columns of result row `row`; false when the row has none. */
-static bool
-page_event_row(uint64 row, ImEventRow *ev)
-{
-	bool		isnull;
-	Datum		d;
-
-	ev->message_id = im_get_int64(row, Anum_page_message_id, &isnull);
-	if (isnull)
-		return false;
-	ev->kind = TextDatumGetCString(page_col(row, Anum_page_kind, &isnull));
-	ev->conversation_id = im_get_int64(row, Anum_page_conversation_id, NULL);
-	ev->msg_seq = im_get_int64(row, Anum_page_msg_seq, NULL);
-	ev->sender_id = im_get_int64(row, Anum_page_sender_id, &isnull);
-	ev->has_sender = !isnull;
-	d = page_col(row, Anum_page_content_type, &isnull);
-	ev->content_type = isnull ? NULL : TextDatumGetCString(d);
-	d = page_col(row, Anum_page_body, &isnull);
-	ev->body = isnull ? NULL : DatumGetJsonbP(d);
-	ev->target_message_id = im_get_int64(row, Anum_page_target_message_id, &isnull);
-	ev->has_target = !isnull;
-	ev->recalled = im_get_bool(row, Anum_page_recalled, NULL);
-	ev->created_at = DatumGetTimestampTz(page_col(row, Anum_page_created_at, &isnull));
-	/* a message's reply key; a pin's target is its pinned message */
-	ev->relation_keys = im_relation_catalog();
-	ev->reply_to_message_id = im_get_int64(row, Anum_page_reply_to_message_id, &isnull);
-	ev->has_reply = !isnull;
-	if (strcmp(ev->kind, "pin") == 0)
-	{
-		ev->target_message_id = im_get_int64(row, Anum_page_pin_message_id, &isnull);
-		ev->has_target = !isnull;
-	}
-	return true;
 }
 
 static Datum
@@ -276,9 +230,7 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 			   "    THEN pg_catalog.jsonb_build_object('sync_seq', r.sync_seq, 'kind', r.kind, "
 			   "           'conversation_id', r.conversation_id) "
 			   "        " OP_CONCAT "COALESCE(r.payload, '{}'::pg_catalog.jsonb) END, "
-			   "  e.kind, e.conversation_id, e.msg_seq, e.message_id, e.sender_id, "
-			   "  e.content_type, e.body, e.target_message_id, e.recalled, e.created_at, "
-			   "  " IM_EVENT_RELATION_COLS_SQL ", "
+			   "  " IM_EVENT_COLUMNS_SQL ", "
 			   "  (SELECT h.gc_floor FROM im.user_head h WHERE h.user_id" EQ "$1), "
 			   "  (SELECT h.high_watermark FROM im.user_head h WHERE h.user_id" EQ "$1) "
 			   "FROM (SELECT i.sync_seq, i.kind, i.conversation_id, i.source_event_id, i.payload "
@@ -286,9 +238,7 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 			   "      AND i.sync_seq" GT "$2 AND i.sync_seq" LE "$3 "
 			   "      ORDER BY i.sync_seq LIMIT $4) r "
 			   "LEFT JOIN LATERAL ("
-			   "  SELECT e.kind, e.conversation_id, e.msg_seq, e.message_id, e.sender_id, "
-			   "         e.content_type, e.body, e.target_message_id, e.recalled, e.created_at, "
-			   "         " IM_EVENT_RELATION_COLS_SQL " "
+			   "  SELECT " IM_EVENT_COLUMNS_SQL " "
 			   "  FROM im.event e WHERE e.message_id" EQ "r.source_event_id "
 			   "  AND r.kind" NE "ALL " PRIVATE_KINDS_SQL
 			   "  AND (NOT EXISTS (SELECT 1 FROM im.deleted_for_me d0 WHERE d0.user_id" EQ "$1) "
@@ -317,7 +267,7 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 		Jsonb	   *element = isnull ? NULL : DatumGetJsonbP(private);
 		ImEventRow	ev;
 		ImEventJson ej;
-		bool		visible = element != NULL || page_event_row(row, &ev);
+		bool		visible = element != NULL || im_event_row_read(row, Anum_page_event, &ev);
 		int64		sync_seq = im_get_int64(row, Anum_page_sync_seq, NULL);
 		int64		own = 0;
 
@@ -325,7 +275,9 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 			own = im_jsonb_text_bytes(&page, element);
 		else if (visible)
 		{
-			im_event_json_make(&page, &ev, sync_seq, &ej);
+			ev.has_sync_seq = true;
+			ev.sync_seq = sync_seq;
+			im_event_json_make(&page, &ev, &ej);
 			own = ej.text_bytes;
 		}
 		/* a hidden row costs no bytes; the first visible one always fits */

@@ -150,9 +150,11 @@ extern int64 im_enqueue_private_event(int64 user_id, int64 conversation_id,
 extern void im_transfer_apply_deletion(Datum payload, int64 conversation_id);
 
 /*
- * a page of contract §11 events built as one jsonb in C,
- * with the exact length of its JSON text (event_json.c; sync.c reads pages
- * with it).
+ * A page of contract §11 position objects built as one jsonb in C, with the
+ * exact length of its JSON text (event_json.c).  The one builder of these
+ * objects: sync pages (sync.c) and fetch_messages pages (history.c) both
+ * read their rows with im_event_row_read and add them with
+ * im_event_json_make, so the two objects cannot drift apart.
  */
 
 /* The columns of an im.event row that make its §11 object. */
@@ -175,17 +177,42 @@ typedef struct ImEventRow
 	bool		relation_keys;
 	bool		has_reply;
 	int64		reply_to_message_id;
+	/* a sync event's position in the user's log (sync pages only) */
+	bool		has_sync_seq;
+	int64		sync_seq;
+	/*
+	 * what the reader sees of a message's reactions (fetch_messages on a
+	 * catalog with relations): both set on a message, both NULL otherwise
+	 */
+	Jsonb	   *reactions;
+	Jsonb	   *my_reactions;
 } ImEventRow;
 
-/* The keys of a §11 object in `events` (IM_EVENT_JSON_SQL + sync_seq), at
- * most: reply_to_message_id only on messages. */
-#define IM_EVENT_KEYS 12
+/*
+ * The number of result columns IM_EVENT_COLUMNS_SQL (core/im_sql.h) selects:
+ * IM_EVENT_COLUMN_KEYS and the two of IM_EVENT_RELATION_COLS_SQL.
+ */
+#define IM_EVENT_COLUMNS 12
+
+/*
+ * Reads the IM_EVENT_COLUMNS_SQL columns of SPI result row `row`, the first
+ * at column `first_col` (1-based); false when message_id is NULL (no event:
+ * a hidden row).  relation_keys is im_relation_catalog(); a pin's
+ * target_message_id is its pinned message.  sync_seq and the reaction
+ * fields are left unset (no key) for the caller to fill.
+ */
+extern bool im_event_row_read(uint64 row, int first_col, ImEventRow *ev);
+
+/* The keys of a §11 object, at most (a sync event has no reactions, a
+ * fetch_messages object no sync_seq, only a message a reply key). */
+#define IM_EVENT_KEYS 14
 
 /* One §11 object, converted and measured, ready to be added to a page. */
 typedef struct ImEventJson
 {
 	JsonbValue	values[IM_EVENT_KEYS];
-	int			nkeys;			/* the first nkeys of the key list */
+	uint8		keys[IM_EVENT_KEYS];	/* values[i] is the value of key keys[i] */
+	int			nkeys;
 	int64		text_bytes;		/* its JSON text, as jsonb_out prints it */
 } ImEventJson;
 
@@ -210,9 +237,9 @@ im_event_page_bytes_with(const ImEventPage *page, int64 element_bytes)
 	return page->text_bytes + element_bytes + 2;
 }
 
-/* The §11 object of `ev` with `sync_seq` added, and its text length. */
+/* The §11 object of `ev` and its text length. */
 extern void im_event_json_make(ImEventPage *page, const ImEventRow *ev,
-							   int64 sync_seq, ImEventJson *out);
+							   ImEventJson *out);
 
 /* Text length of a jsonb value as jsonb_out prints it. */
 extern int64 im_jsonb_text_bytes(ImEventPage *page, Jsonb *value);
