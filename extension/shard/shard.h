@@ -40,26 +40,38 @@ extern int64 im_transfer_apply(int max_transfers);
  * horizon: an operator's question, never retried by itself) holds nothing
  * either.
  *
- * IM_TRANSFER_BLOCKERS_SQL: per conversation, the first quarantined
- * transfer waiting out its backoff with no pending transfer before it (one
- * before it may be what it missed, so it is retried right after that one).
- * IM_TRANSFERS_DUE_SQL(cols): the transfers an apply pass takes, as rows
- * of `cols` of im.transfer_in t: pending or retryable quarantined ones,
- * before their conversation's blocker.
+ * IM_TRANSFER_HOLDERS_SQL: the quarantined transfers waiting out their
+ * backoff, each with the latest pending transfer before it in its
+ * conversation (pending_msg_seq, pending_transfer_id; NULLs when none).
+ * IM_TRANSFER_BLOCKERS_OF_SQL(holders): per conversation, the first of
+ * `holders` (a relation of those rows) with no pending transfer before it
+ * (one before it may be what it missed, so it is retried right after that
+ * one): the conversation's blocker.
+ * IM_TRANSFERS_DUE_OF_SQL(holders, cols): the transfers an apply pass
+ * takes, as rows of `cols` of im.transfer_in t: pending or retryable
+ * quarantined ones, before their conversation's blocker.  An apply pass
+ * reads the holders once and derives the blockers after its applies from
+ * them (transfer_in.c); IM_TRANSFERS_DUE_SQL(cols) reads them itself.
  */
-#define IM_TRANSFER_BLOCKERS_SQL \
-	"SELECT DISTINCT ON (q.conversation_id) q.conversation_id, q.msg_seq, q.transfer_id" \
-	" FROM im.transfer_in q" \
-	" WHERE q.state" EQ "'quarantined' AND q.next_attempt_at" GT "pg_catalog.now()" \
-	"   AND NOT EXISTS (SELECT 1 FROM im.transfer_in p WHERE p.conversation_id" EQ "q.conversation_id" \
-	"                   AND p.state" EQ "'pending'" \
-	"                   AND (p.msg_seq, p.transfer_id)" LT "(q.msg_seq, q.transfer_id))" \
-	" ORDER BY q.conversation_id, q.msg_seq, q.transfer_id"
-#define IM_TRANSFERS_DUE_SQL(cols) \
-	"WITH blk AS (" IM_TRANSFER_BLOCKERS_SQL ") " \
+#define IM_TRANSFER_HOLDERS_SQL \
+	"SELECT q.conversation_id, q.msg_seq, q.transfer_id," \
+	"       lp.msg_seq AS pending_msg_seq, lp.transfer_id AS pending_transfer_id" \
+	" FROM im.transfer_in q LEFT JOIN LATERAL (" \
+	"   SELECT p.msg_seq, p.transfer_id FROM im.transfer_in p" \
+	"   WHERE p.conversation_id" EQ "q.conversation_id AND p.state" EQ "'pending'" \
+	"     AND (p.msg_seq, p.transfer_id)" LT "(q.msg_seq, q.transfer_id)" \
+	"   ORDER BY p.msg_seq DESC, p.transfer_id DESC LIMIT 1) lp ON true" \
+	" WHERE q.state" EQ "'quarantined' AND q.next_attempt_at" GT "pg_catalog.now()"
+#define IM_TRANSFER_BLOCKERS_OF_SQL(holders) \
+	"SELECT DISTINCT ON (h.conversation_id) h.conversation_id, h.msg_seq, h.transfer_id" \
+	" FROM " holders " h WHERE h.pending_msg_seq IS NULL" \
+	" ORDER BY h.conversation_id, h.msg_seq, h.transfer_id"
+#define IM_TRANSFERS_DUE_OF_SQL(holders, cols) \
+	"WITH blk AS (" IM_TRANSFER_BLOCKERS_OF_SQL(holders) ") " \
 	"SELECT " cols " FROM im.transfer_in t LEFT JOIN blk b ON b.conversation_id" EQ "t.conversation_id " \
 	"WHERE (t.state" EQ "'pending' OR (t.state" EQ "'quarantined' AND t.next_attempt_at IS NOT NULL)) " \
 	"  AND (b.conversation_id IS NULL OR (t.msg_seq, t.transfer_id)" LT "(b.msg_seq, b.transfer_id))"
+#define IM_TRANSFERS_DUE_SQL(cols) IM_TRANSFERS_DUE_OF_SQL("(" IM_TRANSFER_HOLDERS_SQL ")", cols)
 /*
  * transfer_out.c: in the fanout (sub)transaction of delivered
  * position items, one transfer record per other node that places some of

@@ -502,10 +502,14 @@ settle(const char *source, int64 transfer_id, const char *error, bool transient)
 	return im_get_text(0, 1);
 }
 
-/* Apply one transfer in its own subtransaction; false when it failed (quarantined or dead). */
+/*
+ * Apply one transfer in its own subtransaction; false when it failed
+ * (quarantined or dead).  *quarantined: it failed and is quarantined, so it
+ * holds its conversation from now on.
+ */
 static bool
 apply_one(const char *source, int64 transfer_id, Datum payload,
-		  int64 conversation_id, int64 msg_seq, int64 source_event_id)
+		  int64 conversation_id, int64 msg_seq, int64 source_event_id, bool *quarantined)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -546,6 +550,7 @@ apply_one(const char *source, int64 transfer_id, Datum payload,
 	}
 	PG_END_TRY();
 	state = settle(source, transfer_id, error, transient);
+	*quarantined = strcmp(state, "quarantined") == 0;
 	if (!ok)
 		ereport(WARNING,
 				(errmsg("im_sync: transfer " INT64_FORMAT " from node \"%s\" (conversation " INT64_FORMAT
@@ -563,6 +568,103 @@ apply_one(const char *source, int64 transfer_id, Datum payload,
 /* the local transaction that last settled or marked transfers (im_transfer_apply) */
 static LocalTransactionId settled_in = InvalidLocalTransactionId;
 
+/* A transfer's place in its conversation: (msg_seq, transfer_id) order. */
+typedef struct TransferKey
+{
+	int64		conversation_id;
+	int64		msg_seq;
+	int64		transfer_id;
+} TransferKey;
+
+/* (msg_seq, transfer_id) of a at or before b's, in one conversation */
+static bool
+key_at_or_before(int64 a_seq, int64 a_id, int64 b_seq, int64 b_id)
+{
+	return a_seq < b_seq || (a_seq == b_seq && a_id <= b_id);
+}
+
+/*
+ * A row of IM_TRANSFER_HOLDERS_SQL: a quarantined transfer waiting out its
+ * backoff and the latest pending transfer before it (has_pending).
+ */
+typedef struct TransferHolder
+{
+	TransferKey key;
+	bool		has_pending;
+	int64		pending_msg_seq;
+	int64		pending_transfer_id;
+} TransferHolder;
+
+/*
+ * What an apply pass did to one conversation it took transfers of: the
+ * last one it applied or tried (last), and whether that one failed and is
+ * quarantined (then it is the last: the rest of the conversation waits).
+ */
+typedef struct PassConversation
+{
+	TransferKey last;
+	bool		quarantined;
+} PassConversation;
+
+/*
+ * The blockers (IM_TRANSFER_BLOCKERS_OF_SQL) as they are after the pass,
+ * from the holders read before it and what the pass did, without reading
+ * them again.  Per conversation: a transfer quarantined in this pass (every
+ * transfer before it was applied or is dead, so no pending one is before
+ * it); otherwise the first holder after the last transfer the pass took
+ * with no pending transfer left before it — its latest pending predecessor
+ * is none, or one the pass took (every pending transfer up to the last one
+ * taken was taken: they are taken in order).  A conversation the pass did
+ * not take keeps its blocker.  Both inputs are in (conversation, msg_seq,
+ * transfer_id) order; returns the count, blockers in *out.
+ */
+static int
+blockers_after_pass(const TransferHolder *holders, int nholders,
+					const PassConversation *pass, int npass, TransferKey **out)
+{
+	int			n = 0;
+	int			h = 0;
+	int			c = 0;
+
+	*out = palloc(sizeof(TransferKey) * Max(nholders + npass, 1));
+	while (h < nholders || c < npass)
+	{
+		int64		conv;
+		const PassConversation *took = NULL;
+
+		if (c < npass && (h >= nholders || pass[c].last.conversation_id <= holders[h].key.conversation_id))
+		{
+			took = &pass[c++];
+			conv = took->last.conversation_id;
+		}
+		else
+			conv = holders[h].key.conversation_id;
+		if (took && took->quarantined)
+			(*out)[n++] = took->last;
+		else
+		{
+			for (int i = h; i < nholders && holders[i].key.conversation_id == conv; i++)
+			{
+				const TransferHolder *q = &holders[i];
+
+				if (took && key_at_or_before(q->key.msg_seq, q->key.transfer_id,
+											 took->last.msg_seq, took->last.transfer_id))
+					continue;	/* taken by the pass: applied, failed again or dead */
+				if (!q->has_pending ||
+					(took && key_at_or_before(q->pending_msg_seq, q->pending_transfer_id,
+											  took->last.msg_seq, took->last.transfer_id)))
+				{
+					(*out)[n++] = q->key;
+					break;
+				}
+			}
+		}
+		while (h < nholders && holders[h].key.conversation_id == conv)
+			h++;
+	}
+	return n;
+}
+
 /*
  * A transfer held behind a quarantined one of its conversation is
  * acknowledged as a quarantined one is: this node holds it and its payload
@@ -576,24 +678,43 @@ static LocalTransactionId settled_in = InvalidLocalTransactionId;
  * (ack_marked_held, beside im_transfer_ack_release) writes the records of
  * the marks it sees.  Sent once per transfer (an ack pruned by maintenance
  * while the hold lasts goes again; its source drops an ack it has no
- * transfer for).  Runs after this pass's applies and reads the blockers
- * again (IM_TRANSFER_BLOCKERS_SQL, as the due query did before them): a
- * transfer that failed in this pass holds its conversation from now on.
- * Returns the number of transfers marked.
+ * transfer for).  Runs after this pass's applies with the blockers as they
+ * are after them (blockers_after_pass): a transfer that failed in this
+ * pass holds its conversation from now on.  Returns the number of
+ * transfers marked.
  */
 static uint64
-mark_held(void)
+mark_held(const TransferKey *blockers, int nblockers)
 {
 	static SPIPlanPtr plan;
+	Datum		args[3];
+	int64	   *convs;
+	int64	   *seqs;
+	int64	   *ids;
 
+	if (nblockers == 0)
+		return 0;
+	convs = palloc(sizeof(int64) * nblockers);
+	seqs = palloc(sizeof(int64) * nblockers);
+	ids = palloc(sizeof(int64) * nblockers);
+	for (int i = 0; i < nblockers; i++)
+	{
+		convs[i] = blockers[i].conversation_id;
+		seqs[i] = blockers[i].msg_seq;
+		ids[i] = blockers[i].transfer_id;
+	}
 	im_prepare(&plan,
-			   "WITH blk AS (" IM_TRANSFER_BLOCKERS_SQL ") "
-			   "UPDATE im.transfer_in t SET held_at = pg_catalog.now() FROM blk b "
+			   "UPDATE im.transfer_in t SET held_at = pg_catalog.now() "
+			   "FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3))"
+			   "  b(conversation_id, msg_seq, transfer_id) "
 			   "WHERE b.conversation_id" EQ "t.conversation_id"
 			   " AND (t.msg_seq, t.transfer_id)" GT "(b.msg_seq, b.transfer_id)"
 			   " AND t.state" EQ "'pending' AND t.held_at IS NULL",
-			   0);
-	return im_exec(plan, NULL, NULL, 0);
+			   3, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID);
+	args[0] = im_int8_array(convs, nblockers);
+	args[1] = im_int8_array(seqs, nblockers);
+	args[2] = im_int8_array(ids, nblockers);
+	return im_exec(plan, args, NULL, 0);
 }
 
 static void
@@ -623,7 +744,9 @@ im_transfer_apply(int max_transfers)
 	bool		ordered;		/* im_catalog_at_least(1, 7): retries and holds (shard.h) */
 	bool		held = false;
 	int64		held_conversation = 0;
+	uint64		nrows;
 	uint64		n;
+	int			col;			/* the due rows' first column */
 	int64		applied = 0;
 	char	  **sources;
 	int64	   *ids,
@@ -631,6 +754,11 @@ im_transfer_apply(int max_transfers)
 			   *seqs,
 			   *events;
 	Datum	   *payloads;
+	TransferHolder *holders;
+	int			nholders = 0;
+	PassConversation *pass;
+	int			npass = 0;
+	uint64		marked = 0;
 
 	if (!im_shard_configured())
 		return 0;
@@ -651,11 +779,24 @@ im_transfer_apply(int max_transfers)
 		im_transfer_ack_release();
 		ack_marked_held();
 	}
+	/*
+	 * One statement reads the holders once: the due transfers (holder
+	 * false) in (conversation, msg_seq, transfer_id) order, then the holders
+	 * themselves (holder true) in the same order, kept for mark_held.
+	 */
 	if (ordered)
 		im_prepare(&pending,
-				   IM_TRANSFERS_DUE_SQL("t.source_node, t.transfer_id, t.payload, t.conversation_id,"
-										" t.msg_seq, t.source_event_id")
-				   " ORDER BY t.conversation_id, t.msg_seq, t.transfer_id LIMIT $1",
+				   "WITH h AS MATERIALIZED (" IM_TRANSFER_HOLDERS_SQL "), "
+				   "due AS (" IM_TRANSFERS_DUE_OF_SQL("h", "t.source_node, t.transfer_id, t.payload,"
+													 " t.conversation_id, t.msg_seq, t.source_event_id")
+				   "        ORDER BY t.conversation_id, t.msg_seq, t.transfer_id LIMIT $1) "
+				   "SELECT false AS holder, d.source_node, d.transfer_id, d.payload, d.conversation_id,"
+				   "       d.msg_seq, d.source_event_id, NULL::pg_catalog.int8, NULL::pg_catalog.int8 "
+				   "FROM due d "
+				   "UNION ALL "
+				   "SELECT true, NULL, h.transfer_id, NULL, h.conversation_id, h.msg_seq, NULL,"
+				   "       h.pending_msg_seq, h.pending_transfer_id FROM h "
+				   "ORDER BY 1, 5, 6, 3",
 				   1, INT4OID);
 	else
 		im_prepare(&pending16,
@@ -664,38 +805,72 @@ im_transfer_apply(int max_transfers)
 				   "ORDER BY conversation_id, msg_seq, transfer_id LIMIT $1",
 				   1, INT4OID);
 	args[0] = Int32GetDatum(max_transfers);
-	n = im_exec(ordered ? pending : pending16, args, NULL, 0);
+	nrows = im_exec(ordered ? pending : pending16, args, NULL, 0);
+	col = ordered ? 2 : 1;
+	n = nrows;
+	if (ordered)
+		for (n = 0; n < nrows && !im_get_bool(n, 1, NULL); n++)
+			;
 	sources = palloc(sizeof(char *) * Max(n, 1));
 	ids = palloc(sizeof(int64) * Max(n, 1));
 	convs = palloc(sizeof(int64) * Max(n, 1));
 	seqs = palloc(sizeof(int64) * Max(n, 1));
 	events = palloc(sizeof(int64) * Max(n, 1));
 	payloads = palloc(sizeof(Datum) * Max(n, 1));
+	holders = palloc(sizeof(TransferHolder) * Max(nrows - n, 1));
+	pass = palloc(sizeof(PassConversation) * Max(n, 1));
 	for (uint64 i = 0; i < n; i++)
 	{
 		bool		isnull;
 
-		sources[i] = im_get_text(i, 1);
-		ids[i] = im_get_int64(i, 2, NULL);
-		payloads[i] = im_get_datum_copy(i, 3, &isnull);
-		convs[i] = im_get_int64(i, 4, NULL);
-		seqs[i] = im_get_int64(i, 5, NULL);
-		events[i] = im_get_int64(i, 6, NULL);
+		sources[i] = im_get_text(i, col);
+		ids[i] = im_get_int64(i, col + 1, NULL);
+		payloads[i] = im_get_datum_copy(i, col + 2, &isnull);
+		convs[i] = im_get_int64(i, col + 3, NULL);
+		seqs[i] = im_get_int64(i, col + 4, NULL);
+		events[i] = im_get_int64(i, col + 5, NULL);
+	}
+	for (uint64 i = n; i < nrows; i++)
+	{
+		TransferHolder *q = &holders[nholders++];
+		bool		isnull;
+
+		q->key.transfer_id = im_get_int64(i, 3, NULL);
+		q->key.conversation_id = im_get_int64(i, 5, NULL);
+		q->key.msg_seq = im_get_int64(i, 6, NULL);
+		q->pending_msg_seq = im_get_int64(i, 8, &isnull);
+		q->has_pending = !isnull;
+		q->pending_transfer_id = im_get_int64(i, 9, NULL);
 	}
 	for (uint64 i = 0; i < n; i++)
 	{
+		bool		quarantined;
+
 		/* a failure holds the rest of its conversation (1.7: by its state too) */
 		if (held && convs[i] == held_conversation && ordered)
 			continue;
-		if (apply_one(sources[i], ids[i], payloads[i], convs[i], seqs[i], events[i]))
+		if (apply_one(sources[i], ids[i], payloads[i], convs[i], seqs[i], events[i], &quarantined))
 			applied++;
 		else
 		{
 			held = true;
 			held_conversation = convs[i];
 		}
+		if (npass == 0 || pass[npass - 1].last.conversation_id != convs[i])
+			npass++;
+		pass[npass - 1].last.conversation_id = convs[i];
+		pass[npass - 1].last.msg_seq = seqs[i];
+		pass[npass - 1].last.transfer_id = ids[i];
+		pass[npass - 1].quarantined = quarantined;
 	}
-	if ((ordered && mark_held() > 0) || n > 0)
+	if (ordered)
+	{
+		TransferKey *blockers;
+		int			nblockers = blockers_after_pass(holders, nholders, pass, npass, &blockers);
+
+		marked = mark_held(blockers, nblockers);
+	}
+	if (marked > 0 || n > 0)
 	{
 		settled_in = MyProc->lxid;
 		/*
