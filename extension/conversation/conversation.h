@@ -114,17 +114,17 @@ extern void im_relation_recalled(ImConversation *conv, int64 target_message_id);
 extern bool im_kind_uses_marker(const char *kind);
 
 /*
- * Whether this database's catalog is at 1.3 or later (the event columns and
- * kinds of contract §14).  The library may serve an older catalog until
- * ALTER EXTENSION im_sync UPDATE (extension/doc/upgrades.md); the read
- * paths then keep their older statements and objects: each keeps a second
- * plan slot, and im_relation_sql() gives the statement text without the
- * relation columns (IM_EVENT_RELATION_COLS_SQL become NULLs); the C
- * builder of the objects (user/event_json.c) then adds no reply key and no
- * reactions.  One catalog lookup per transaction.
+ * Whether this database's catalog has the event columns and kinds of
+ * contract §14 (IM_CATALOG_HAS_RELATIONS, core/version_check.h).  The
+ * library may serve an older catalog until ALTER EXTENSION im_sync UPDATE
+ * (extension/doc/upgrades.md); the read paths then answer as its release
+ * did: their page statements are written once per catalog shape and
+ * prepared into one plan slot per shape (IM_PREPARE_SHAPED), the relation
+ * columns NULLs on the older shape, and the C builder of the objects
+ * (user/event_json.c) then adds no reply key and no reactions.  One
+ * catalog lookup per transaction.
  */
 extern bool im_relation_catalog(void);
-extern const char *im_relation_sql(const char *sql);
 
 /* send.c: the digest and idempotency lookup shared by every kind. */
 extern bool im_request_lookup(const char *kind, int64 sender_id, int64 conversation_id,

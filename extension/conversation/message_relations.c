@@ -54,34 +54,7 @@ im_kind_uses_marker(const char *kind)
 bool
 im_relation_catalog(void)
 {
-	return im_catalog_at_least(1, 3);
-}
-
-/* sql with every occurrence of fragment replaced by replacement (palloc'd) */
-static char *
-replace_all(const char *sql, const char *fragment, const char *replacement)
-{
-	StringInfoData out;
-	const char *at;
-	size_t		flen = strlen(fragment);
-
-	initStringInfo(&out);
-	while ((at = strstr(sql, fragment)) != NULL)
-	{
-		appendBinaryStringInfo(&out, sql, at - sql);
-		appendStringInfoString(&out, replacement);
-		sql = at + flen;
-	}
-	appendStringInfoString(&out, sql);
-	return out.data;
-}
-
-const char *
-im_relation_sql(const char *sql)
-{
-	if (im_relation_catalog())
-		return sql;
-	return replace_all(sql, IM_EVENT_RELATION_COLS_SQL, "NULL::pg_catalog.int8, NULL::pg_catalog.int8");
+	return IM_CATALOG_HAS_RELATIONS();
 }
 
 /*

@@ -10,6 +10,8 @@
 #ifndef IM_SQL_H
 #define IM_SQL_H
 
+#include "core/version_check.h"	/* IM_SHAPE_CHOOSE */
+
 #define EQ " OPERATOR(pg_catalog.=) "
 #define NE " OPERATOR(pg_catalog.<>) "
 #define LT " OPERATOR(pg_catalog.<) "
@@ -57,25 +59,28 @@
 
 /*
  * The columns of a conversation position's contract §11 object, for an
- * im.event row aliased `e`: the im.event columns whose keys have the same
+ * im.event row aliased `e`, in a statement of catalog shape S
+ * (core/version_check.h): the im.event columns whose keys have the same
  * name (IM_EVENT_COLUMN_KEYS, in order), then the relation columns
  * (IM_EVENT_RELATION_COLS_SQL): a message's reply_to_message_id, a pin's
- * target (kept in pin_message_id, its target_message_id key).  The one C
- * builder of these objects (user/event_json.c) reads them; sync pages and
- * fetch_messages both select them with IM_EVENT_COLUMNS_SQL.  X(column) is
- * applied to each name of IM_EVENT_COLUMN_KEYS, SEP between.
+ * target (kept in pin_message_id, its target_message_id key), NULLs on a
+ * catalog without them.  The one C builder of these objects
+ * (user/event_json.c) reads them; sync pages and fetch_messages both
+ * select them with IM_EVENT_COLUMNS_SQL.  X(column) is applied to each
+ * name of IM_EVENT_COLUMN_KEYS, SEP between.
  */
 #define IM_EVENT_COLUMN_KEYS(X, SEP) \
 	X(kind) SEP X(conversation_id) SEP X(msg_seq) SEP X(message_id) SEP \
 	X(sender_id) SEP X(content_type) SEP X(body) SEP X(target_message_id) SEP \
 	X(recalled) SEP X(created_at)
 
-/* NULLs on a catalog without relations (im_relation_sql, message_relations.c) */
-#define IM_EVENT_RELATION_COLS_SQL "e.reply_to_message_id, e.pin_message_id"
+#define IM_EVENT_RELATION_COLS_SQL(S) \
+	IM_SHAPE_CHOOSE(S, "e.reply_to_message_id, e.pin_message_id", \
+					"NULL::pg_catalog.int8, NULL::pg_catalog.int8")
 
 #define IM_EVENT_COLUMN_SQL(column) "e." #column
-#define IM_EVENT_COLUMNS_SQL \
-	IM_EVENT_COLUMN_KEYS(IM_EVENT_COLUMN_SQL, ", ") ", " IM_EVENT_RELATION_COLS_SQL
+#define IM_EVENT_COLUMNS_SQL(S) \
+	IM_EVENT_COLUMN_KEYS(IM_EVENT_COLUMN_SQL, ", ") ", " IM_EVENT_RELATION_COLS_SQL(S)
 
 /*
  * The retry backoff of contract §4, after `n` earlier failures of the same

@@ -29,6 +29,32 @@ extern char *im_catalog_version(void);
 extern bool im_catalog_at_least(int major, int minor);
 
 /*
+ * Catalog shapes.  A statement whose text depends on which columns the
+ * catalog has is written once, as a macro STMT(S) of a shape S, so each
+ * shape's text is fixed at compile time (never rewritten at run time), and
+ * prepared with IM_PREPARE_SHAPED into one plan slot per shape; the shape
+ * of this database's catalog is picked when the plan is prepared.  A
+ * fragment that differs between shapes picks its text with
+ * IM_SHAPE_CHOOSE(S, with, without):
+ *   WITH_RELATIONS  im.event has the reply and pin columns
+ *                   (reply_to_message_id, pin_message_id; contract §14);
+ *   NO_RELATIONS    an older catalog, answered as its release did
+ *                   (extension/doc/upgrades.md).
+ */
+#define IM_CATALOG_HAS_RELATIONS() im_catalog_at_least(1, 3)
+
+#define IM_SHAPE_CHOOSE(S, with, without) IM_SHAPE_CHOOSE_##S(with, without)
+#define IM_SHAPE_CHOOSE_WITH_RELATIONS(with, without) with
+#define IM_SHAPE_CHOOSE_NO_RELATIONS(with, without) without
+
+/* the plan slots of a shaped statement: static SPIPlanPtr slots[IM_SHAPES] */
+#define IM_SHAPES 2
+#define IM_PREPARE_SHAPED(slots, STMT, ...) \
+	(IM_CATALOG_HAS_RELATIONS() \
+	 ? im_prepare(&(slots)[1], STMT(WITH_RELATIONS), __VA_ARGS__) \
+	 : im_prepare(&(slots)[0], STMT(NO_RELATIONS), __VA_ARGS__))
+
+/*
  * For a background worker between transactions: true when the catalog is
  * at IM_LIBRARY_VERSION or im_sync is not installed (the caller handles
  * that).  Logs one line when it starts to disagree and one when it agrees

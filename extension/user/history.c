@@ -88,6 +88,18 @@ enum
 	Anum_history_my_reactions
 };
 
+/* The page statement of fetch_messages, for a catalog of shape S
+ * (core/version_check.h). */
+#define HISTORY_PAGE_SQL(S) \
+	"WITH " HISTORY_VISIBLE_POSITIONS_SQL ", " \
+	"top AS (SELECT v.message_id, v.msg_seq FROM visible v " \
+	"        ORDER BY v.msg_seq LIMIT $5" PLUS "1), " \
+	IM_MESSAGE_REACTIONS_CTE_SQL " "	/* reactions (conversation.h) */ \
+	"SELECT " IM_EVENT_COLUMNS_SQL(S) ", " IM_MESSAGE_REACTIONS_COLS_SQL " " \
+	"FROM im.event e" IM_MESSAGE_REACTIONS_JOIN_SQL \
+	"WHERE e.message_id" EQ "ANY (ARRAY(SELECT top.message_id FROM top)) " \
+	"ORDER BY e.msg_seq"
+
 PG_FUNCTION_INFO_V1(im_fetch_messages);
 /*
  * fetch_messages(user_id, conversation_id, after_seq, page_limit, up_to_seq)
@@ -99,8 +111,7 @@ PG_FUNCTION_INFO_V1(im_fetch_messages);
 Datum
 im_fetch_messages(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr page_plan;
-	static SPIPlanPtr page_plan_pre13;	/* a pre-1.3 catalog (message_relations.c) */
+	static SPIPlanPtr page_plans[IM_SHAPES];
 	SPIPlanPtr	plan;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
@@ -142,16 +153,8 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 	 * range, so a page never ends early on an invisible stretch.
 	 */
 	reaction_keys = im_relation_catalog();
-	plan = im_prepare(reaction_keys ? &page_plan : &page_plan_pre13, im_relation_sql(
-			   "WITH " HISTORY_VISIBLE_POSITIONS_SQL ", "
-			   "top AS (SELECT v.message_id, v.msg_seq FROM visible v "
-			   "        ORDER BY v.msg_seq LIMIT $5" PLUS "1), "
-			   IM_MESSAGE_REACTIONS_CTE_SQL " "	/* reactions (conversation.h) */
-			   "SELECT " IM_EVENT_COLUMNS_SQL ", " IM_MESSAGE_REACTIONS_COLS_SQL " "
-			   "FROM im.event e" IM_MESSAGE_REACTIONS_JOIN_SQL
-			   "WHERE e.message_id" EQ "ANY (ARRAY(SELECT top.message_id FROM top)) "
-			   "ORDER BY e.msg_seq"),
-			   5, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID);
+	plan = IM_PREPARE_SHAPED(page_plans, HISTORY_PAGE_SQL,
+							 5, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(conversation_id);
 	args[2] = Int64GetDatum(after_seq);

@@ -202,12 +202,35 @@ page_col(uint64 row, int col, bool *isnull)
 	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
 }
 
+/* The page statement of read_page, for a catalog of shape S
+ * (core/version_check.h). */
+#define SYNC_PAGE_SQL(S) \
+	"SELECT r.sync_seq, " \
+	"  CASE WHEN r.kind" EQ "ANY " PRIVATE_KINDS_SQL \
+	"    THEN pg_catalog.jsonb_build_object('sync_seq', r.sync_seq, 'kind', r.kind, " \
+	"           'conversation_id', r.conversation_id) " \
+	"        " OP_CONCAT "COALESCE(r.payload, '{}'::pg_catalog.jsonb) END, " \
+	"  " IM_EVENT_COLUMNS_SQL(S) ", " \
+	"  (SELECT h.gc_floor FROM im.user_head h WHERE h.user_id" EQ "$1), " \
+	"  (SELECT h.high_watermark FROM im.user_head h WHERE h.user_id" EQ "$1) " \
+	"FROM (SELECT i.sync_seq, i.kind, i.conversation_id, i.source_event_id, i.payload " \
+	"      FROM im.inbox i WHERE i.user_id" EQ "$1 " \
+	"      AND i.sync_seq" GT "$2 AND i.sync_seq" LE "$3 " \
+	"      ORDER BY i.sync_seq LIMIT $4) r " \
+	"LEFT JOIN LATERAL (" \
+	"  SELECT " IM_EVENT_COLUMNS_SQL(S) " " \
+	"  FROM im.event e WHERE e.message_id" EQ "r.source_event_id " \
+	"  AND r.kind" NE "ALL " PRIVATE_KINDS_SQL \
+	"  AND (NOT EXISTS (SELECT 1 FROM im.deleted_for_me d0 WHERE d0.user_id" EQ "$1) " \
+	"       OR " IM_NOT_DELETED_FOR_ME_SQL("$1") ") " \
+	"  OFFSET 0) e ON true " \
+	"ORDER BY r.sync_seq"
+
 static Datum
 read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 		  int64 *last, bool *more, PageSeen *seen)
 {
-	static SPIPlanPtr plan;
-	static SPIPlanPtr plan_pre13;	/* a pre-1.3 catalog (message_relations.c) */
+	static SPIPlanPtr plans[IM_SHAPES];
 	SPIPlanPtr	p;
 	Datum		args[4];
 	ImEventPage page;
@@ -224,28 +247,7 @@ read_page(int64 user_id, int64 after, int64 watermark, int32 limit,
 	 * that holds no lock on the head can tell whether gc_inbox, which moves
 	 * gc_floor in the transaction that deletes, took rows of the range.
 	 */
-	p = im_prepare(im_relation_catalog() ? &plan : &plan_pre13, im_relation_sql(
-			   "SELECT r.sync_seq, "
-			   "  CASE WHEN r.kind" EQ "ANY " PRIVATE_KINDS_SQL
-			   "    THEN pg_catalog.jsonb_build_object('sync_seq', r.sync_seq, 'kind', r.kind, "
-			   "           'conversation_id', r.conversation_id) "
-			   "        " OP_CONCAT "COALESCE(r.payload, '{}'::pg_catalog.jsonb) END, "
-			   "  " IM_EVENT_COLUMNS_SQL ", "
-			   "  (SELECT h.gc_floor FROM im.user_head h WHERE h.user_id" EQ "$1), "
-			   "  (SELECT h.high_watermark FROM im.user_head h WHERE h.user_id" EQ "$1) "
-			   "FROM (SELECT i.sync_seq, i.kind, i.conversation_id, i.source_event_id, i.payload "
-			   "      FROM im.inbox i WHERE i.user_id" EQ "$1 "
-			   "      AND i.sync_seq" GT "$2 AND i.sync_seq" LE "$3 "
-			   "      ORDER BY i.sync_seq LIMIT $4) r "
-			   "LEFT JOIN LATERAL ("
-			   "  SELECT " IM_EVENT_COLUMNS_SQL " "
-			   "  FROM im.event e WHERE e.message_id" EQ "r.source_event_id "
-			   "  AND r.kind" NE "ALL " PRIVATE_KINDS_SQL
-			   "  AND (NOT EXISTS (SELECT 1 FROM im.deleted_for_me d0 WHERE d0.user_id" EQ "$1) "
-			   "       OR " IM_NOT_DELETED_FOR_ME_SQL("$1") ") "
-			   "  OFFSET 0) e ON true "
-			   "ORDER BY r.sync_seq"),
-			   4, INT8OID, INT8OID, INT8OID, INT4OID);
+	p = IM_PREPARE_SHAPED(plans, SYNC_PAGE_SQL, 4, INT8OID, INT8OID, INT8OID, INT4OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(after);
 	args[2] = Int64GetDatum(watermark);
