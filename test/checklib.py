@@ -1,9 +1,11 @@
-"""checklib.py — what the Python check scripts of test/worker and
-test/maintenance share: ok/FAIL lines that are collected, one autocommit
-session with query helpers, and bounded polling for a condition (never a
-timed assertion)."""
+"""checklib.py — what the Python check scripts under test/ share (the
+worker, maintenance, router and shard checks, the failover pair, the e2e
+helpers): ok/FAIL lines that are collected, one autocommit session with
+query helpers, bounded polling for a condition (never a timed assertion),
+a free TCP port, and the kill -9 of a postmaster."""
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -55,6 +57,30 @@ def wait_for(pred, timeout, step=0.1):
             return v
         time.sleep(step)
     return pred()
+
+
+def wait_until(what, pred, timeout=60, step=0.1):
+    """pred() until it is true (returned), or AssertionError naming what
+    after timeout seconds: a bounded wait, never a timed assertion."""
+    deadline = time.time() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(step)
+
+
+def free_port(host="127.0.0.1"):
+    """A TCP port free on host right now (the kernel's pick), for a server
+    the test starts itself; "0.0.0.0" for a --listen 0.0.0.0 (a port free on
+    127.0.0.1 may be bound on another loopback address by a load generator)."""
+    s = socket.socket()
+    s.bind((host, 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
 
 
 def running(pid):

@@ -20,6 +20,9 @@ import urllib.request
 import psycopg2
 import websockets
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklib import free_port, wait_until  # noqa: E402,F401  (the e2e tests take them from here)
+
 DB = os.environ.get("IM_E2E_DB", "im_test")
 URL = os.environ.get("IM_GW_URL", "ws://127.0.0.1:8080/")
 HINT_TIMEOUT = float(os.environ.get("IM_E2E_HINT_TIMEOUT", "15"))
@@ -267,19 +270,6 @@ async def converge(client, conv, want, timeout=30):
         if loop.time() > deadline:
             raise AssertionError("%s view %r != %r" % (client.name, v, want))
         await asyncio.sleep(0.3)
-
-
-def wait_until(what, pred, timeout=60, step=0.1):
-    """pred() until it is true (returned), or AssertionError naming what
-    after timeout seconds: a bounded wait, never a timed assertion."""
-    deadline = time.time() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.time() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(step)
 
 
 def run_tests(tests, label="e2e", timeout=120):

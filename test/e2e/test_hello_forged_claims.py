@@ -33,7 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import psycopg2  # noqa: E402
-from imgw import DB, Client, new_user_ids, register, run_tests, token  # noqa: E402
+from imgw import DB, Client, free_port, new_user_ids, register, run_tests, token  # noqa: E402
 from gwmetrics import metric  # noqa: E402
 
 GW_BIN = os.environ.get("IM_GW_BIN") or os.path.join(HERE, "..", "..", "gateway", "im_gateway")
@@ -80,15 +80,6 @@ async def until(what, pred, timeout=30):
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for " + what)
         await asyncio.sleep(0.05)
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def start_gateway():

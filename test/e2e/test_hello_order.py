@@ -37,7 +37,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import psycopg2  # noqa: E402
-from imgw import Client, DB, register, run_tests, sql, token  # noqa: E402
+from imgw import Client, DB, free_port, register, run_tests, sql, token  # noqa: E402
 from gwmetrics import metric  # noqa: E402
 
 GW_BIN = os.environ.get("IM_GW_BIN") or os.path.join(HERE, "..", "..", "gateway", "im_gateway")
@@ -106,15 +106,6 @@ async def until(what, pred, timeout=60):
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for " + what)
         await asyncio.sleep(0.05)
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def start_gateway():

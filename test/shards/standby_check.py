@@ -27,7 +27,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklib import check, failures, kill9_postmaster, wait_for  # noqa: E402
+from checklib import check, failures, free_port, kill9_postmaster, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
 
@@ -78,8 +78,7 @@ check(any(bucket_node[u % 64] == FAILING for m in MEMBERS for u in m),
 q1("SELECT im.run_fanout()")
 
 # ---- a gateway on the router: one LISTEN connection per node
-gw_port = int(subprocess.check_output([sys.executable, "-c", "import socket; s=socket.socket(); "
-                                       "s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"], text=True))
+gw_port = free_port()
 gw_log = open(os.path.join(DIR, "standby-gateway.log"), "w")
 gw = subprocess.Popen([os.path.join(ROOT, "gateway", "im_gateway"), "--listen", f"127.0.0.1:{gw_port}",
                        "--pool", "2", "--db", ROUTER], stdout=gw_log, stderr=subprocess.STDOUT)
