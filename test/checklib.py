@@ -22,9 +22,26 @@ def check(ok, what, detail=""):
 
 
 def connect(dbname="im_test", **kw):
-    c = psycopg2.connect(dbname=dbname, **kw)
+    """An autocommit connection; dbname is a database name or, holding an
+    '=', a whole conninfo (as libpq reads dbname)."""
+    c = psycopg2.connect(dbname, **kw) if "=" in dbname else psycopg2.connect(dbname=dbname, **kw)
     c.autocommit = True
     return c
+
+
+def queries(default):
+    """q (all rows, or None for a command) and q1 (the first value) that run
+    on the connection default (or the one a function default returns, for a
+    script that replaces it) unless conn= names another one."""
+    def q(sql, args=None, conn=None):
+        cur = (conn or (default() if callable(default) else default)).cursor()
+        cur.execute(sql, args)
+        return cur.fetchall() if cur.description else None
+
+    def q1(sql, args=None, conn=None):
+        rows = q(sql, args, conn)
+        return rows[0][0] if rows else None
+    return q, q1
 
 
 class Session:
@@ -46,6 +63,30 @@ class Session:
     def q1(self, sql, args=None):
         r = self.row(sql, args)
         return r[0] if r else None
+
+
+class ShardsDir:
+    """What test/shards.sh wrote in its directory: nodes, (name, conninfo)
+    in its order (names and conn alike), clusters (a directory per cluster:
+    the nodes' first, in the same order) and standbys (node -> (its data
+    directory, its port))."""
+
+    def __init__(self, path):
+        def lines(name):
+            try:
+                with open(os.path.join(path, name)) as f:
+                    return [line.strip() for line in f if line.strip()]
+            except FileNotFoundError:
+                return []
+        self.nodes = [tuple(line.split(" ", 1)) for line in lines("nodes")]
+        self.names = [n for n, _ in self.nodes]
+        self.conn = dict(self.nodes)
+        self.clusters = lines("clusters")
+        self.standbys = {s[0]: (s[1], s[2]) for s in (line.split() for line in lines("standbys"))}
+
+    def data_dir(self, node):
+        """The data directory of node's first cluster (its primary at the start)."""
+        return os.path.join(dict(zip(self.names, self.clusters))[node], "data")
 
 
 def wait_for(pred, timeout, step=0.1):
