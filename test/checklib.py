@@ -64,6 +64,15 @@ class Session:
         r = self.row(sql, args)
         return r[0] if r else None
 
+    def set_system(self, name, value):
+        """ALTER SYSTEM SET name = value (RESET when value is None), then a
+        reload, so every process of the server sees it."""
+        if value is None:
+            self.q(f"ALTER SYSTEM RESET {name}")
+        else:
+            self.q(f"ALTER SYSTEM SET {name} = %s", (value,))
+        self.q("SELECT pg_catalog.pg_reload_conf()")
+
 
 class ShardsDir:
     """What test/shards.sh wrote in its directory: nodes, (name, conninfo)

@@ -272,6 +272,47 @@ async def converge(client, conv, want, timeout=30):
         await asyncio.sleep(0.3)
 
 
+async def until(what, pred, timeout=60, step=0.05):
+    """wait_until for a coroutine: the event loop runs while pred() is false."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        await asyncio.sleep(step)
+
+
+class DeviceRowLock:
+    """One device's im.device row held FOR UPDATE in a transaction of its
+    own, on the node dsn names (default: DB): a hello of that device waits
+    there (authenticate bumps that row).  waiters() counts the sessions it
+    blocks; release() ends the transaction."""
+
+    def __init__(self, user, device, dsn=None):
+        self.dsn = dsn or "dbname=%s" % DB
+        self.conn = psycopg2.connect(self.dsn)
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            self.pid = cur.fetchone()[0]
+            cur.execute("SELECT 1 FROM im.device WHERE user_id = %s AND device_id = %s FOR UPDATE",
+                        (user, device))
+            assert cur.fetchall() == [(1,)]
+
+    def waiters(self):
+        c = psycopg2.connect(self.dsn)
+        c.autocommit = True
+        try:
+            with c.cursor() as cur:
+                cur.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                            (self.pid,))
+                return cur.fetchone()[0]
+        finally:
+            c.close()
+
+    def release(self):
+        self.conn.rollback()
+        self.conn.close()
+
+
 def run_tests(tests, label="e2e", timeout=120):
     """Run each test (a coroutine function, or a plain function) in turn,
     those whose name contains one of the command-line words if any are
