@@ -21,6 +21,16 @@ def check(ok, what, detail=""):
     return ok
 
 
+def section(fn):
+    """A decorator that runs fn now: an exception in it is one FAIL line, and
+    the script's next section still runs."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - a broken section must not hide the others
+        check(False, f"section {fn.__name__} ran to its end", f"{type(e).__name__}: {e}")
+    return fn
+
+
 def connect(dbname="im_test", **kw):
     """An autocommit connection; dbname is a database name or, holding an
     '=', a whole conninfo (as libpq reads dbname)."""

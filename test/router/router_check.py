@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklib import ShardsDir, check, connect, failures, queries, wait_for  # noqa: E402
+from checklib import ShardsDir, check, connect, failures, queries, section, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
 import psycopg2.extras  # noqa: E402
@@ -118,15 +118,6 @@ def users_on(node, count, start=1000):
 U = {n: users_on(n, 2) for n in names}
 a, b, c = U[names[0]][0], U[names[1]][0], U[names[-1]][0]
 a2 = U[names[0]][1]
-
-
-def section(fn):
-    """Run one section now; an exception is one FAIL, and the next section still runs."""
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - a broken section must not hide the others
-        check(False, f"section {fn.__name__} ran to its end", f"{type(e).__name__}: {e}")
-    return fn
 
 
 # ------------------------------------------------------ conversations (§2)

@@ -30,7 +30,7 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklib import ShardsDir, check, connect, failures, queries, wait_for  # noqa: E402
+from checklib import ShardsDir, check, connect, failures, queries, section, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
 
@@ -149,14 +149,6 @@ def error_response(sqlstate, message):
 
 
 SCRAM = (lambda mech: b"R" + struct.pack("!ii", 4 + 4 + len(mech), 10) + mech)(b"SCRAM-SHA-256\0\0")
-
-
-def section(fn):
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - a broken section must not hide the others
-        check(False, f"section {fn.__name__} ran to its end", f"{type(e).__name__}: {e}")
-    return fn
 
 
 DBLINK_WHO = ("SELECT * FROM dblink('select current_user::text, usesuper from pg_user "
