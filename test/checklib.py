@@ -1,9 +1,11 @@
-"""checklib.py — what the Python check scripts of test/worker and
-test/maintenance share: ok/FAIL lines that are collected, one autocommit
-session with query helpers, and bounded polling for a condition (never a
-timed assertion)."""
+"""checklib.py — what the Python check scripts under test/ share (the
+worker, maintenance, router and shard checks, the failover pair, the e2e
+helpers): ok/FAIL lines that are collected, one autocommit session with
+query helpers, bounded polling for a condition (never a timed assertion),
+a free TCP port, and the kill -9 of a postmaster."""
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -19,10 +21,37 @@ def check(ok, what, detail=""):
     return ok
 
 
+def section(fn):
+    """A decorator that runs fn now: an exception in it is one FAIL line, and
+    the script's next section still runs."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - a broken section must not hide the others
+        check(False, f"section {fn.__name__} ran to its end", f"{type(e).__name__}: {e}")
+    return fn
+
+
 def connect(dbname="im_test", **kw):
-    c = psycopg2.connect(dbname=dbname, **kw)
+    """An autocommit connection; dbname is a database name or, holding an
+    '=', a whole conninfo (as libpq reads dbname)."""
+    c = psycopg2.connect(dbname, **kw) if "=" in dbname else psycopg2.connect(dbname=dbname, **kw)
     c.autocommit = True
     return c
+
+
+def queries(default):
+    """q (all rows, or None for a command) and q1 (the first value) that run
+    on the connection default (or the one a function default returns, for a
+    script that replaces it) unless conn= names another one."""
+    def q(sql, args=None, conn=None):
+        cur = (conn or (default() if callable(default) else default)).cursor()
+        cur.execute(sql, args)
+        return cur.fetchall() if cur.description else None
+
+    def q1(sql, args=None, conn=None):
+        rows = q(sql, args, conn)
+        return rows[0][0] if rows else None
+    return q, q1
 
 
 class Session:
@@ -45,6 +74,39 @@ class Session:
         r = self.row(sql, args)
         return r[0] if r else None
 
+    def set_system(self, name, value):
+        """ALTER SYSTEM SET name = value (RESET when value is None), then a
+        reload, so every process of the server sees it."""
+        if value is None:
+            self.q(f"ALTER SYSTEM RESET {name}")
+        else:
+            self.q(f"ALTER SYSTEM SET {name} = %s", (value,))
+        self.q("SELECT pg_catalog.pg_reload_conf()")
+
+
+class ShardsDir:
+    """What test/shards.sh wrote in its directory: nodes, (name, conninfo)
+    in its order (names and conn alike), clusters (a directory per cluster:
+    the nodes' first, in the same order) and standbys (node -> (its data
+    directory, its port))."""
+
+    def __init__(self, path):
+        def lines(name):
+            try:
+                with open(os.path.join(path, name)) as f:
+                    return [line.strip() for line in f if line.strip()]
+            except FileNotFoundError:
+                return []
+        self.nodes = [tuple(line.split(" ", 1)) for line in lines("nodes")]
+        self.names = [n for n, _ in self.nodes]
+        self.conn = dict(self.nodes)
+        self.clusters = lines("clusters")
+        self.standbys = {s[0]: (s[1], s[2]) for s in (line.split() for line in lines("standbys"))}
+
+    def data_dir(self, node):
+        """The data directory of node's first cluster (its primary at the start)."""
+        return os.path.join(dict(zip(self.names, self.clusters))[node], "data")
+
 
 def wait_for(pred, timeout, step=0.1):
     """pred() until it is true or timeout seconds passed; its last value."""
@@ -55,6 +117,30 @@ def wait_for(pred, timeout, step=0.1):
             return v
         time.sleep(step)
     return pred()
+
+
+def wait_until(what, pred, timeout=60, step=0.1):
+    """pred() until it is true (returned), or AssertionError naming what
+    after timeout seconds: a bounded wait, never a timed assertion."""
+    deadline = time.time() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(step)
+
+
+def free_port(host="127.0.0.1"):
+    """A TCP port free on host right now (the kernel's pick), for a server
+    the test starts itself; "0.0.0.0" for a --listen 0.0.0.0 (a port free on
+    127.0.0.1 may be bound on another loopback address by a load generator)."""
+    s = socket.socket()
+    s.bind((host, 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
 
 
 def running(pid):

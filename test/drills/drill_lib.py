@@ -94,11 +94,6 @@ def wait_ready(timeout=90):
     return False
 
 
-def postmaster_pid():
-    with open(os.path.join(PGDATA, "postmaster.pid")) as f:
-        return int(f.readline().strip())
-
-
 def kill9(pid):
     """SIGKILL one backend of OUR server (the pid came from its pg_stat_activity)."""
     os.kill(pid, signal.SIGKILL)

@@ -20,6 +20,9 @@ import urllib.request
 import psycopg2
 import websockets
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklib import free_port, wait_until  # noqa: E402,F401  (the e2e tests take them from here)
+
 DB = os.environ.get("IM_E2E_DB", "im_test")
 URL = os.environ.get("IM_GW_URL", "ws://127.0.0.1:8080/")
 HINT_TIMEOUT = float(os.environ.get("IM_E2E_HINT_TIMEOUT", "15"))
@@ -269,17 +272,45 @@ async def converge(client, conv, want, timeout=30):
         await asyncio.sleep(0.3)
 
 
-def wait_until(what, pred, timeout=60, step=0.1):
-    """pred() until it is true (returned), or AssertionError naming what
-    after timeout seconds: a bounded wait, never a timed assertion."""
-    deadline = time.time() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.time() > deadline:
+async def until(what, pred, timeout=60, step=0.05):
+    """wait_until for a coroutine: the event loop runs while pred() is false."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
             raise AssertionError("timed out waiting for " + what)
-        time.sleep(step)
+        await asyncio.sleep(step)
+
+
+class DeviceRowLock:
+    """One device's im.device row held FOR UPDATE in a transaction of its
+    own, on the node dsn names (default: DB): a hello of that device waits
+    there (authenticate bumps that row).  waiters() counts the sessions it
+    blocks; release() ends the transaction."""
+
+    def __init__(self, user, device, dsn=None):
+        self.dsn = dsn or "dbname=%s" % DB
+        self.conn = psycopg2.connect(self.dsn)
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            self.pid = cur.fetchone()[0]
+            cur.execute("SELECT 1 FROM im.device WHERE user_id = %s AND device_id = %s FOR UPDATE",
+                        (user, device))
+            assert cur.fetchall() == [(1,)]
+
+    def waiters(self):
+        c = psycopg2.connect(self.dsn)
+        c.autocommit = True
+        try:
+            with c.cursor() as cur:
+                cur.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                            (self.pid,))
+                return cur.fetchone()[0]
+        finally:
+            c.close()
+
+    def release(self):
+        self.conn.rollback()
+        self.conn.close()
 
 
 def run_tests(tests, label="e2e", timeout=120):

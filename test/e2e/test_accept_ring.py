@@ -38,7 +38,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from imgw import DB, Client, new_user_ids, register, run_tests  # noqa: E402
+from imgw import DB, Client, free_port, new_user_ids, register, run_tests  # noqa: E402
 
 GW_BIN = os.environ.get("IM_GW_BIN") or os.path.join(HERE, "..", "..", "gateway", "im_gateway")
 FLOOD_FROM = "127.0.0.2"
@@ -51,14 +51,6 @@ def raise_nofile(need):
         raise AssertionError("needs %d descriptors, the hard limit (ulimit -Hn) is %d" % (need, hard))
     if soft != resource.RLIM_INFINITY and soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Gateway:

@@ -21,7 +21,6 @@ connections, --max-pending-hello 4):
 
 Environment: libpq's (PGHOST/PGPORT/PGUSER), IM_E2E_DB, IM_GW_BIN.
 """
-import asyncio
 import base64
 import faulthandler
 import json
@@ -32,8 +31,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import psycopg2  # noqa: E402
-from imgw import DB, Client, new_user_ids, register, run_tests, token  # noqa: E402
+from imgw import DB, Client, DeviceRowLock, free_port, new_user_ids, register, run_tests, token, until  # noqa: E402
 from gwmetrics import metric  # noqa: E402
 
 GW_BIN = os.environ.get("IM_GW_BIN") or os.path.join(HERE, "..", "..", "gateway", "im_gateway")
@@ -45,50 +43,6 @@ def forged(tok, i):
     raw = bytearray(base64.urlsafe_b64decode(tok + "=" * (-len(tok) % 4)))
     raw[-1 - i] ^= 0x01
     return base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
-
-
-class RowLock:
-    """D's im.device row held FOR UPDATE: D's hello waits there."""
-
-    def __init__(self, user, device):
-        self.conn = psycopg2.connect(dbname=DB)
-        with self.conn.cursor() as cur:
-            cur.execute("SELECT pg_backend_pid()")
-            self.pid = cur.fetchone()[0]
-            cur.execute("SELECT 1 FROM im.device WHERE user_id = %s AND device_id = %s FOR UPDATE",
-                        (user, device))
-            assert cur.fetchall() == [(1,)]
-
-    def waiters(self):
-        c = psycopg2.connect(dbname=DB)
-        c.autocommit = True
-        with c.cursor() as cur:
-            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                        (self.pid,))
-            n = cur.fetchone()[0]
-        c.close()
-        return n
-
-    def release(self):
-        self.conn.rollback()
-        self.conn.close()
-
-
-async def until(what, pred, timeout=30):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        await asyncio.sleep(0.05)
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def start_gateway():
@@ -128,7 +82,7 @@ async def test_forged_claims_do_not_queue_behind_real_device():
         c = await Client.login(d, "phone", url=url)
         await c.close()
         await until("D's first session gone", lambda: metric("im_gateway_connections", url) == 0)
-        lock = RowLock(d, "phone")
+        lock = DeviceRowLock(d, "phone")
         g = await send_hello(url, tok_d)
         socks.append(g)
         await until("D's hello waiting on its row", lambda: lock.waiters() == 1)

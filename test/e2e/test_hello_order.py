@@ -36,8 +36,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import psycopg2  # noqa: E402
-from imgw import Client, DB, register, run_tests, sql, token  # noqa: E402
+from imgw import Client, DB, DeviceRowLock, free_port, register, run_tests, sql, token, until  # noqa: E402
 from gwmetrics import metric  # noqa: E402
 
 GW_BIN = os.environ.get("IM_GW_BIN") or os.path.join(HERE, "..", "..", "gateway", "im_gateway")
@@ -69,52 +68,6 @@ def users_on_one_node(k):
             out.append(u)
         u += 1
     return out
-
-
-class RowLock:
-    """im.device's row of one device held FOR UPDATE on its node: a hello of
-    that device waits there (authenticate bumps that row)."""
-
-    def __init__(self, node, user):
-        self.conn = psycopg2.connect(node)
-        with self.conn.cursor() as cur:
-            cur.execute("SELECT pg_backend_pid()")
-            self.pid = cur.fetchone()[0]
-            cur.execute("SELECT 1 FROM im.device WHERE user_id = %s AND device_id = %s FOR UPDATE",
-                        (user, DEVICE))
-            assert cur.fetchall() == [(1,)]
-        self.node = node
-
-    def waiters(self):
-        c = psycopg2.connect(self.node)
-        c.autocommit = True
-        with c, c.cursor() as cur:
-            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                        (self.pid,))
-            n = cur.fetchone()[0]
-        c.close()
-        return n
-
-    def release(self):
-        self.conn.rollback()
-        self.conn.close()
-
-
-async def until(what, pred, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        await asyncio.sleep(0.05)
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def start_gateway():
@@ -170,7 +123,7 @@ async def test_stale_hello_does_not_supersede_newer():
         def in_flight():
             return metric("im_gateway_hellos_in_flight", url)
 
-        lz1, lz2, lx = RowLock(node, z1), RowLock(node, z2), RowLock(node, x)
+        lz1, lz2, lx = (DeviceRowLock(u, DEVICE, node) for u in (z1, z2, x))
         # 1. both hello connections wait on the node
         socks.append(await send_hello(url, z1, tok[z1]))
         await until("z1's hello waiting on its row", lambda: lz1.waiters() == 1)

@@ -29,7 +29,7 @@ DB = os.environ.get("IM_PUSH_DB", "im_push_e2e")
 os.environ["IM_E2E_DB"] = DB
 sys.path.insert(0, HERE)
 import psycopg2  # noqa: E402
-from imgw import Client, run_tests  # noqa: E402
+from imgw import Client, free_port, run_tests, wait_until  # noqa: E402
 import imgw  # noqa: E402
 
 RELAY = os.environ.get("IM_RELAY_BIN", os.path.join(ROOT, "gateway", "im_push_relay"))
@@ -45,14 +45,6 @@ RELAY_DSN = "host=%s port=%s user=im_relay_e2e dbname=%s" % (
 PROCS = []
 TOKENS = set()          # every clear token the test registered: none may leak
 _users = [100000]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def connect(dbname=DB):
@@ -138,13 +130,7 @@ class Session:
 
 
 def wait_for(what, cond, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("gave up waiting for " + what)
+    return wait_until(what, cond, timeout, step=0.05)
 
 
 class StubGateway:

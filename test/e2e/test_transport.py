@@ -30,7 +30,7 @@ import psycopg2
 import websockets
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import run_tests, DB, URL, Client, http_url, new_user_ids, register, sql, token  # noqa: E402
+from imgw import run_tests, DB, URL, Client, free_port, http_url, new_user_ids, register, sql, token  # noqa: E402
 
 ORIGIN_URL = os.environ.get("IM_GW_ORIGIN_URL")
 PORT = int(URL.rsplit(":", 1)[1].strip("/"))
@@ -372,16 +372,6 @@ def start_gateway(*args, binary=None, env=None):
     return subprocess.Popen([binary or os.environ["IM_GW_BIN"], "--db", os.environ["IM_GW_DB"]] + list(args),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, **env) if env else None)
-
-
-def free_port(host="127.0.0.1"):
-    """A port free on host; "0.0.0.0" for a --listen 0.0.0.0 (a port free on
-    127.0.0.1 may be bound on another loopback address by a load generator)."""
-    s = socket.socket()
-    s.bind((host, 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def healthz(url):

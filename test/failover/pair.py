@@ -14,16 +14,13 @@ primary; an old primary comes back as the new primary's standby with
 pg_rewind (wal_log_hints = on), as extension/doc/operations.md describes.
 """
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 
 import psycopg2
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklib import kill9_postmaster  # noqa: E402
+from checklib import free_port, kill9_postmaster, wait_until  # noqa: E402
 
 PGBIN = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
 AS_SERVER = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -37,14 +34,6 @@ RELAY_KEY = os.path.join(ROOT, "test", "push", "relay_key.pem")
 RELAY_PUB = os.path.join(ROOT, "test", "push", "relay_pub.pem")
 PUSH_URL = None
 DB = "im_test"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def run(cmd, **kw):
@@ -121,14 +110,6 @@ class Node:
     def in_recovery(self):
         return self.q("SELECT pg_catalog.pg_is_in_recovery()")[0][0]
 
-    def postmaster_pid(self):
-        with open(os.path.join(self.data, "postmaster.pid")) as f:
-            return int(f.readline())
-
-    def children(self, pid):
-        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
-        return [int(p) for p in out.split()]
-
     def stop_immediate(self):
         """pg_ctl -m immediate: every process quits at once, no checkpoint."""
         self.pg_ctl("-m", "immediate", "stop")
@@ -141,16 +122,12 @@ class Node:
 
     def wait_ready(self, timeout=90, primary=None):
         """Until the node answers (and, when primary is given, is or is not in recovery)."""
-        deadline = time.time() + timeout
-        while True:
+        def ready():
             try:
-                if primary is None or self.in_recovery() != primary:
-                    return
+                return self.in_recovery() != primary if primary is not None else self.q("SELECT 1") == [(1,)]
             except psycopg2.Error:
-                pass
-            if time.time() > deadline:
-                raise AssertionError("%s not ready" % self.name)
-            time.sleep(0.1)
+                return False
+        wait_until("%s ready" % self.name, ready, timeout)
 
 
 class Pair:
@@ -217,12 +194,9 @@ class Pair:
         self.wait_streaming()
 
     def wait_streaming(self, timeout=60):
-        deadline = time.time() + timeout
-        while not self.primary.q("SELECT 1 FROM pg_catalog.pg_stat_replication WHERE state = 'streaming' "
-                                 "AND application_name = %s", (self.standby.name,)):
-            if time.time() > deadline:
-                raise AssertionError("standby %s not streaming" % self.standby.name)
-            time.sleep(0.1)
+        wait_until("standby %s streaming" % self.standby.name,
+                   lambda: self.primary.q("SELECT 1 FROM pg_catalog.pg_stat_replication WHERE state = 'streaming' "
+                                          "AND application_name = %s", (self.standby.name,)), timeout)
 
     # ---- modes ----
     def set_synchronous(self, on):
@@ -232,33 +206,25 @@ class Pair:
         self.primary.q("ALTER SYSTEM SET synchronous_standby_names = %s", (value,))
         self.primary.q("SELECT pg_catalog.pg_reload_conf()")
         want = "sync" if on else "async"
-        deadline = time.time() + 30
-        while not self.primary.q("SELECT 1 FROM pg_catalog.pg_stat_replication WHERE sync_state = %s "
-                                 "AND application_name = %s", (want, self.standby.name)):
-            if time.time() > deadline:
-                raise AssertionError("standby not %s" % want)
-            time.sleep(0.1)
+        wait_until("standby " + want,
+                   lambda: self.primary.q("SELECT 1 FROM pg_catalog.pg_stat_replication WHERE sync_state = %s "
+                                          "AND application_name = %s", (want, self.standby.name)), 30)
 
     def wait_standby_caught_up(self, timeout=60):
         """Until the standby has replayed the primary's current WAL position."""
         lsn = self.primary.q("SELECT pg_catalog.pg_current_wal_lsn()::text")[0][0]
-        deadline = time.time() + timeout
-        while not self.standby.q("SELECT pg_catalog.pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,))[0][0]:
-            if time.time() > deadline:
-                raise AssertionError("standby did not replay up to %s" % lsn)
-            time.sleep(0.05)
+        wait_until("the standby's replay up to " + lsn,
+                   lambda: self.standby.q("SELECT pg_catalog.pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,))[0][0],
+                   timeout, step=0.05)
 
     def cut_replication(self):
         """The standby stops streaming (primary_conninfo emptied, reload):
         an asynchronous standby that falls behind."""
         self.standby.q("ALTER SYSTEM SET primary_conninfo = ''")
         self.standby.q("SELECT pg_catalog.pg_reload_conf()")
-        deadline = time.time() + 30
-        while self.primary.q("SELECT 1 FROM pg_catalog.pg_stat_replication WHERE application_name = %s",
-                             (self.standby.name,)):
-            if time.time() > deadline:
-                raise AssertionError("replication still running")
-            time.sleep(0.1)
+        wait_until("replication stopped",
+                   lambda: not self.primary.q("SELECT 1 FROM pg_catalog.pg_stat_replication "
+                                              "WHERE application_name = %s", (self.standby.name,)), 30)
 
     def promote(self):
         """pg_ctl promote on the standby; the roles swap."""

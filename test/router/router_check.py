@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklib import check, failures, wait_for  # noqa: E402
+from checklib import ShardsDir, check, connect, failures, queries, section, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
 import psycopg2.extras  # noqa: E402
@@ -29,24 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 PUBKEY = os.path.join(ROOT, "test", "push", "relay_pub.pem")
 
 
-def connect(conninfo):
-    c = psycopg2.connect(conninfo)
-    c.autocommit = True
-    return c
-
-
 R = connect(ROUTER)
-
-
-def q(sql, args=None, conn=None):
-    cur = (conn or R).cursor()
-    cur.execute(sql, args)
-    return cur.fetchall() if cur.description else None
-
-
-def q1(sql, args=None, conn=None):
-    rows = q(sql, args, conn)
-    return rows[0][0] if rows else None
+q, q1 = queries(lambda: R)    # R is replaced below (a new PL/Proxy session)
 
 
 def error_of(sql, args=None, conn=None):
@@ -70,15 +54,9 @@ def expect_error(what, state, sql, args=None, message_prefix=None):
 
 
 # ------------------------------------------------------------------ the map
-nodes = []  # (name, conninfo)
-with open(os.path.join(SHARDS_DIR, "nodes")) as f:
-    for line in f:
-        if line.strip():
-            name, conninfo = line.rstrip("\n").split(" ", 1)
-            nodes.append((name, conninfo))
-with open(os.path.join(SHARDS_DIR, "clusters")) as f:
-    clusters = [l.strip() for l in f if l.strip()]
-node_dir = dict(zip([n for n, _ in nodes], clusters))
+shards = ShardsDir(SHARDS_DIR)
+nodes = shards.nodes  # (name, conninfo)
+node_dir = dict(zip(shards.names, shards.clusters))
 bucket_node = dict(q("SELECT bucket, node_name FROM im_router.bucket"))
 names = sorted({n for n, _ in nodes})
 
@@ -140,15 +118,6 @@ def users_on(node, count, start=1000):
 U = {n: users_on(n, 2) for n in names}
 a, b, c = U[names[0]][0], U[names[1]][0], U[names[-1]][0]
 a2 = U[names[0]][1]
-
-
-def section(fn):
-    """Run one section now; an exception is one FAIL, and the next section still runs."""
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - a broken section must not hide the others
-        check(False, f"section {fn.__name__} ran to its end", f"{type(e).__name__}: {e}")
-    return fn
 
 
 # ------------------------------------------------------ conversations (§2)

@@ -30,7 +30,7 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklib import check, failures, wait_for  # noqa: E402
+from checklib import ShardsDir, check, connect, failures, queries, section, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
 
@@ -39,24 +39,8 @@ ROLE = "im_app"         # a plain login role (test/shards.sh creates it everywhe
 OTHER = "im_relay"      # another one that is granted nothing here
 
 
-def connect(conninfo, **kw):
-    c = psycopg2.connect(conninfo, **kw)
-    c.autocommit = True
-    return c
-
-
 R = connect(ROUTER)
-
-
-def q(sql, args=None, conn=None):
-    cur = (conn or R).cursor()
-    cur.execute(sql, args)
-    return cur.fetchall() if cur.description else None
-
-
-def q1(sql, args=None, conn=None):
-    rows = q(sql, args, conn)
-    return rows[0][0] if rows else None
+q, q1 = queries(R)
 
 
 def error_of(sql, args=None, conn=None):
@@ -67,11 +51,7 @@ def error_of(sql, args=None, conn=None):
     return None
 
 
-nodes = []
-with open(os.path.join(SHARDS_DIR, "nodes")) as f:
-    for line in f:
-        if line.strip():
-            nodes.append(tuple(line.rstrip("\n").split(" ", 1)))
+nodes = ShardsDir(SHARDS_DIR).nodes
 names = [n for n, _ in nodes]
 conns = [c for _, c in nodes]
 buckets = [r[0] for r in q("SELECT node_name FROM im_router.bucket ORDER BY bucket")]
@@ -169,14 +149,6 @@ def error_response(sqlstate, message):
 
 
 SCRAM = (lambda mech: b"R" + struct.pack("!ii", 4 + 4 + len(mech), 10) + mech)(b"SCRAM-SHA-256\0\0")
-
-
-def section(fn):
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - a broken section must not hide the others
-        check(False, f"section {fn.__name__} ran to its end", f"{type(e).__name__}: {e}")
-    return fn
 
 
 DBLINK_WHO = ("SELECT * FROM dblink('select current_user::text, usesuper from pg_user "

@@ -42,7 +42,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklib import check, failures, kill9_postmaster, wait_for  # noqa: E402
+from checklib import ShardsDir, check, connect, failures, kill9_postmaster, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
 
@@ -53,12 +53,6 @@ SHARDS = os.path.join(ROOT, "test", "shards.sh")
 PGBIN = subprocess.check_output(["pg_config", "--bindir"], text=True).strip()
 AS_SERVER = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 WINDOW_SENDS = 24
-
-
-def connect(conninfo):
-    c = psycopg2.connect(conninfo)
-    c.autocommit = True
-    return c
 
 
 def q(conn, sql, args=None):
@@ -72,12 +66,11 @@ def q1(conn, sql, args=None):
     return rows[0][0] if rows else None
 
 
-nodes = dict(line.rstrip("\n").split(" ", 1) for line in open(os.path.join(DIR, "nodes")) if line.strip())
-names = list(nodes)
-clusters = [line.strip() for line in open(os.path.join(DIR, "clusters")) if line.strip()]
-primary_data = os.path.join(dict(zip(names, clusters))[FAILING], "data")
-standby_data, standby_port = next(line.split()[1:3] for line in open(os.path.join(DIR, "standbys"))
-                                  if line.split()[0] == FAILING)
+shards = ShardsDir(DIR)
+nodes = shards.conn
+names = shards.names
+primary_data = shards.data_dir(FAILING)
+standby_data, standby_port = shards.standbys[FAILING]
 SOURCE = next(n for n in names if n != FAILING)
 R = connect(ROUTER)
 S = connect(nodes[SOURCE])                  # single-host: SOURCE has no standby here

@@ -29,24 +29,12 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import psycopg2  # noqa: E402
 import psycopg2.extras  # noqa: E402
-from checklib import check, failures  # noqa: E402
+from checklib import ShardsDir, check, connect, failures  # noqa: E402
 
 if len(sys.argv) < 3:
     sys.exit("usage: deletefm_check.py <router-dsn> <shards-dir>")
 ROUTER_DSN, DIR = sys.argv[1], sys.argv[2]
-NODES = {}
-with open(os.path.join(DIR, "nodes")) as f:
-    for line in f:
-        name, conn = line.strip().split(" ", 1)
-        NODES[name] = conn
-
-
-def connect(dsn):
-    c = psycopg2.connect(dsn)
-    c.autocommit = True
-    return c
-
-
+NODES = ShardsDir(DIR).conn
 router = connect(ROUTER_DSN)
 nodes = {n: connect(c) for n, c in NODES.items()}
 

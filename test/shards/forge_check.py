@@ -36,16 +36,12 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import psycopg2  # noqa: E402
-from checklib import check, failures, wait_for  # noqa: E402
+from checklib import Session, ShardsDir, check, failures, wait_for  # noqa: E402
 
 DIR = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("IM_SHARDS_DIR")
 if not DIR:
     sys.exit("usage: forge_check.py <shards-dir>")
-NODES = []
-with open(os.path.join(DIR, "nodes")) as f:
-    for line in f:
-        name, conn = line.strip().split(" ", 1)
-        NODES.append((name, conn))
+NODES = ShardsDir(DIR).nodes
 NAMES = [n for n, _ in NODES]
 CONN = dict(NODES)
 A, B, C = "node1", "node2", "node3"     # attacker, victim, third node
@@ -55,23 +51,7 @@ def node_of(id_):
     return NAMES[(id_ % 64) % len(NAMES)]
 
 
-class Node:
-    def __init__(self, name):
-        self.name = name
-        self.c = psycopg2.connect(CONN[name])
-        self.c.autocommit = True
-
-    def q(self, sql, args=None):
-        cur = self.c.cursor()
-        cur.execute(sql, args)
-        return cur.fetchall() if cur.description else None
-
-    def q1(self, sql, args=None):
-        r = self.q(sql, args)
-        return r[0][0] if r else None
-
-
-node = {n: Node(n) for n in NAMES}
+node = {n: Session(CONN[n]) for n in NAMES}
 
 
 def pending_all():
@@ -122,7 +102,7 @@ def forge_out(row, trigger_off=True):
             "source_event_id", "payload"]
     sql = ("INSERT INTO im.transfer_out (%s) VALUES (%s)" % (", ".join(cols), ", ".join(["%s"] * len(cols))))
     vals = [json.dumps(row[c]) if c == "payload" else row[c] for c in cols]
-    cur = node[A].c.cursor()
+    cur = node[A].db.cursor()
     if trigger_off:
         cur.execute("BEGIN")
         cur.execute("ALTER TABLE im.transfer_out DISABLE TRIGGER transfer_out_arrive")
@@ -134,7 +114,7 @@ def forge_out(row, trigger_off=True):
 
 
 def forge_ack(source, tid, applied_by):
-    cur = node[A].c.cursor()
+    cur = node[A].db.cursor()
     cur.execute("BEGIN")
     cur.execute("ALTER TABLE im.transfer_ack DISABLE TRIGGER transfer_ack_arrive")
     cur.execute("INSERT INTO im.transfer_ack (source_node, transfer_id, applied_by) VALUES (%s, %s, %s)",

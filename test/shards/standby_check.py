@@ -27,7 +27,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklib import check, failures, kill9_postmaster, wait_for  # noqa: E402
+from checklib import ShardsDir, check, connect, failures, free_port, kill9_postmaster, queries, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
 
@@ -38,31 +38,13 @@ SHARDS = os.path.join(ROOT, "test", "shards.sh")
 PGBIN = subprocess.check_output(["pg_config", "--bindir"], text=True).strip()
 AS_SERVER = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
-names = [line.split(" ", 1)[0] for line in open(os.path.join(DIR, "nodes")) if line.strip()]
-clusters = [line.strip() for line in open(os.path.join(DIR, "clusters")) if line.strip()]
-primary_data = os.path.join(dict(zip(names, clusters))[FAILING], "data")
-standby_data = next(line.split()[1] for line in open(os.path.join(DIR, "standbys"))
-                    if line.split()[0] == FAILING)
+shards = ShardsDir(DIR)
+names = shards.names
+primary_data = shards.data_dir(FAILING)
+standby_data = shards.standbys[FAILING][0]
 
-
-def connect():
-    c = psycopg2.connect(ROUTER)
-    c.autocommit = True
-    return c
-
-
-R = connect()
-
-
-def q(sql, args=None, conn=None):
-    cur = (conn or R).cursor()
-    cur.execute(sql, args)
-    return cur.fetchall() if cur.description else None
-
-
-def q1(sql, args=None, conn=None):
-    rows = q(sql, args, conn)
-    return rows[0][0] if rows else None
+R = connect(ROUTER)
+q, q1 = queries(R)
 
 
 bucket_node = dict(q("SELECT bucket, node_name FROM im_router.bucket"))
@@ -78,8 +60,7 @@ check(any(bucket_node[u % 64] == FAILING for m in MEMBERS for u in m),
 q1("SELECT im.run_fanout()")
 
 # ---- a gateway on the router: one LISTEN connection per node
-gw_port = int(subprocess.check_output([sys.executable, "-c", "import socket; s=socket.socket(); "
-                                       "s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"], text=True))
+gw_port = free_port()
 gw_log = open(os.path.join(DIR, "standby-gateway.log"), "w")
 gw = subprocess.Popen([os.path.join(ROOT, "gateway", "im_gateway"), "--listen", f"127.0.0.1:{gw_port}",
                        "--pool", "2", "--db", ROUTER], stdout=gw_log, stderr=subprocess.STDOUT)
@@ -107,7 +88,7 @@ lock = threading.Lock()
 
 
 def storm(tag):
-    conn = connect()
+    conn = connect(ROUTER)
     i = 0
     while not stop.is_set():
         g = groups[i % len(groups)]
@@ -119,7 +100,7 @@ def storm(tag):
             with lock:
                 acked.append((g, r[0], r[1], sender, time.time()))
         except psycopg2.InterfaceError:
-            conn = connect()
+            conn = connect(ROUTER)
         except psycopg2.Error as e:
             with lock:
                 errors.append((g, e.pgcode, time.time()))

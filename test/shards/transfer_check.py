@@ -36,20 +36,16 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import psycopg2  # noqa: E402
-from checklib import check, failures, wait_for  # noqa: E402
+from checklib import ShardsDir, check, failures, wait_for  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARDS = os.path.join(HERE, "..", "shards.sh")
 DIR = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("IM_SHARDS_DIR")
 if not DIR:
     sys.exit("usage: transfer_check.py <shards-dir>")
-NODES = []  # (name, conninfo)
-with open(os.path.join(DIR, "nodes")) as f:
-    for line in f:
-        name, conn = line.strip().split(" ", 1)
-        NODES.append((name, conn))
-with open(os.path.join(DIR, "clusters")) as f:
-    CLUSTERS = [l.strip() for l in f if l.strip()]
+SHARDS_DIR = ShardsDir(DIR)
+NODES = SHARDS_DIR.nodes  # (name, conninfo)
+CLUSTERS = SHARDS_DIR.clusters
 N = len(NODES)
 NAMES = [n for n, _ in NODES]
 CONN = dict(NODES)

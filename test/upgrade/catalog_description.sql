@@ -2,8 +2,19 @@
 -- upgrade suite to compare an upgraded database with a fresh install of
 -- the latest version: any difference is a fault of an upgrade script.
 -- Oids, attnums of dropped columns and creation order do not appear.
+-- psql variables: ext (the extension, default im_sync) and schemas (the
+-- schemas whose own lines are listed, comma separated, default im);
+-- router_catalog_description.sql sets them for im_sync_router.
+\if :{?ext}
+\else
+\set ext im_sync
+\endif
+\if :{?schemas}
+\else
+\set schemas im
+\endif
 WITH ext AS (SELECT oid, extconfig, extcondition, extversion, extnamespace
-             FROM pg_extension WHERE extname = 'im_sync'),
+             FROM pg_extension WHERE extname = :'ext'),
 member AS (SELECT d.classid, d.objid FROM pg_depend d, ext
            WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid AND d.deptype = 'e'),
 fn AS (SELECT p.* FROM pg_proc p JOIN member m ON m.classid = 'pg_proc'::regclass AND m.objid = p.oid),
@@ -72,7 +83,7 @@ line(l) AS (
   UNION ALL
   SELECT format('schema %s owner=%s acl=%s comment=%s', n.nspname, n.nspowner::regrole, n.nspacl,
                 quote_literal(obj_description(n.oid, 'pg_namespace')))
-  FROM pg_namespace n WHERE n.nspname = 'im'
+  FROM pg_namespace n WHERE n.nspname = ANY (string_to_array(:'schemas', ','))
   UNION ALL
   -- the privileges pg_dump restores for the extension's objects
   SELECT format('init_privs %s %s', pg_describe_object(ip.classoid, ip.objoid, ip.objsubid), ip.initprivs)

@@ -40,7 +40,7 @@ OWNER, VICTIM, MEMBER, LOGIN = "im_wo_owner", "im_wo_victim", "im_wo_member", "i
 MADE = "im_wo_made"       # what the trigger tries to create
 
 session = Session()
-q, q1 = session.q, session.q1
+q, q1, set_system = session.q, session.q1, session.set_system
 LOG = os.path.join(os.environ.get("IM_TMP", "/nonexistent"), "server.log")
 
 
@@ -50,14 +50,6 @@ def error_of(sql, args=None):
     except psycopg2.Error as e:
         return e.pgcode, e.pgerror
     return None
-
-
-def set_system(name, value):
-    if value is None:
-        q(f"ALTER SYSTEM RESET {name}")
-    else:
-        q(f"ALTER SYSTEM SET {name} = %s", (value,))
-    q("SELECT pg_catalog.pg_reload_conf()")
 
 
 def log_text():

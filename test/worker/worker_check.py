@@ -37,19 +37,11 @@ BIG = 1000                # members of the big group: hints over 7000 bytes
 HINT_RE = re.compile(r"^(c?\d+:\d+)(,c?\d+:\d+)*$")
 
 session = Session()
-db, cur, q, q1 = session.db, session.cur, session.q, session.q1
+db, cur, q, q1, set_system = session.db, session.cur, session.q, session.q1, session.set_system
 
 
 def workers():
     return sorted(r[0] for r in q("SELECT pid FROM pg_catalog.pg_stat_activity WHERE backend_type = %s", (WORKER_TYPE,)))
-
-
-def set_system(name, value):
-    if value is None:
-        q(f"ALTER SYSTEM RESET {name}")
-    else:
-        q(f"ALTER SYSTEM SET {name} = %s", (value,))
-    q("SELECT pg_catalog.pg_reload_conf()")
 
 
 def drained(conv_ids):
