@@ -1,8 +1,9 @@
 /*
  * conversation.h — the conversation side's cross-file API
  * (extension/conversation/): the single-writer append of a position
- * (append.c) and its fast path (direct_append.c), the checks that send.c
- * shares with reactions, pins and replies (message_relations.c), and the SQL
+ * (append.c) and its fast path (direct_append.c), the idempotency key of
+ * every request (request_key.c), the checks that send.c shares with
+ * reactions, pins and replies (message_relations.c), and the SQL
  * a reader adds for reactions (history.c).  Conversations, membership, send
  * and the row rules (conversation.c, send.c, row_rules.c) export only SQL
  * functions.
@@ -72,7 +73,7 @@ extern bool im_append_member_message(ImDirectAppend *da, ImConversation *conv,
 									 const ImNewEvent *ev, int64 *message_id, int64 *msg_seq);
 extern void im_direct_append_end(ImDirectAppend *da);
 /*
- * IS409 for a key reused for another request (send.c's lookup, the direct
+ * IS409 for a key reused for another request (request_key.c, the direct
  * path's raced insert): the message and hint, with client_msg_id and
  * sender_id as arguments of the message.
  */
@@ -126,7 +127,31 @@ extern bool im_kind_uses_marker(const char *kind);
  */
 extern bool im_relation_catalog(void);
 
-/* send.c: the digest and idempotency lookup shared by every kind. */
+/*
+ * the idempotency key of a request (request_key.c), shared by every kind
+ * (send, recall, edit, react, pin: one client_msg_id namespace).
+ */
+
+/*
+ * SHA-256 over kind, conversation, target, content_type and body text (and
+ * a reply's target when reply_to_message_id is not 0), each length-prefixed.
+ */
+extern bytea *im_request_digest(const char *kind, int64 conversation_id,
+								int64 target_message_id, const char *content_type,
+								const char *body_text, int64 reply_to_message_id);
+/*
+ * If (sender_id, client_msg_id) exists: true with the original's ids when
+ * its digest matches (the stored body may have been edited or recalled
+ * since, hence the digest), IS409 when it does not; the transaction then
+ * takes an xid so its commit waits for a synchronous standby as the
+ * original's did.  False when the key is new.  Inside SPI.
+ */
+extern bool im_request_existing(int64 sender_id, const char *client_msg_id,
+								const bytea *digest, int64 *message_id, int64 *msg_seq);
+/*
+ * Both, for a react or pin request: detail and body_text stand in for
+ * content_type and body in the digest; *digest is the one to store.
+ */
 extern bool im_request_lookup(const char *kind, int64 sender_id, int64 conversation_id,
 							  const char *client_msg_id, int64 target_message_id,
 							  const char *detail, const char *body_text,

@@ -24,7 +24,7 @@
  *     another conversation P0002; no active period covering the target
  *     42501; control-event target, bad key, 21st key, 51st pin 22023;
  *     recalled target IS409; idempotency (same client_msg_id namespace and
- *     digest as messages, send.c) before all of them;
+ *     digest as messages, request_key.c) before all of them;
  *   - a recalled message is in no pin list after the recall's transaction.
  */
 #include "core/im_sync.h"
@@ -243,45 +243,85 @@ append_json_string(StringInfo buf, const char *s)
 
 /* ---- the common request path ----------------------------------------- */
 
-typedef struct RelationResult
+/*
+ * One react or pin request, from its arguments to its answer.  The digest
+ * stands in for the arguments not in the key (detail: the reaction key,
+ * NULL for a pin; body_text: present / pinned).
+ */
+typedef struct RelationRequest
 {
-	int64		message_id;
+	const char *kind;			/* reaction | pin */
+	int64		user_id;
+	int64		conversation_id;
+	int64		target_message_id;
+	const char *client_msg_id;
+	const char *detail;
+	const char *body_text;
+	bytea	   *digest;
+	ImConversation conv;		/* locked when begin_relation returns true */
+	RelationTarget target;		/* checks 1-3 passed, previous state read */
+	int64		message_id;		/* the answer */
 	int64		msg_seq;
 	bool		created;
-} RelationResult;
+} RelationRequest;
 
+/*
+ * The prologue every relation request shares: the idempotency key (a retry
+ * answers with the original, before any other check), then the
+ * conversation lock, then checks 1-3 of the target with the previous state.
+ * False: rq's answer is the original's.  Inside SPI from here to
+ * end_relation.
+ */
+static bool
+begin_relation(FunctionCallInfo fcinfo, RelationRequest *rq)
+{
+	im_srf_begin(fcinfo);
+	im_spi_connect();
+	if (im_request_lookup(rq->kind, rq->user_id, rq->conversation_id, rq->client_msg_id,
+						  rq->target_message_id, rq->detail, rq->body_text, &rq->digest,
+						  &rq->message_id, &rq->msg_seq))
+		return false;
+	im_lock_conversation(rq->conversation_id, &rq->conv);
+	rq->target = check_target(rq->conversation_id, rq->user_id, rq->target_message_id, rq->kind);
+	return true;
+}
+
+/*
+ * Append the position with body and target set by the caller; a
+ * concurrent duplicate of the idempotency key (ON CONFLICT in append.c)
+ * answers with the original.
+ */
+static void
+append_relation(RelationRequest *rq, ImNewEvent *ev)
+{
+	ev->kind = rq->kind;
+	ev->sender_id = rq->user_id;
+	ev->client_msg_id = rq->client_msg_id;
+	ev->request_digest = rq->digest;
+	if (im_append_event(&rq->conv, ev, &rq->message_id, &rq->msg_seq))
+	{
+		rq->created = true;
+		return;
+	}
+	if (!im_request_existing(rq->user_id, rq->client_msg_id, rq->digest,
+							 &rq->message_id, &rq->msg_seq))
+		elog(ERROR, "im_sync: idempotency key conflict but no row for client_msg_id \"%s\"",
+			 rq->client_msg_id);
+}
+
+/* Leaves SPI and returns the (message_id, msg_seq, created) row. */
 static Datum
-return_result(FunctionCallInfo fcinfo, const RelationResult *r)
+end_relation(FunctionCallInfo fcinfo, const RelationRequest *rq)
 {
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
 
-	values[0] = Int64GetDatum(r->message_id);
-	values[1] = Int64GetDatum(r->msg_seq);
-	values[2] = BoolGetDatum(r->created);
+	SPI_finish();
+	values[0] = Int64GetDatum(rq->message_id);
+	values[1] = Int64GetDatum(rq->msg_seq);
+	values[2] = BoolGetDatum(rq->created);
 	im_srf_row(fcinfo, values, nulls);
 	return (Datum) 0;
-}
-
-/*
- * Append the position; a concurrent duplicate of the idempotency key (ON
- * CONFLICT in append.c) answers with the original.
- */
-static void
-append_relation(ImConversation *conv, ImNewEvent *ev, RelationResult *r, int64 conversation_id,
-				int64 target_message_id, const char *detail, const char *body_text)
-{
-	bytea	   *digest;
-
-	if (im_append_event(conv, ev, &r->message_id, &r->msg_seq))
-	{
-		r->created = true;
-		return;
-	}
-	if (!im_request_lookup(ev->kind, ev->sender_id, conversation_id, ev->client_msg_id,
-						   target_message_id, detail, body_text, &digest, &r->message_id, &r->msg_seq))
-		elog(ERROR, "im_sync: idempotency key conflict but no row for client_msg_id \"%s\"",
-			 ev->client_msg_id);
 }
 
 static bool
@@ -324,48 +364,41 @@ check_reaction_key(const char *key)
  */
 IM_SENSITIVE_FUNCTION(im_react)
 {
-	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
-	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
-	int64		target_message_id = im_arg_id(fcinfo, 2, "target_message_id");
-	char	   *key = arg_reaction(fcinfo, 3);
-	bool		present = arg_bool(fcinfo, 4, "present");
-	char	   *client_msg_id = im_arg_text(fcinfo, 5, "client_msg_id", IM_MAX_CLIENT_MSG_ID);
-	const char *body_text = present ? "true" : "false";
-	RelationResult r = {0, 0, false};
-	bytea	   *digest;
+	RelationRequest rq = {.kind = "reaction"};
+	char	   *key;
+	bool		present;
 
-	im_srf_begin(fcinfo);
-	im_spi_connect();
-	if (!im_request_lookup("reaction", user_id, conversation_id, client_msg_id,
-						   target_message_id, key, body_text, &digest,
-						   &r.message_id, &r.msg_seq))
+	rq.user_id = im_arg_user_id(fcinfo, 0, "user_id");
+	rq.conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
+	rq.target_message_id = im_arg_id(fcinfo, 2, "target_message_id");
+	key = arg_reaction(fcinfo, 3);
+	present = arg_bool(fcinfo, 4, "present");
+	rq.client_msg_id = im_arg_text(fcinfo, 5, "client_msg_id", IM_MAX_CLIENT_MSG_ID);
+	rq.detail = key;
+	rq.body_text = present ? "true" : "false";
+
+	if (begin_relation(fcinfo, &rq))
 	{
-		ImConversation conv;
-		RelationTarget t;
-		char	  **keys;
-		int			nkeys;
+		char	  **keys = rq.target.previous;
+		int			nkeys = rq.target.nprevious;
 		int			at;
 		StringInfoData body;
 		ImNewEvent	ev;
 
-		im_lock_conversation(conversation_id, &conv);
-		t = check_target(conversation_id, user_id, target_message_id, "reaction");
 		check_reaction_key(key);
-		keys = t.previous;
-		nkeys = t.nprevious;
 		at = find_text(keys, nkeys, key);
 		if (present && at < 0 && nkeys >= IM_MAX_REACTION_KEYS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("user " INT64_FORMAT " already has %d reactions on message " INT64_FORMAT,
-							user_id, IM_MAX_REACTION_KEYS, target_message_id),
+							rq.user_id, IM_MAX_REACTION_KEYS, rq.target_message_id),
 					 errdetail("A user has at most %d distinct reaction keys per message.",
 							   IM_MAX_REACTION_KEYS)));
-		require_not_recalled(target_message_id, &t, "reactions");
+		require_not_recalled(rq.target_message_id, &rq.target, "reactions");
 
 		/* the whole set after the call: earlier keys in order, a new one last */
 		initStringInfo(&body);
-		appendStringInfo(&body, "{\"user_id\": " INT64_FORMAT ", \"reactions\": [", user_id);
+		appendStringInfo(&body, "{\"user_id\": " INT64_FORMAT ", \"reactions\": [", rq.user_id);
 		{
 			bool		first = true;
 
@@ -388,16 +421,11 @@ IM_SENSITIVE_FUNCTION(im_react)
 		appendStringInfoString(&body, "]}");
 
 		memset(&ev, 0, sizeof(ev));
-		ev.kind = "reaction";
-		ev.sender_id = user_id;
-		ev.client_msg_id = client_msg_id;
-		ev.request_digest = digest;
 		ev.body = im_jsonb_from_cstring(body.data);
-		ev.target_message_id = target_message_id;
-		append_relation(&conv, &ev, &r, conversation_id, target_message_id, key, body_text);
+		ev.target_message_id = rq.target_message_id;
+		append_relation(&rq, &ev);
 	}
-	SPI_finish();
-	return return_result(fcinfo, &r);
+	return end_relation(fcinfo, &rq);
 }
 
 /*
@@ -439,55 +467,41 @@ pin_body(char **ids, int n, const char *add, const char *drop)
  */
 IM_SENSITIVE_FUNCTION(im_pin_message)
 {
-	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
-	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
-	int64		target_message_id = im_arg_id(fcinfo, 2, "target_message_id");
-	bool		pinned = arg_bool(fcinfo, 3, "pinned");
-	char	   *client_msg_id = im_arg_text(fcinfo, 4, "client_msg_id", IM_MAX_CLIENT_MSG_ID);
-	const char *body_text = pinned ? "true" : "false";
-	RelationResult r = {0, 0, false};
-	bytea	   *digest;
+	RelationRequest rq = {.kind = "pin"};
+	bool		pinned;
 
-	im_srf_begin(fcinfo);
-	im_spi_connect();
-	if (!im_request_lookup("pin", user_id, conversation_id, client_msg_id,
-						   target_message_id, NULL, body_text, &digest,
-						   &r.message_id, &r.msg_seq))
+	rq.user_id = im_arg_user_id(fcinfo, 0, "user_id");
+	rq.conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
+	rq.target_message_id = im_arg_id(fcinfo, 2, "target_message_id");
+	pinned = arg_bool(fcinfo, 3, "pinned");
+	rq.client_msg_id = im_arg_text(fcinfo, 4, "client_msg_id", IM_MAX_CLIENT_MSG_ID);
+	rq.body_text = pinned ? "true" : "false";
+
+	if (begin_relation(fcinfo, &rq))
 	{
-		ImConversation conv;
-		RelationTarget t;
-		char	  **ids;
-		int			nids;
+		char	  **ids = rq.target.previous;
+		int			nids = rq.target.nprevious;
 		char		target[32];
 		bool		listed;
 		ImNewEvent	ev;
 
-		im_lock_conversation(conversation_id, &conv);
-		t = check_target(conversation_id, user_id, target_message_id, "pin");
-		ids = t.previous;
-		nids = t.nprevious;
-		snprintf(target, sizeof(target), INT64_FORMAT, target_message_id);
+		snprintf(target, sizeof(target), INT64_FORMAT, rq.target_message_id);
 		listed = find_text(ids, nids, target) >= 0;
 		if (pinned && !listed && nids >= IM_MAX_PINS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("conversation " INT64_FORMAT " already has %d pinned messages",
-							conversation_id, IM_MAX_PINS),
+							rq.conversation_id, IM_MAX_PINS),
 					 errhint("Unpin a message first.")));
-		require_not_recalled(target_message_id, &t, "pins");
+		require_not_recalled(rq.target_message_id, &rq.target, "pins");
 
 		memset(&ev, 0, sizeof(ev));
-		ev.kind = "pin";
-		ev.sender_id = user_id;
-		ev.client_msg_id = client_msg_id;
-		ev.request_digest = digest;
 		ev.body = im_jsonb_from_cstring(pinned && !listed ? pin_body(ids, nids, target, NULL)
 										: pin_body(ids, nids, NULL, pinned ? NULL : target));
-		ev.pin_message_id = target_message_id;
-		append_relation(&conv, &ev, &r, conversation_id, target_message_id, NULL, body_text);
+		ev.pin_message_id = rq.target_message_id;
+		append_relation(&rq, &ev);
 	}
-	SPI_finish();
-	return return_result(fcinfo, &r);
+	return end_relation(fcinfo, &rq);
 }
 
 void

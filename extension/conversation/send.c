@@ -1,15 +1,14 @@
 /*
- * send.c — send/recall/edit: request checks, the idempotency lookup and the
- * recall/edit of a target; positions are appended through append.c.
+ * send.c — send/recall/edit, in the order a request is followed: validate
+ * (arguments, body), the idempotency key (request_key.c), lock and append
+ * (the fast path of direct_append.c, else append.c after the checks under
+ * the conversation lock), answer.
  *
  * Invariants protected here (design §2.3, contract §1/§3):
  *   - one (sender_id, client_msg_id) never makes two events: the unique
  *     index plus ON CONFLICT DO NOTHING finds an earlier or concurrent
- *     one (even in another conversation), and the idempotency lookup then
- *     returns the original or raises IS409.  The key covers the events
- *     carrying a request digest — every event this node accepted; a
- *     sharded node's copies of remote conversations carry none
- *     (transfer_in.c), so they never answer or block a request here;
+ *     one (even in another conversation), and the idempotency lookup
+ *     (request_key.c) then returns the original or raises IS409;
  *   - a recalled message never shows its body again: the recall clears the
  *     target's body and the bodies of every edit of it in the same
  *     transaction.
@@ -24,11 +23,7 @@
 
 #include <math.h>
 
-#include "access/xact.h"
-#include "access/xlog.h"
 #include "catalog/pg_type.h"
-#include "common/cryptohash.h"
-#include "common/sha2.h"
 #include "common/shortest_dec.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
@@ -156,117 +151,6 @@ check_body(FunctionCallInfo fcinfo, int argno, SendRequest *req)
 }
 
 static void
-append_field(pg_cryptohash_ctx *ctx, const char *s)
-{
-	char		lenbuf[32];
-
-	/* Length-prefixed, so no two different requests hash the same input. */
-	if (s == NULL)
-		snprintf(lenbuf, sizeof(lenbuf), "-1:");
-	else
-		snprintf(lenbuf, sizeof(lenbuf), "%zu:", strlen(s));
-	if (pg_cryptohash_update(ctx, (const uint8 *) lenbuf, strlen(lenbuf)) < 0 ||
-		(s != NULL && pg_cryptohash_update(ctx, (const uint8 *) s, strlen(s)) < 0))
-		elog(ERROR, "im_sync: sha256 update failed");
-}
-
-/* SHA-256 over kind, conversation, target, content_type and body text. */
-static void
-compute_digest(SendRequest *req)
-{
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
-	char		num[64];
-	bytea	   *d = palloc(VARHDRSZ + PG_SHA256_DIGEST_LENGTH);
-
-	if (ctx == NULL || pg_cryptohash_init(ctx) < 0)
-		elog(ERROR, "im_sync: sha256 init failed");
-	append_field(ctx, req->kind);
-	snprintf(num, sizeof(num), INT64_FORMAT, req->conversation_id);
-	append_field(ctx, num);
-	snprintf(num, sizeof(num), INT64_FORMAT, req->target_message_id);
-	append_field(ctx, num);
-	append_field(ctx, req->content_type);
-	append_field(ctx, req->body_text);
-	/* only a reply hashes its target, so digests of 1.1 sends stay valid */
-	if (req->reply_to_message_id != 0)
-	{
-		snprintf(num, sizeof(num), "reply:" INT64_FORMAT, req->reply_to_message_id);
-		append_field(ctx, num);
-	}
-	if (pg_cryptohash_final(ctx, (uint8 *) VARDATA(d), PG_SHA256_DIGEST_LENGTH) < 0)
-		elog(ERROR, "im_sync: sha256 final failed");
-	pg_cryptohash_free(ctx);
-	SET_VARSIZE(d, VARHDRSZ + PG_SHA256_DIGEST_LENGTH);
-	req->digest = d;
-}
-
-/* Result columns of the idempotency lookup. */
-enum
-{
-	Anum_existing_message_id = 1,
-	Anum_existing_msg_seq,
-	Anum_existing_request_digest,
-	Anum_existing_kind,
-	Anum_existing_conversation_id
-};
-
-/*
- * Idempotency: if (sender, client_msg_id) exists, return true with the
- * original's ids when the request matches it, raise IS409 when it does not.
- * The stored body may have been edited or recalled since, hence the digest.
- */
-static bool
-lookup_existing(SendRequest *req, int64 *message_id, int64 *msg_seq)
-{
-	static SPIPlanPtr plan;
-	Datum		args[2];
-	bool		isnull;
-	Datum		stored;
-
-	im_prepare(&plan,
-			   "SELECT message_id, msg_seq, request_digest, kind, conversation_id FROM im.event "
-			   "WHERE sender_id" EQ "$1 AND client_msg_id" EQ "$2 AND request_digest IS NOT NULL",
-			   2, INT8OID, TEXTOID);
-	args[0] = Int64GetDatum(req->sender_id);
-	args[1] = CStringGetTextDatum(req->client_msg_id);
-	if (im_exec(plan, args, NULL, 0) == 0)
-		return false;
-	*message_id = im_get_int64(0, Anum_existing_message_id, NULL);
-	*msg_seq = im_get_int64(0, Anum_existing_msg_seq, NULL);
-	stored = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-						   Anum_existing_request_digest, &isnull);
-	if (isnull || VARSIZE_ANY_EXHDR(DatumGetByteaPP(stored)) != PG_SHA256_DIGEST_LENGTH ||
-		memcmp(VARDATA_ANY(DatumGetByteaPP(stored)), VARDATA(req->digest),
-			   PG_SHA256_DIGEST_LENGTH) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_IM_CONFLICT),
-				 errmsg(IM_KEY_REUSED_ERRMSG,
-						req->client_msg_id, req->sender_id),
-				 errdetail("The key was first used for message " INT64_FORMAT " (kind %s) in conversation " INT64_FORMAT ".",
-						   *message_id, im_get_text(0, Anum_existing_kind),
-						   im_get_int64(0, Anum_existing_conversation_id, NULL)),
-				 errhint(IM_KEY_REUSED_ERRHINT)));
-
-	/*
-	 * A retry is confirmed only once the original is as durable as a new
-	 * send would be.  The original's commit may have been cut short in its
-	 * wait for a synchronous standby (then the gateway answered UNAVAILABLE);
-	 * a retry that wrote nothing would commit without a commit record and so
-	 * without waiting, and could confirm a message a failover then loses.
-	 * An xid gives this transaction a commit record after the original's,
-	 * and its wait covers both (extension/doc/operations.md, "Running with a
-	 * standby"; isolation spec retry_waits_for_standby).
-	 */
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot confirm a retried request on a standby"),
-				 errhint("Connect to the primary (target_session_attrs=read-write).")));
-	(void) GetTopTransactionId();
-	return true;
-}
-
-static void
 require_active_member(int64 conversation_id, int64 user_id)
 {
 	static SPIPlanPtr plan;
@@ -383,7 +267,8 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
 
-	compute_digest(req);
+	req->digest = im_request_digest(req->kind, req->conversation_id, req->target_message_id,
+									req->content_type, req->body_text, req->reply_to_message_id);
 	im_srf_begin(fcinfo);
 	im_spi_connect();
 
@@ -414,7 +299,8 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 			im_append_member_message(direct, &conv, &ev, &message_id, &msg_seq);
 		im_direct_append_end(direct);
 	}
-	if (!created && !lookup_existing(req, &message_id, &msg_seq))
+	if (!created && !im_request_existing(req->sender_id, req->client_msg_id, req->digest,
+												  &message_id, &msg_seq))
 	{
 		im_lock_conversation(req->conversation_id, &conv);
 		require_active_member(req->conversation_id, req->sender_id);
@@ -436,7 +322,8 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 			else if (strcmp(req->kind, "edit") == 0)
 				replace_target_body(req->target_message_id, req->body);
 		}
-		else if (!lookup_existing(req, &message_id, &msg_seq))
+		else if (!im_request_existing(req->sender_id, req->client_msg_id, req->digest,
+												  &message_id, &msg_seq))
 		{
 			/* the conflicting row must be visible once ON CONFLICT saw it */
 			elog(ERROR, "im_sync: idempotency key conflict but no row for client_msg_id \"%s\"",
@@ -499,32 +386,4 @@ IM_SENSITIVE_FUNCTION(im_edit_message)
 	req.target_message_id = im_arg_id(fcinfo, 3, "target_message_id");
 	check_body(fcinfo, 4, &req);
 	return do_send(fcinfo, &req);
-}
-
-/*
- * For message_relations.c: the digest and idempotency lookup of a react or pin
- * request, the same as a send's, so every kind shares one client_msg_id
- * namespace (contract §14).  detail and body_text stand in for content_type
- * and body in the digest.  Returns true with the original's ids, false when
- * the key is new (then *digest is the one to store); IS409 on a mismatch.
- */
-bool
-im_request_lookup(const char *kind, int64 sender_id, int64 conversation_id,
-				  const char *client_msg_id, int64 target_message_id,
-				  const char *detail, const char *body_text,
-				  bytea **digest, int64 *message_id, int64 *msg_seq)
-{
-	SendRequest req;
-
-	memset(&req, 0, sizeof(req));
-	req.kind = kind;
-	req.sender_id = sender_id;
-	req.conversation_id = conversation_id;
-	req.client_msg_id = (char *) client_msg_id;
-	req.target_message_id = target_message_id;
-	req.content_type = (char *) detail;
-	req.body_text = (char *) body_text;
-	compute_digest(&req);
-	*digest = req.digest;
-	return lookup_existing(&req, message_id, msg_seq);
 }
