@@ -9,7 +9,7 @@ ORDER BY 1;
 -- the exception set_extension_owner runs as its (superuser) caller; no PUBLIC execute
 SELECT p.proname, p.prosecdef, has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
 FROM pg_proc p WHERE p.pronamespace = 'im'::regnamespace AND p.proname = 'set_extension_owner';
--- issue 10: the row rules the CHECK and the trigger call (row_rules.c) run no SQL: C (the CHECK's immutable), not SECURITY
+-- The row rules the CHECK and the trigger call (row_rules.c) run no SQL: C (the CHECK's immutable), not SECURITY
 -- DEFINER (no per-row GUC save and restore), no PUBLIC execute
 SELECT p.proname, l.lanname AS language, p.provolatile, p.prosecdef,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute

@@ -1,4 +1,4 @@
--- issue 10: a member's message is written by the direct path
+-- A member's message is written by the direct path
 -- (direct_append.c): its key index is scanned once, by the direct probe
 -- (the general path scans it twice: the idempotency lookup before the lock
 -- and ON CONFLICT's arbiter check), and its rows equal, column for column,

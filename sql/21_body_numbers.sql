@@ -1,4 +1,4 @@
--- Body number rule (issue 8 item 1, contract §3): every number of a body of
+-- Body number rule (contract §3): every number of a body of
 -- send_message and edit_message, at any depth, lies within ±(2^53-1) and is
 -- exactly the shortest decimal form of its nearest IEEE-754 double (I-JSON,
 -- RFC 7493); anything else is 22023 and changes nothing.  \u0000 fails at

@@ -1,5 +1,5 @@
--- User ids are 1..2^53-1 in every function that takes one (issue 8 item 1,
--- contract §1): 0, -1 and 2^53 are 22023 before anything is read or
+-- User ids are 1..2^53-1 in every function that takes one (contract
+-- §1): 0, -1 and 2^53 are 22023 before anything is read or
 -- written; 2^53-1 is an ordinary user.  One row per argument that names a
 -- user, so a function added later without the check shows up here.
 \set VERBOSITY terse

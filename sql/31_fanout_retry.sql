@@ -1,4 +1,4 @@
--- Fanout retries (contract §4, issue 8 item 8), driven by im.run_fanout with
+-- Fanout retries (contract §4), driven by im.run_fanout with
 -- injected faults (triggers raising a chosen SQLSTATE):
 --   transient failures (classes 08, 40, 53, 57, 58 and 55P03) back off
 --   (1 s, 2 s, ... capped at 1 min) and never count toward

@@ -1,4 +1,4 @@
--- im_duplicate_deliveries_total (contract §8, issue 9 item 6): fanout counts
+-- im_duplicate_deliveries_total (contract §8): fanout counts
 -- a delivery it leaves out because the user's log already holds the event
 -- (an item delivered before and queued again), once, when its batch
 -- commits.  A redelivery writes no second event.  Own database, so ids are

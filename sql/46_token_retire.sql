@@ -1,4 +1,4 @@
--- Retiring signing keys (contract §8, issue 8 item 5).  Users 4601..4699.
+-- Retiring signing keys (contract §8).  Users 4601..4699.
 -- Own database: keys are per database.  The automatic rules are exercised
 -- by moving key timestamps back (superuser), never by sleeping.  Tokens are
 -- random: kept in psql variables or pg_temp.tok, never printed.

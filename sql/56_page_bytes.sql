@@ -1,4 +1,4 @@
--- Pages bounded by bytes (issue 8 item 7): with im_sync.max_page_bytes
+-- Pages bounded by bytes: with im_sync.max_page_bytes
 -- shrunk, sync_changes and fetch_messages pages end before the event that
 -- would push their JSON text over it (at least one event per page, has_more
 -- true, a cursor / next_after_seq right after the last event), so every

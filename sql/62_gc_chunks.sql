@@ -1,4 +1,4 @@
--- gc_inbox(max_users) in chunks (contract §8, issue 8 item 9).  Users
+-- gc_inbox(max_users) in chunks (contract §8).  Users
 -- 6201..6299.  Own database, so the chunks see only these users.  A chunk
 -- holds the head locks of its own users only (the isolation spec
 -- gc_chunk_lock shows fanout to another user is not blocked); calls resume

@@ -1,4 +1,4 @@
--- im_gc_deleted_total (contract §8, issue 9 item 6) counts inbox rows GC
+-- im_gc_deleted_total (contract §8) counts inbox rows GC
 -- deleted when the deleting transaction commits: a rolled-back gc_inbox, or
 -- one inside a savepoint that is rolled back, deletes nothing and counts
 -- nothing.  Own database; the counter is cluster-wide (shown as differences).

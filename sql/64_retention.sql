@@ -1,5 +1,5 @@
--- Retention of rows that would otherwise be kept for ever (contract §8,
--- issue 8 item 10): done outbox items and private events after
+-- Retention of rows that would otherwise be kept for ever (contract §8):
+-- done outbox items and private events after
 -- im_sync.inbox_retention, snapshots and recovery sessions after their ttl
 -- plus a margin, audit rows after im_sync.audit_retention.  Maintenance
 -- (im.gc_inbox() here) never deletes what a fence, a live snapshot or

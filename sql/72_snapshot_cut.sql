@@ -1,4 +1,4 @@
--- Snapshots do not need their rows for ever (issue 8 item 4): once
+-- Snapshots do not need their rows for ever: once
 -- retention (maintenance) has collected a snapshot, a still-valid token
 -- answers EXPIRED from fetch_snapshot and ack_snapshot instead of an
 -- internal error, and a repeated ack of an installed snapshot stays OK.

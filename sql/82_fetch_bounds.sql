@@ -1,5 +1,5 @@
 -- fetch_messages reads what the user's periods bound, not the range up to
--- the head (issue 8 item 4): a former member whose period ended at msg_seq
+-- the head: a former member whose period ended at msg_seq
 -- 10 of a conversation with 5,000 positions reads a few dozen rows of
 -- im.event, counted from this backend's own statistics of the transaction
 -- (pg_stat_xact_user_tables: rows read by sequential and index scans).

@@ -185,7 +185,7 @@ SELECT * FROM im.reconcile();
 ROLLBACK;
 
 -- relation_target_mismatch: an edit whose target does not exist (no foreign
--- key on target_message_id since 1.6, issue 10), a reply to a message of
+-- key on target_message_id since 1.6), a reply to a message of
 -- another conversation; a healthy recall is not reported
 BEGIN;
 INSERT INTO im.event (conversation_id, msg_seq, kind, sender_id, client_msg_id, target_message_id, body)

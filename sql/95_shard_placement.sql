@@ -113,7 +113,7 @@ SELECT transfer_id, state FROM im.transfer_in ORDER BY transfer_id;
 -- is quarantined with its error and acknowledged; the rest flows
 SELECT im.shard_apply_transfers();
 SELECT transfer_id, state, last_error FROM im.transfer_in ORDER BY transfer_id;
--- issue 15, failover window: the applied records are not written by the
+-- The failover window: the applied records are not written by the
 -- applying transaction (logical decoding could send them before the
 -- synchronous standby has the apply) but by the next pass, which sees the
 -- apply committed (so on the standby)

@@ -1,4 +1,4 @@
--- im.members_among (issue 8 item 6): the subset of the named users with an
+-- im.members_among: the subset of the named users with an
 -- active membership period, nobody else; leavers and non-members are left
 -- out; a role granted only members_among cannot call conversation_members.
 SET client_min_messages = warning;

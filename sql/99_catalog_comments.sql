@@ -1,6 +1,6 @@
 -- Every im.* function and table explains itself in psql (\df+ im.*,
--- \dt+ im.*): a one-line comment naming its contract section (issue 9
--- item 9).  Both queries must return no rows.
+-- \dt+ im.*): a one-line comment naming its contract section.
+-- Both queries must return no rows.
 SELECT p.oid::regprocedure AS function_without_comment
 FROM pg_proc p
 WHERE p.pronamespace = 'im'::regnamespace

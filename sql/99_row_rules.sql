@@ -1,4 +1,4 @@
--- issue 10 (1.6): the cross-column CHECKs of im.event and im.conversation
+-- The cross-column CHECKs of im.event and im.conversation
 -- call C functions (row_rules.c).  They must answer exactly as the 1.5 SQL
 -- rules they replace, for every kind and every NULL pattern (a CHECK passes
 -- on true and on NULL), and the constraints must reject real bad rows.
