@@ -10,9 +10,9 @@
 #     over BENCH_MESSAGES (100) messages.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
-bash test/install_node_deps.sh || exit 1
+bash test/harness/install_node_deps.sh || exit 1
 make -s -C gateway im_gateway || exit 1
 im_bench_cluster_start "im_sync.fanout_workers = 2" "im_sync.fanout_paused = off" || exit 1
 trap im_cluster_destroy EXIT

@@ -10,7 +10,7 @@
 # About 2 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 make -s -C gateway im_gateway
 PY=/usr/bin/python3

@@ -15,7 +15,7 @@
 # Knobs: IM_BENCH_MEMBERS (5000), IM_BENCH_MSGS (40), IM_BENCH_T (10 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 MEMBERS=${IM_BENCH_MEMBERS:-5000}
 MSGS=${IM_BENCH_MSGS:-40}

@@ -16,7 +16,7 @@
 #      time - the job's queued_at) and of (receive - the message's accept).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 ROUNDS=${IM_PUSH_ROUNDS:-5}
 MSGS=${IM_PUSH_MSGS:-100}

@@ -13,7 +13,7 @@
 # About 2-3 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 ROUNDS=${IM_BENCH_ROUNDS:-3}
 TR=${IM_BENCH_ROUND_T:-3}

@@ -29,7 +29,7 @@
 # About 3-4 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 T=${IM_BENCH_T:-6}
 ROUNDS=${IM_BENCH_ROUNDS:-5}

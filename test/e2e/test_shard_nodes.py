@@ -4,7 +4,7 @@ while devices on the other nodes keep receiving hints and messages, and,
 restarted, its devices are re-checked by the gateway, hinted, and catch up
 with what was sent to them meanwhile (the transfers resume).
 
-Run by test/suites/70-shards.sh after `test/shards.sh up 3`, with the
+Run by test/suites/70-shards.sh after `test/harness/shards.sh up 3`, with the
 gateway on the router (IM_GW_URL) and libpq's environment naming the
 router.  Node conninfos come from $IM_SHARDS_DIR/nodes; buckets follow the
 shard design (bucket = id % 64, bucket b on node b % N + 1, direct

@@ -27,7 +27,7 @@ import random
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 from checklib import check, failures, Session  # noqa: E402
 
 DAY = 1.0                     # seconds of wall clock per simulated day

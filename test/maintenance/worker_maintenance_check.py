@@ -14,7 +14,7 @@ rows are removed at the end; settings are reset.
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 from checklib import check, failures, wait_for, Session  # noqa: E402
 
 BASE = 7_200_000

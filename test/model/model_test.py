@@ -21,9 +21,9 @@ recomputed locally match; the server ACK never moves backwards.
 
     model_test.py [--seed N ...] [--random-seeds N] [--steps N] [--dsn DSN]
 
-Against a router (issue 15; IM_SHARDS_DIR set by test/shards.sh) every
+Against a router (issue 15; IM_SHARDS_DIR set by test/harness/shards.sh) every
 figure comes through the API: session settings go to every node through
-`test/shards.sh set` (they do not cross PL/Proxy), and the few reads of
+`test/harness/shards.sh set` (they do not cross PL/Proxy), and the few reads of
 tables a single node allows are API calls there (ROUTER below).
 
 Without --seed it runs a fixed set of seeds, the pinned (seed, steps) runs
@@ -55,7 +55,7 @@ import psycopg2.extras
 # Issue 15: the DSN names a router; no node's table is read, settings are per node.
 SHARDS_DIR = os.environ.get('IM_SHARDS_DIR')
 ROUTER = bool(SHARDS_DIR)
-SHARDS_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'shards.sh')
+SHARDS_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'harness', 'shards.sh')
 
 
 # settings changed on the nodes (they persist there, unlike SET): reset at exit
@@ -70,7 +70,7 @@ def reset_node_settings():
 
 def set_setting(conn, name, value):
     """SET name = value for conn's session; on a router, on every node
-    (test/shards.sh set), since session settings do not reach the nodes."""
+    (test/harness/shards.sh set), since session settings do not reach the nodes."""
     if ROUTER:
         subprocess.run(['bash', SHARDS_SH, 'set', name, value], check=True, stdout=subprocess.DEVNULL)
         NODE_SETTINGS.add(name)

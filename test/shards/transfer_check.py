@@ -1,5 +1,5 @@
 """transfer_check.py <shards-dir> — node-level transfer checks of issue 15
-against `test/shards.sh up 3` (the 70-shards suite runs it):
+against `test/harness/shards.sh up 3` (the 70-shards suite runs it):
 
   baseline      conversations on all three nodes, members spread over the
                 three, sends on every node at once (two or three conversation
@@ -13,7 +13,7 @@ against `test/shards.sh up 3` (the 70-shards suite runs it):
   stop          immediate stop of one node during a send storm on the other
                 two, restart: nothing acknowledged lost or doubled
   slot_limit    a slot reaching max_slot_wal_keep_size: detected by
-                reconcile, repaired by `test/shards.sh resubscribe`
+                reconcile, repaired by `test/harness/shards.sh resubscribe`
   poison        a transfer that fails to apply is quarantined and holds the
                 later ones of its conversation (other conversations flow);
                 after the cause is gone it is retried, all apply in order
@@ -34,12 +34,12 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 import psycopg2  # noqa: E402
 from checklib import ShardsDir, check, failures, wait_for  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARDS = os.path.join(HERE, "..", "shards.sh")
+SHARDS = os.path.join(HERE, "..", "harness", "shards.sh")
 DIR = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("IM_SHARDS_DIR")
 if not DIR:
     sys.exit("usage: transfer_check.py <shards-dir>")

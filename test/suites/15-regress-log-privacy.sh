@@ -8,7 +8,7 @@
 # log, which proves the statement logging this test relies on is on.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 log="$IM_TMP/server.log"
 db=im_log_privacy
 im_createdb $db

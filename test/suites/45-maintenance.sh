@@ -9,7 +9,7 @@
 #     line per minute in the server log (test/maintenance/auth_log_check.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 rc=0

@@ -5,7 +5,7 @@
 # and exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 export PGDATABASE=im_test IM_E2E_DB=im_test PGBIN
 
 make -s -C gateway im_gateway || exit 1

@@ -12,7 +12,7 @@
 #     with a certificate made here by openssl req.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 export PGDATABASE=im_test IM_E2E_DB=im_test PGBIN
 PY=${IM_PYTHON:-/usr/bin/python3}
 GW=${IM_GATEWAY_BIN:-./gateway/im_gateway}

@@ -7,7 +7,7 @@
 # the primary — the gateway and the push relay — are in test/failover/pair.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 make -s -C gateway im_gateway im_push_relay || exit 1
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3

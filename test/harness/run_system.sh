@@ -4,12 +4,12 @@
 # im_gateway on a free port.  Ctrl-C (or SIGTERM) stops the gateway and the
 # cluster and removes the temp directory.
 #   IM_RUN_EXIT_AFTER_SETUP=1  set everything up, check /healthz, tear down, exit
-#   SHARDS=N (make run SHARDS=3; issue 15)  N nodes and a router (test/shards.sh
+#   SHARDS=N (make run SHARDS=3; issue 15)  N nodes and a router (test/harness/shards.sh
 #     up N): the gateway and the relay name the router, the demo data is made
 #     through it, so alice (1) and bob (2) live on different nodes
 set -uo pipefail
-cd "$(dirname "$0")/.."
-source test/cluster.sh
+cd "$(dirname "$0")/../.."
+source test/harness/cluster.sh
 
 DB=im_demo
 SHARDS=${SHARDS:-}
@@ -22,7 +22,7 @@ cleanup() {
     kill -TERM "$gw_pid"; wait "$gw_pid" 2>/dev/null
   fi
   if [ -n "$SHARDS" ]; then
-    [ -n "${IM_SHARDS_DIR:-}" ] && bash test/shards.sh down >/dev/null 2>&1
+    [ -n "${IM_SHARDS_DIR:-}" ] && bash test/harness/shards.sh down >/dev/null 2>&1
     [ -n "${IM_TMP:-}" ] && [ -z "${IM_KEEP:-}" ] && rm -rf "$IM_TMP"
   else
     im_cluster_destroy
@@ -33,17 +33,17 @@ trap 'exit 130' INT TERM
 
 [ -x gateway/im_gateway ] || { echo "gateway/im_gateway not built: run make"; exit 1; }
 if [ -n "$SHARDS" ]; then
-  # issue 15: N node clusters and a router cluster (test/shards.sh), the
+  # issue 15: N node clusters and a router cluster (test/harness/shards.sh), the
   # router's conninfo on the last line of its output
-  [ -f test/shards.sh ] || { echo "SHARDS=$SHARDS: test/shards.sh is missing"; exit 1; }
+  [ -f test/harness/shards.sh ] || { echo "SHARDS=$SHARDS: test/harness/shards.sh is missing"; exit 1; }
   IM_TMP=$(mktemp -d /tmp/im_sync_run.XXXXXX); chmod 755 "$IM_TMP"
   export IM_TMP IM_SHARDS_DIR="$IM_TMP/shards" IM_SHARDS_DB=$DB
-  bash test/shards.sh up "$SHARDS" >"$IM_TMP/shards-up.log" 2>&1 \
-    || { echo "test/shards.sh up $SHARDS failed:"; tail -n 30 "$IM_TMP/shards-up.log"; exit 1; }
+  bash test/harness/shards.sh up "$SHARDS" >"$IM_TMP/shards-up.log" 2>&1 \
+    || { echo "test/harness/shards.sh up $SHARDS failed:"; tail -n 30 "$IM_TMP/shards-up.log"; exit 1; }
   DSN=$(tail -n 1 "$IM_TMP/shards-up.log")
   run_psql() { im_psql -d "$DSN" "$@"; }
   # settings go to every node (they do not cross PL/Proxy)
-  set_setting() { bash test/shards.sh set "$1" "$2" >/dev/null; }
+  set_setting() { bash test/harness/shards.sh set "$1" "$2" >/dev/null; }
 else
   im_cluster_start "im_sync.database = '$DB'" "im_sync.fanout_paused = off" "im_sync.fanout_workers = 1" || exit 1
   im_createdb "$DB" || exit 1
