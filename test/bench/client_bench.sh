@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# client_bench.sh — benchmark of the reference client (issue 13; not a test,
+# client_bench.sh — benchmark of the reference client (not a test,
 # prints figures).  Its own throwaway cluster at production durability
 # (--fsync-off: the old variant), a gateway, then test/bench/client_bench.mjs:
 #  1. catch-up of BENCH_EVENTS (10,000) events by the Node client with file

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Failover benchmark (issue 14; NOT a test): a primary and a streaming
+# Failover benchmark (NOT a test): a primary and a streaming
 # standby at production durability, send tx/s with the standby
 # asynchronous vs synchronous (synchronous_commit on, remote_write,
 # remote_apply) in one run, and the failover time (kill -9 of the primary's

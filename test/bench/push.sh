@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Offline push benchmark (issue 12; NOT a test).  Its own throwaway cluster
+# Offline push benchmark (NOT a test).  Its own throwaway cluster
 # at production durability (--fsync-off: the old variant), then:
 #   1. fanout inbox events/s with a push target on every device vs none,
 #      alternating rounds in this run (median kept): IM_PUSH_ROUNDS rounds of

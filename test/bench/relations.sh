@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reactions, pins and replies benchmark (issue 11; NOT a test).  Starts its
+# Reactions, pins and replies benchmark (NOT a test).  Starts its
 # own throwaway cluster at production durability (im_bench_cluster_start),
 # workers paused (the append path alone), and prints in one run:
 #   - send_message with reply_to_message_id vs without, im.react vs

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/bench/router_overhead.sh — what one PL/Proxy hop costs (issue 15):
+# test/bench/router_overhead.sh — what one PL/Proxy hop costs:
 # the same call through the router and straight on the node that owns it,
 # alternating short pgbench runs (other sessions share the cores) and
 # printing medians and router/node ratios.  Not part of make bench (the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/bench/shards.sh — three nodes vs one node in the same run (issue 15):
+# test/bench/shards.sh — three nodes vs one node in the same run:
 # sends/s and fanout events/s through the router (all nodes share this
 # machine's cores, so the ratio is an overhead, not a speed-up), cross-node
 # delivery lag p50/p99 at a fixed moderate rate, and WAL and transfer bytes

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""shards_bench.py — three nodes vs one (issue 15), run by test/bench/shards.sh.
+"""shards_bench.py — three nodes vs one, run by test/bench/shards.sh.
 
 One installation (`test/harness/shards.sh up N`, production durability) is measured
 through its router:

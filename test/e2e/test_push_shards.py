@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 15 items 3 and 6: offline push across nodes.  A message from a user
+"""Sharding: offline push across nodes.  A message from a user
 on node1 to offline users on node2 and node3 is fanned out there through
 the transfers, queued as push jobs on the recipients' nodes, which NOTIFY
 im_sync_push on themselves; the relay, connected to the router, listens

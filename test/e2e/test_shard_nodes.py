@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 15 item 6 against the real router: a node stopped (immediate)
+"""Per-node LISTEN against the real router: a node stopped (immediate)
 while devices on the other nodes keep receiving hints and messages, and,
 restarted, its devices are re-checked by the gateway, hinted, and catch up
 with what was sent to them meanwhile (the transfers resume).

@@ -27,7 +27,7 @@ AS_SERVER = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # the gateway under test (IM_FAILOVER_GATEWAY: another build, e.g. to see a check fail)
 GATEWAY = os.environ.get("IM_FAILOVER_GATEWAY", os.path.join(ROOT, "gateway", "im_gateway"))
-# issue 12's push relay follows the primary like the gateway; failover.py
+# The push relay follows the primary like the gateway; failover.py
 # starts a stub push gateway and sets PUSH_URL before the clients start
 RELAY = os.path.join(ROOT, "gateway", "im_push_relay")
 RELAY_KEY = os.path.join(ROOT, "test", "push", "relay_key.pem")

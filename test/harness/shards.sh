@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/harness/shards.sh — a throwaway sharded installation for tests (issue 15):
+# test/harness/shards.sh — a throwaway sharded installation for tests:
 #   test/harness/shards.sh up [N]        N node clusters (default 3) and one router
 #                                cluster on free ports; prints the router's
 #                                conninfo as its LAST line

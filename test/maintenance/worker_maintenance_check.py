@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The first fanout worker runs maintenance on its own (contract §8, issue 8 item 9).
+"""The first fanout worker runs maintenance on its own (contract §8).
 
 Run by test/suites/45-maintenance.sh against database im_test (the workers'
 database; they start paused).  With the workers unpaused,

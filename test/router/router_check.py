@@ -610,7 +610,7 @@ def a_silent_host():
 # ------------------------------------- an ex-member's conversation_list (§15)
 @section
 def ex_member_mode():
-    """Known gap (5) of issue 15: a mode switch of a group with no member
+    """A known sharding gap: a mode switch of a group with no member
     left on a node reached no copy there, so the ex-member's row showed the
     mode in force when it left.  On one node conversation_list reads the
     conversation row itself — the current mode, like the authoritative head

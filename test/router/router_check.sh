@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/router/router_check.sh — the router extension's check (issue 15):
+# test/router/router_check.sh — the router extension's check:
 # brings up a sharded installation (test/harness/shards.sh up 3: three nodes and a
 # router with im_sync_router configured), runs test/router/router_check.py
 # and then test/router/router_security.py (what a plain login role can reach

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ack_window_check.py — the failover window of a user node's applied
-records (issue 15, extension/doc/sharding.md, "The failover window of an
+records (extension/doc/sharding.md, "The failover window of an
 applied record"), against a running sharded installation whose node FAILING has a
 synchronous streaming standby (test/harness/shards.sh standby FAILING;
 standby_check.sh sets it up after its first drill).

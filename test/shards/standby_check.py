@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""standby_check.py — a node fails over to its standby (issue 15,
-extension/doc/sharding.md, known gap 4), against a running sharded installation whose
+"""standby_check.py — a node fails over to its standby
+(extension/doc/sharding.md), against a running sharded installation whose
 node FAILING has a synchronous streaming standby and a multi-host conninfo
 in the router's map (test/harness/shards.sh standby FAILING; standby_check.sh sets
 it all up).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test/shards/standby_check.sh — a node fails over to its standby through a
-# multi-host conninfo in the router's map (issue 15, extension/doc/sharding.md):
+# multi-host conninfo in the router's map (extension/doc/sharding.md):
 # test/harness/shards.sh up 3, test/harness/shards.sh standby node2 (a synchronous streaming
 # standby; node2's conninfo becomes host=a,b port=p1,p2
 # target_session_attrs=read-write in the map and the subscriptions), then the

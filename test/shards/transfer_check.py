@@ -1,4 +1,4 @@
-"""transfer_check.py <shards-dir> — node-level transfer checks of issue 15
+"""transfer_check.py <shards-dir> — node-level transfer checks of sharding
 against `test/harness/shards.sh up 3` (the 70-shards suite runs it):
 
   baseline      conversations on all three nodes, members spread over the
@@ -596,7 +596,7 @@ def drill_key_reuse():
     client_msg_id in conversations on different nodes.  A user node holding
     copies of both (and a conversation of its own where the sender reuses
     the key once more) must deliver all of them: copies never take part in
-    the sender's key there (known gap (1) of issue 15: the second copy
+    the sender's key there (a known sharding gap: the second copy
     collided and was quarantined).  On each conversation node the key stays
     (sender, client_msg_id): a retry answers the original, another request
     IS409."""
@@ -660,7 +660,7 @@ def drill_key_reuse():
 
 
 def drill_prune():
-    """Known gap (3) of issue 15: maintenance prunes im.transfer_ack (a
+    """A known sharding gap: maintenance prunes im.transfer_ack (a
     destination's own acks, once every logical slot confirmed them) and
     applied im.transfer_in rows (ack gone, older than
     im_sync.transfer_retention, 0 here), and a replay of the pruned

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 62-e2e-transport: im_gateway transport hardening (issue 8 items 3, 11, 12).
+# 62-e2e-transport: im_gateway transport hardening.
 #  1. test/e2e/test_transport.py against a gateway with shrunk keepalive and
 #     caps, plus one with an Origin allow-list (caps, 503, 403, pings/1001,
 #     NOT_AUTHENTICATED before welcome, refused hellos that keep the epoch,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 70-shards (issue 15): the gateway, the relay and the test harnesses
+# 70-shards (sharding): the gateway, the relay and the test harnesses
 # against a router over three nodes.
 #
 #  1. test/e2e/test_node_listen.py — the gateway's and the relay's per-node
@@ -118,7 +118,7 @@ if want e2e; then
   echo "--- e2e against the router"
   "$py" test/e2e/test_gateway.py scenario hint_loss shared_log supersede revoke spoofed bad_frames \
       first_frame rate_limit reconnect_storm http || rc=1
-  # hello_order: issue 15 gap 6, a stale hello must not supersede a newer one
+  # hello_order: a stale hello must not supersede a newer one
   for t in body_roundtrip int_range large_replies relations hello_order; do
     "$py" test/e2e/test_$t.py || rc=1
   done
@@ -185,7 +185,7 @@ else
   notrun+=("test/router/router_check.sh (not present)")
 fi
 if want standby; then
-  # issue 15 known gap 4 (≈ 45 s): its own installation, node2 with a
+  # a node failing over to its standby (≈ 45 s): its own installation, node2 with a
   # synchronous standby behind a multi-host conninfo; kill -9, promote,
   # test/harness/shards.sh reattach node2, nothing lost or doubled, reconcile empty;
   # then the failover window of applied records (ack_window_check.py, node3:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Upgrade from the last release (or IM_UPGRADE_FROM) as a DBA does it (issue 9 item 7), in a
+# Upgrade from the last release (or IM_UPGRADE_FROM) as a DBA does it, in a
 # private copy of PostgreSQL under a temp directory (the binaries are
 # relocatable), so neither the system install nor the suite's cluster is
 # touched:

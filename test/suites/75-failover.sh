@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 75-failover (issue 14): a primary and a streaming standby of their own
+# 75-failover: a primary and a streaming standby of their own
 # (not the harness cluster), the gateway on a multi-host conninfo, a
 # send/sync/ack storm through it, pg_ctl -m immediate / kill -9 of the
 # primary, promotion, three modes checked through the API
