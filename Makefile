@@ -60,13 +60,13 @@ include $(PGXS)
 CONTRIB_TESTDB   = im_regress
 ISOLATION_TESTDB = im_isolation
 # installcheck runs on a server configured for its own use, which the
-# expected outputs must not depend on: test/installcheck_preflight.sh asks
+# expected outputs must not depend on: test/harness/installcheck_preflight.sh asks
 # the server first and stops here (saying why) unless it meets the
 # preconditions; every test connection gets im_sync's session settings at
 # their built-in values (PGOPTIONS); tests the server cannot run (it cannot
 # read the source tree) are left out, saying why.
 ifneq ($(filter installcheck,$(MAKECMDGOALS)),)
-IM_PREFLIGHT := $(shell bash test/installcheck_preflight.sh '$(bindir)/psql' $(CONTRIB_TESTDB) $(ISOLATION_TESTDB))
+IM_PREFLIGHT := $(shell bash test/harness/installcheck_preflight.sh '$(bindir)/psql' $(CONTRIB_TESTDB) $(ISOLATION_TESTDB))
 ifneq ($(filter refused,$(IM_PREFLIGHT)),)
 $(error installcheck: the server does not meet the preconditions above)
 endif
@@ -122,23 +122,23 @@ else
 .PHONY: $(DRIVER_GOALS)
 # Installs missing Debian packages (sudo only when not root).
 deps:
-	@bash test/install_deps.sh
-	@bash test/install_node_deps.sh
+	@bash test/harness/install_deps.sh
+	@bash test/harness/install_node_deps.sh
 build-and-install: deps
 	$(MAKE) all
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) install; else sudo $(MAKE) install; fi
 check: build-and-install
-	@bash test/run_checks.sh
-# make run SHARDS=3: three nodes and a router (test/shards.sh)
+	@bash test/harness/run_checks.sh
+# make run SHARDS=3: three nodes and a router (test/harness/shards.sh)
 run: build-and-install
-	@SHARDS='$(SHARDS)' bash test/run_system.sh
+	@SHARDS='$(SHARDS)' bash test/harness/run_system.sh
 demo: build-and-install
-	@bash test/run_demo.sh
+	@bash test/harness/run_demo.sh
 # make bench BENCH_ARGS=--fsync-off: the old fsync = off variant, for comparison
 bench: build-and-install
 	@bash test/bench/run_all.sh $(BENCH_ARGS)
 drills: build-and-install
-	@IM_SUITES=drills bash test/run_checks.sh
+	@IM_SUITES=drills bash test/harness/run_checks.sh
 fuzz: deps
 	$(MAKE) -C gateway fuzz-long
 endif

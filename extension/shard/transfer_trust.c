@@ -9,7 +9,7 @@
  *
  *   - who delivered the row: in a logical replication worker the node its
  *     subscription replicates from, read from the subscription's name
- *     im_<node>_to_<self> (test/shards.sh, extension/doc/sharding.md); a row
+ *     im_<node>_to_<self> (test/harness/shards.sh, extension/doc/sharding.md); a row
  *     inserted by a session is no other node's, except for a superuser who
  *     set session_replication_role = replica to play an apply worker (the
  *     regress and isolation tests, one database playing both nodes);

@@ -1,4 +1,4 @@
-// Benchmark of the reference client (issue 13), driven by client_bench.sh.
+// Benchmark of the reference client, driven by client_bench.sh.
 //  1. catch-up of EVENTS events: the Node client with file storage (pages,
 //     one fdatasync'ed commit per batch, ACK) against the raw sync frames
 //     (sync, cursor pages, ack; nothing stored) through the same gateway,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# client_bench.sh — benchmark of the reference client (issue 13; not a test,
+# client_bench.sh — benchmark of the reference client (not a test,
 # prints figures).  Its own throwaway cluster at production durability
 # (--fsync-off: the old variant), a gateway, then test/bench/client_bench.mjs:
 #  1. catch-up of BENCH_EVENTS (10,000) events by the Node client with file
@@ -10,9 +10,9 @@
 #     over BENCH_MESSAGES (100) messages.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
-bash test/install_node_deps.sh || exit 1
+bash test/harness/install_node_deps.sh || exit 1
 make -s -C gateway im_gateway || exit 1
 im_bench_cluster_start "im_sync.fanout_workers = 2" "im_sync.fanout_paused = off" || exit 1
 trap im_cluster_destroy EXIT

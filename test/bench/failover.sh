@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Failover benchmark (issue 14; NOT a test): a primary and a streaming
+# Failover benchmark (NOT a test): a primary and a streaming
 # standby at production durability, send tx/s with the standby
 # asynchronous vs synchronous (synchronous_commit on, remote_write,
 # remote_apply) in one run, and the failover time (kill -9 of the primary's
@@ -10,7 +10,7 @@
 # About 2 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 make -s -C gateway im_gateway
 PY=/usr/bin/python3

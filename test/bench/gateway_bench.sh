@@ -46,7 +46,7 @@
 #   BENCH_KEEP=DIR keeps the logs and outputs
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 N=${BENCH_DEVICES:-40}; SECS=${BENCH_SECONDS:-10}; POOL=${BENCH_POOL:-4}; ROUNDS=${BENCH_ROUNDS:-5}
 RATE=${BENCH_RATE:-200}; PROBE_RATE=${BENCH_PROBE_RATE:-20}; PROBE_DEVICES=${BENCH_PROBE_DEVICES:-4}

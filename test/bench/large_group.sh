@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Large-group benchmark (issue 5 item 5; NOT a test).  Starts its own
+# Large-group benchmark (NOT a test).  Starts its own
 # throwaway cluster and prints, measured side by side in one run:
 #   1. a 5,000-member group in `fanout` and in `shared_log` mode receiving
 #      the same message stream: rows written per message (inserts + updates
@@ -15,7 +15,7 @@
 # Knobs: IM_BENCH_MEMBERS (5000), IM_BENCH_MSGS (40), IM_BENCH_T (10 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 MEMBERS=${IM_BENCH_MEMBERS:-5000}
 MSGS=${IM_BENCH_MSGS:-40}

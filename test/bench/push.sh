@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Offline push benchmark (issue 12; NOT a test).  Its own throwaway cluster
+# Offline push benchmark (NOT a test).  Its own throwaway cluster
 # at production durability (--fsync-off: the old variant), then:
 #   1. fanout inbox events/s with a push target on every device vs none,
 #      alternating rounds in this run (median kept): IM_PUSH_ROUNDS rounds of
@@ -16,7 +16,7 @@
 #      time - the job's queued_at) and of (receive - the message's accept).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 ROUNDS=${IM_PUSH_ROUNDS:-5}
 MSGS=${IM_PUSH_MSGS:-100}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reactions, pins and replies benchmark (issue 11; NOT a test).  Starts its
+# Reactions, pins and replies benchmark (NOT a test).  Starts its
 # own throwaway cluster at production durability (im_bench_cluster_start),
 # workers paused (the append path alone), and prints in one run:
 #   - send_message with reply_to_message_id vs without, im.react vs
@@ -13,7 +13,7 @@
 # About 2-3 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 ROUNDS=${IM_BENCH_ROUNDS:-3}
 TR=${IM_BENCH_ROUND_T:-3}

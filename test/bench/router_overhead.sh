@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/bench/router_overhead.sh — what one PL/Proxy hop costs (issue 15):
+# test/bench/router_overhead.sh — what one PL/Proxy hop costs:
 # the same call through the router and straight on the node that owns it,
 # alternating short pgbench runs (other sessions share the cores) and
 # printing medians and router/node ratios.  Not part of make bench (the
@@ -10,9 +10,9 @@ cd "$(dirname "$0")/../.."
 ROUNDS=${IM_ROUNDS:-5}; SECONDS_PER=${IM_SECONDS:-3}; CLIENTS=${IM_CLIENTS:-1}
 export IM_FSYNC=on IM_SHARDS_DIR=$(mktemp -d /tmp/im_router_bench.XXXXXX)
 chmod 755 "$IM_SHARDS_DIR"
-trap 'bash test/shards.sh down >/dev/null 2>&1 || true; rm -rf "$W"' EXIT
+trap 'bash test/harness/shards.sh down >/dev/null 2>&1 || true; rm -rf "$W"' EXIT
 W=$(mktemp -d)
-router=$(bash test/shards.sh up 3 2>/dev/null | tail -n 1)
+router=$(bash test/harness/shards.sh up 3 2>/dev/null | tail -n 1)
 PSQL="$(pg_config --bindir)/psql -X -q -At"
 PGBENCH="$(pg_config --bindir)/pgbench"
 # a group on some node, its sender; the node that owns it

@@ -2,7 +2,7 @@
 # Send/fanout benchmark (issue item 8; NOT a test).  Starts its own
 # throwaway cluster (2 fanout workers, im_sync.database = im_test) and
 # prints ratios measured in this run:
-#   - im.send_message tx/s vs the floor of issue 10 (setup.sql,
+#   - im.send_message tx/s vs the floor (setup.sql,
 #     floor_send.sql): one bare data-modifying statement that row-locks and
 #     increments the head, inserts the message row (primary key
 #     (conversation_id, msg_seq), unique message_id, unique (sender_id,
@@ -29,7 +29,7 @@
 # About 3-4 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 T=${IM_BENCH_T:-6}
 ROUNDS=${IM_BENCH_ROUNDS:-5}

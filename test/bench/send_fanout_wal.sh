@@ -8,7 +8,7 @@
 # Production durability unless --fsync-off.  About a minute.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 N=${IM_BENCH_WAL_TX:-500}
 D=test/bench/send_fanout

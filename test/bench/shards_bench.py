@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""shards_bench.py — three nodes vs one (issue 15), run by test/bench/shards.sh.
+"""shards_bench.py — three nodes vs one, run by test/bench/shards.sh.
 
-One installation (`test/shards.sh up N`, production durability) is measured
+One installation (`test/harness/shards.sh up N`, production durability) is measured
 through its router:
   1. sends/s: CLIENTS threads calling im.send_message through the router for
      SECONDS, group conversations of MEMBERS members spread over the nodes,

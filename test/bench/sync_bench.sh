@@ -6,7 +6,7 @@
 # IM_BENCH_REPEAT (5).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_bench_parse_args "$@" || exit 2
 im_bench_cluster_start "im_sync.fanout_paused = on" "im_sync.fanout_workers = 0" >/dev/null || exit 1
 trap im_cluster_destroy EXIT

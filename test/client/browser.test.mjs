@@ -1,4 +1,4 @@
-// The web page in a real browser (issue 13): Debian's chromium, headless,
+// The web page in a real browser: Debian's chromium, headless,
 // driven by puppeteer-core; two pages as two devices.  Assertions are on the
 // DOM; screenshots go to the test's temp directory.
 import { test, before, after } from 'node:test';

@@ -1,4 +1,4 @@
-// The reference client against a real gateway and database (issue 13):
+// The reference client against a real gateway and database:
 // convergence to fetch_messages under random operations, restarts with file
 // storage, rollback (RECOVERY), wiped storage (snapshot), a shared_log
 // switch, lost hints, a killed gateway, the outbox exactly once, kill -9
@@ -26,7 +26,7 @@ after(async () => {
 const dir = (name) => path.join(TMP, `store-${name}-${process.pid}`);
 const group = (members) => Number(sql(`SELECT im.create_conversation('group', ARRAY[${members}]::bigint[], ${members[0]})`));
 const serverSend = (u, c, text) => sql(`SELECT message_id FROM im.send_message(${u}, ${c}, 'srv-' || md5(random()::text), '{"text": "${text}"}')`);
-// Issue 15: against a router (IM_SHARDS_DIR, test/shards.sh) no node's table
+// Sharding: against a router (IM_SHARDS_DIR, test/harness/shards.sh) no node's table
 // is read: what a single node reads from im.event / im.device / im.outbox /
 // im.user_conversation comes from API calls there.
 const ROUTER = Boolean(process.env.IM_SHARDS_DIR);

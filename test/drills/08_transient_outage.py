@@ -1,4 +1,4 @@
-"""Drill 8 (issue 8 item 8, contract §4): a long transient outage while the
+"""Drill 8 (contract §4): a long transient outage while the
 real fanout workers run.  Two users' head rows stay locked by a stuck
 session, and a trigger makes every inbox write of a third conversation fail
 with SQLSTATE 53100 (disk full), both for far longer than

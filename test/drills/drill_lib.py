@@ -1,7 +1,7 @@
 """drill_lib.py — shared helpers of the fault drills (design doc §19.4).
 
 Every drill runs against the harness cluster (PGHOST/PGPORT/PGUSER/PGDATA/
-IM_TMP from test/run_checks.sh) in database im_test, where the fanout
+IM_TMP from test/harness/run_checks.sh) in database im_test, where the fanout
 workers live.  Drills only ever touch processes of $PGDATA: the postmaster
 pid comes from $PGDATA/postmaster.pid, backend pids from pg_stat_activity of
 that very server.  Each drill prints the injected fault, the invariant it

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 8 item 13 (gateway side): the gateway's log names users and
+"""Log privacy (gateway side): the gateway's log names users and
 devices only by keyed hashes (contract §12: HMAC-SHA256 cut to 16 hex
 digits, user=h:… device=h:…).
 

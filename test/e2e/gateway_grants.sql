@@ -21,7 +21,7 @@ GRANT EXECUTE ON FUNCTION
   im.react(bigint, bigint, bigint, text, boolean, text), im.pin_message(bigint, bigint, bigint, boolean, text),
   im.message_facts(bigint, bigint)
 TO im_gateway_e2e;
--- issue 12: presence (contract §13)
+-- push: presence (contract §13)
 GRANT EXECUTE ON FUNCTION
   im.set_presence(bigint, text, bigint, boolean, interval),
   im.refresh_presence(bigint[], text[], bigint[], interval)

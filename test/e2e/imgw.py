@@ -20,7 +20,7 @@ import urllib.request
 import psycopg2
 import websockets
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 from checklib import free_port, wait_until  # noqa: E402,F401  (the e2e tests take them from here)
 
 DB = os.environ.get("IM_E2E_DB", "im_test")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 8 item 1: message bodies travel through the gateway unchanged.
+"""Body round trip: message bodies travel through the gateway unchanged.
 
 Property test: random JSON bodies (nesting up to the frame limit, unicode
 with astral characters and escapes, large/small/precise numbers, exponents,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A device's newest hello wins whatever order the database ends its hellos
-in (issue 15, known gap 6).
+in.
 
 Through the router every call commits on its node when it returns, so a
 hello whose socket has closed cannot be rolled back there: if it reaches the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 8 item 15: an integer field out of its column's range is
+"""Integer ranges: an integer field out of its column's range is
 INVALID_ARGUMENT (22003, contract §10), never INTERNAL; so is a number
 past what the gateway's JSON reader holds.  Real bad frames, each answered
 with its id, and the session goes on."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 8 item 7: every request gets a reply, however large its result.
+"""Large replies: every request gets a reply, however large its result.
 
 400 messages of 60 KB in one conversation (24 MB, past the gateway's
 16 MiB per-session queue), then fetch_messages limit 400 and sync limit

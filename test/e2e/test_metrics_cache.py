@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 8 item 4 (/metrics): unauthenticated scrapes do not each run
+"""/metrics: unauthenticated scrapes do not each run
 im.metrics().  30 scrapes, 15 at once and 15 one after another, cost at
 most a couple of im.metrics() calls, counted by PostgreSQL itself
 (pg_stat_user_functions with track_functions = 'all'); a scrape more than

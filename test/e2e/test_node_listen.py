@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 15 item 6: the gateway and the relay keep one LISTEN connection per
+"""Per-node LISTEN: the gateway and the relay keep one LISTEN connection per
 node of a router's map, each reconnecting on its own, and a node's LISTEN
 coming back re-checks exactly the sessions of the users it owns.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 8 item 2: a notification never closes a session by itself.
+"""Notification spoofing: a notification never closes a session by itself.
 
 Any role that can connect may NOTIFY im_sync_device.  Spoofed REVOKED and
 SUPERSEDED payloads (sent by a role with no privileges at all) leave the

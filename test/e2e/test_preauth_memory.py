@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Unauthenticated memory amplification (issue 8 item 3, contract §10).
+"""Unauthenticated memory amplification (contract §10).
 
 Against a gateway (IM_GW_URL, process id IM_GW_PID) started with
 --max-unauth-per-ip 1000 --max-pending-hello 1000 --hello-timeout 120 --pool 4:

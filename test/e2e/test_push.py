@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 12: offline push end to end — im_sync's push queue, im_push_relay
+"""Offline push end to end — im_sync's push queue, im_push_relay
 and a stub push gateway (test/e2e/push_stub.py, which answers every class
 Sygnal, APNs and FCM produce), plus im_gateway for presence.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 15 items 3 and 6: offline push across nodes.  A message from a user
+"""Sharding: offline push across nodes.  A message from a user
 on node1 to offline users on node2 and node3 is fanned out there through
 the transfers, queued as push jobs on the recipients' nodes, which NOTIFY
 im_sync_push on themselves; the relay, connected to the router, listens
@@ -12,8 +12,8 @@ and completes each job through the router (complete_push_job routes by
 the job id's bucket).
 
 Run by test/suites/70-shards.sh (libpq's environment names the router,
-IM_SHARDS_DIR is test/shards.sh's).  Settings go to every node through
-`test/shards.sh set`.  Every wait has a deadline.
+IM_SHARDS_DIR is test/harness/shards.sh's).  Settings go to every node through
+`test/harness/shards.sh set`.  Every wait has a deadline.
 """
 import json
 import os
@@ -37,7 +37,7 @@ PROCS = []
 
 
 def shards_set(name, value):
-    subprocess.run(["bash", os.path.join(ROOT, "test", "shards.sh"), "set", name, value], check=True,
+    subprocess.run(["bash", os.path.join(ROOT, "test", "harness", "shards.sh"), "set", name, value], check=True,
                    stdout=subprocess.DEVNULL)
 
 

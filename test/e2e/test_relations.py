@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 11 (contract §14): the gateway frames `react` -> react_result,
+"""Reactions, pins and replies (contract §14): the gateway frames `react` -> react_result,
 `pin` -> pin_result and `send` with reply_to_message_id; the positions
 reach every member's devices through sync, fetch_messages carries
 reply_to_message_id, reactions and my_reactions; each refusal is its
@@ -150,7 +150,7 @@ async def test_relation_errors():
         assert r["type"] == "error" and r["code"] == "CONFLICT", (frame, r)
     # nothing of the refusals was written, and the session goes on
     if os.environ.get("IM_SHARDS_DIR"):
-        # a router (issue 15): no node's table; a, a member throughout, sees every position
+        # a router (sharding): no node's table; a, a member throughout, sees every position
         n = len([p for p in sql("SELECT * FROM im.fetch_messages(%s, %s, 0, 1000)", a, conv)[0][0]
                  if p["kind"] in ("reaction", "pin")])
     else:

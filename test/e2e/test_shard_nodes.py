@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Issue 15 item 6 against the real router: a node stopped (immediate)
+"""Per-node LISTEN against the real router: a node stopped (immediate)
 while devices on the other nodes keep receiving hints and messages, and,
 restarted, its devices are re-checked by the gateway, hinted, and catch up
 with what was sent to them meanwhile (the transfers resume).
 
-Run by test/suites/70-shards.sh after `test/shards.sh up 3`, with the
+Run by test/suites/70-shards.sh after `test/harness/shards.sh up 3`, with the
 gateway on the router (IM_GW_URL) and libpq's environment naming the
 router.  Node conninfos come from $IM_SHARDS_DIR/nodes; buckets follow the
 shard design (bucket = id % 64, bucket b on node b % N + 1, direct

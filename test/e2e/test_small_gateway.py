@@ -2,10 +2,10 @@
 """Run against a gateway started with --statement-timeout 1000 and
 --max-queue 100000 (test/suites/60-e2e.sh).
 
-Issue 8 item 4: a call that waits past the statement timeout (a lock that
+Statement timeout: a call that waits past the statement timeout (a lock that
 send_message needs is held by another transaction) is answered UNAVAILABLE
 with retry_after_ms and its id, and the retry works once the lock is gone.
-Issue 8 item 7: a reply larger than the session's queue cap is answered
+Large replies: a reply larger than the session's queue cap is answered
 UNAVAILABLE with its id; a smaller page still works."""
 import json
 import os

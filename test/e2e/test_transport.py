@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Transport hardening of im_gateway (contract §10, issue 8 items 3, 11, 12):
+"""Transport hardening of im_gateway (contract §10):
 what happens before welcome, the connection caps (HTTP 503), the Origin rule
 (HTTP 403), keepalive (ping, close 1001), the plain-listen refusal,
 refused hellos that must not supersede the live session, and hellos that
-wait for a place behind --max-pending-hello (issue 10, on gateways of their
+wait for a place behind --max-pending-hello (on gateways of their
 own).
 
 Run by test/suites/62-e2e-transport.sh against a gateway (IM_GW_URL) started
@@ -752,7 +752,7 @@ async def test_queued_hellos_of_one_device_run_in_order():
     """A live session of a device, then two hellos of the same device (its
     one token, as a reconnecting device sends it) queued where a batch would
     take both: the second waits until the first's transaction is over
-    (hello_order.h, issue 15 gap 6), so the live one and the first get 4008
+    (hello_order.h), so the live one and the first get 4008
     and the second stays current with the highest epoch, in the order the
     gateway received them.  (Hellos with two different tokens not yet
     accepted by this gateway are not ordered by their unverified claims.)"""

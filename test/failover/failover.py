@@ -1,4 +1,4 @@
-"""failover.py — issue 14: failover kept safe by test (suite 75-failover).
+"""failover.py — failover kept safe by test (suite 75-failover).
 
 A primary and a streaming standby (pair.py), the gateway on a multi-host
 conninfo with target_session_attrs=read-write, devices sending, syncing,
@@ -138,7 +138,7 @@ def setup_data(pair):
             p.q("SELECT * FROM im.register_device(%s, %s)", (u, name))
             tok = p.q("SELECT im.issue_device_token(%s, %s, '2 hours')", (u, name))[0][0]
             devs.append((u, name, tok))
-    # issue 12: a member that is never connected, with a push target: the
+    # push: a member that is never connected, with a push target: the
     # relay must go on pushing for it after every failover
     p.q("SELECT im.join_conversation(%s, %s)", (conv, PUSH_USER))
     p.q("SELECT * FROM im.register_device(%s, 'phone')", (PUSH_USER,))

@@ -1,5 +1,5 @@
 """gateway_deadlines.py — the gateway never hangs on a database that does
-not answer (issue 14 item 3); run by failover.py on the pair before the
+not answer (failover); run by failover.py on the pair before the
 storm, each case with a gateway of its own:
 
   1. connect deadline: the conninfo's first host accepts TCP and never

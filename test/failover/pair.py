@@ -3,7 +3,7 @@ one temp directory, plus the client processes (the gateway, later the push
 relay) that reach them through one multi-host conninfo.
 
 The servers run as the `postgres` OS user when we are root (PostgreSQL
-refuses root), like test/cluster.sh.  Every process this module signals is
+refuses root), like test/harness/cluster.sh.  Every process this module signals is
 one it started: a node's postmaster pid comes from its own postmaster.pid,
 and after a `kill -9` of a postmaster only the children of that very pid
 are waited for.
@@ -19,7 +19,7 @@ import sys
 
 import psycopg2
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 from checklib import free_port, kill9_postmaster, wait_until  # noqa: E402
 
 PGBIN = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
@@ -27,7 +27,7 @@ AS_SERVER = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # the gateway under test (IM_FAILOVER_GATEWAY: another build, e.g. to see a check fail)
 GATEWAY = os.environ.get("IM_FAILOVER_GATEWAY", os.path.join(ROOT, "gateway", "im_gateway"))
-# issue 12's push relay follows the primary like the gateway; failover.py
+# The push relay follows the primary like the gateway; failover.py
 # starts a stub push gateway and sets PUSH_URL before the clients start
 RELAY = os.path.join(ROOT, "gateway", "im_push_relay")
 RELAY_KEY = os.path.join(ROOT, "test", "push", "relay_key.pem")
@@ -41,7 +41,7 @@ def run(cmd, **kw):
                           text=True, **kw)
 
 
-# What every node runs with: the harness's settings (test/cluster.sh) plus
+# What every node runs with: the harness's settings (test/harness/cluster.sh) plus
 # streaming replication; the log prefix names the backend type (%b), so a
 # fanout worker's lines read "im_sync fanout worker ERROR: ...".  fsync is off in the suite like the other suites
 # (a throwaway cluster; `kill -9` and `-m immediate` lose no page the OS

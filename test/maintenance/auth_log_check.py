@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Failed authentications are counted, and summarized in the log (issue 8 item 14).
+"""Failed authentications are counted, and summarized in the log.
 
 Run by test/suites/45-maintenance.sh against database im_test with the
 server log's path as argument.  300 failed im.authenticate calls, each its

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A simulated month of traffic with only maintenance running (issue 8 item 10).
+"""A simulated month of traffic with only maintenance running.
 
 Run by test/suites/45-maintenance.sh in a fresh database (argument 1).
 Every window is shrunk so that one simulated day is one second of wall
@@ -27,7 +27,7 @@ import random
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 from checklib import check, failures, Session  # noqa: E402
 
 DAY = 1.0                     # seconds of wall clock per simulated day

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The first fanout worker runs maintenance on its own (contract §8, issue 8 item 9).
+"""The first fanout worker runs maintenance on its own (contract §8).
 
 Run by test/suites/45-maintenance.sh against database im_test (the workers'
 database; they start paused).  With the workers unpaused,
@@ -14,7 +14,7 @@ rows are removed at the end; settings are reset.
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 from checklib import check, failures, wait_for, Session  # noqa: E402
 
 BASE = 7_200_000

@@ -21,9 +21,9 @@ recomputed locally match; the server ACK never moves backwards.
 
     model_test.py [--seed N ...] [--random-seeds N] [--steps N] [--dsn DSN]
 
-Against a router (issue 15; IM_SHARDS_DIR set by test/shards.sh) every
+Against a router (sharding; IM_SHARDS_DIR set by test/harness/shards.sh) every
 figure comes through the API: session settings go to every node through
-`test/shards.sh set` (they do not cross PL/Proxy), and the few reads of
+`test/harness/shards.sh set` (they do not cross PL/Proxy), and the few reads of
 tables a single node allows are API calls there (ROUTER below).
 
 Without --seed it runs a fixed set of seeds, the pinned (seed, steps) runs
@@ -52,10 +52,10 @@ import psycopg2
 import psycopg2.extensions
 import psycopg2.extras
 
-# Issue 15: the DSN names a router; no node's table is read, settings are per node.
+# Sharding: the DSN names a router; no node's table is read, settings are per node.
 SHARDS_DIR = os.environ.get('IM_SHARDS_DIR')
 ROUTER = bool(SHARDS_DIR)
-SHARDS_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'shards.sh')
+SHARDS_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'harness', 'shards.sh')
 
 
 # settings changed on the nodes (they persist there, unlike SET): reset at exit
@@ -70,7 +70,7 @@ def reset_node_settings():
 
 def set_setting(conn, name, value):
     """SET name = value for conn's session; on a router, on every node
-    (test/shards.sh set), since session settings do not reach the nodes."""
+    (test/harness/shards.sh set), since session settings do not reach the nodes."""
     if ROUTER:
         subprocess.run(['bash', SHARDS_SH, 'set', name, value], check=True, stdout=subprocess.DEVNULL)
         NODE_SETTINGS.add(name)
@@ -159,7 +159,7 @@ def sha256_hex(text):
 
 POS_KEYS = ('kind', 'conversation_id', 'msg_seq', 'message_id', 'sender_id',
             'content_type', 'body', 'target_message_id', 'recalled', 'created_at')
-# Contract §14 (issue 11): a message also carries reply_to_message_id; in
+# Contract §14 (reactions, pins, replies): a message also carries reply_to_message_id; in
 # fetch_messages it carries its reactions as the reader sees them.
 REPLY_KEY = 'reply_to_message_id'
 VIEW_KEYS = ('reactions', 'my_reactions')
@@ -425,7 +425,7 @@ class Model:
         body = {'text': 'msg %s from %d' % (k, s), 'n': self.ckey}
         if self.rng.random() < 0.1:
             body['text'] += ' "quoted" \\ tab\t ü'
-        # issue 11: sometimes a reply to a live message the sender may see
+        # replies: sometimes a reply to a live message the sender may see
         reply = None
         if self.rng.random() < 0.2:
             targets = self.visible_live(s, c)
@@ -459,7 +459,7 @@ class Model:
             "ORDER BY 1", (c, recalled, c, u))]
 
     def op_react(self):
-        """issue 11: set or clear a key of a member's reactions; sometimes
+        """Reactions: set or clear a key of a member's reactions; sometimes
         on a recalled message (IS409, nothing written)."""
         c = self.rng.choice(sorted(self.members))
         if not self.members[c]:
@@ -489,7 +489,7 @@ class Model:
         self.count('op.react' if present else 'op.unreact')
 
     def op_pin(self):
-        """issue 11: pin or unpin a live message for the conversation."""
+        """Pins: pin or unpin a live message for the conversation."""
         c = self.rng.choice(sorted(self.members))
         if not self.members[c]:
             return self.op_join()
@@ -977,7 +977,7 @@ class Model:
             for mid in it['recalled_message_ids'] or []:
                 t = conv.by_id(mid)
                 check(t is None or t['recalled'], 'manifest recalls %s, fetch_messages shows it live', mid)
-            # issue 11: the item's pin list is the latest pin position up to its last_msg_seq
+            # pins: the item's pin list is the latest pin position up to its last_msg_seq
             check(it['pinned'] == pin_view(conv), 'snapshot item c%d pinned %r, fetch_messages up to %d says %r',
                   c, it['pinned'], it['last_msg_seq'], pin_view(conv))
         a = self.q1("SELECT * FROM im.ack_snapshot(%s, %s, %s, %s)", (d.user, d.name, tok, manifest))
@@ -1047,7 +1047,7 @@ class Model:
                                                u, d.name, c, len(have), len(want), diff or (have[len(want):] or want[len(have):])[:3]))
                     check(got[c].read == read, 'user %d device %s conversation %d read cursor %d, server %d',
                           u, d.name, c, got[c].read, read)
-                    # issue 11: the local view of reactions (latest set per
+                    # reactions: the local view of reactions (latest set per
                     # user, replayed in msg_seq order) is fetch_messages'
                     for mid, (counts, mine) in views[c].items():
                         local = reaction_view(got[c], mid, u)
@@ -1130,7 +1130,7 @@ def main():
                   c.get('switch.auto', 0), c.get('switch.noop', 0), c.get('dirty.events', 0),
                   c.get('dirty.fetches', 0), c.get('dirty.raced', 0), c.get('clear.ok', 0),
                   c.get('clear.failed', 0), c.get('final.shared_log_convs', 0)))
-        print('  relations (issue 11): reactions views compared=%d' % c.get('final.reaction_views', 0))
+        print('  relations: reactions views compared=%d' % c.get('final.reaction_views', 0))
         print('  sync statuses: ' + ', '.join('%s=%d' % (k[5:], v) for k, v in sorted(c.items())
                                                 if k.startswith('sync.') and k[5:].isupper()))
     print('model: %d seeds, %d failed' % (len(seeds), failed))

@@ -1,4 +1,4 @@
--- Contract §12 / issue 8 item 17: after im.set_extension_owner(role) the
+-- Contract §12: after im.set_extension_owner(role) the
 -- SECURITY DEFINER API runs as a dedicated NOLOGIN role instead of the
 -- superuser who installed it, and the whole API still works for the
 -- gateway's and the application's roles.  The schema and set_extension_owner

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """router_check.py — the router extension (im_sync_router) against a running
-sharded installation (test/shards.sh up 3): the map, every routed function at
+sharded installation (test/harness/shards.sh up 3): the map, every routed function at
 least once, multi-node calls (message_status/message_facts merge,
 conversation_list heads, run_fanout waiting for transfers, claim_push_jobs'
 total, refresh_presence split, rotate/retire on every node, metrics labels,
@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 from checklib import ShardsDir, check, connect, failures, queries, section, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
@@ -284,7 +284,7 @@ def push_13():
 # --------------------------------------------- push jobs over every node
 @section
 def push_jobs_over_every_node():
-    shards_sh = os.environ.get("IM_SHARDS_SH", os.path.join(ROOT, "test", "shards.sh"))
+    shards_sh = os.environ.get("IM_SHARDS_SH", os.path.join(ROOT, "test", "harness", "shards.sh"))
     for name, value in (("im_sync.push_public_key_file", PUBKEY), ("im_sync.push_delay", "0"),
                         ("im_sync.push_min_interval", "0")):
         subprocess.run(["bash", shards_sh, "set", name, value], check=True, stdout=subprocess.DEVNULL)
@@ -610,7 +610,7 @@ def a_silent_host():
 # ------------------------------------- an ex-member's conversation_list (§15)
 @section
 def ex_member_mode():
-    """Known gap (5) of issue 15: a mode switch of a group with no member
+    """A known sharding gap: a mode switch of a group with no member
     left on a node reached no copy there, so the ex-member's row showed the
     mode in force when it left.  On one node conversation_list reads the
     conversation row itself — the current mode, like the authoritative head

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """router_security.py — what a login role without grants can reach through
 the router (im_sync_router), against a running sharded installation
-(test/shards.sh up): run by test/router/router_check.sh after
+(test/harness/shards.sh up): run by test/router/router_check.sh after
 router_check.py.
 
   probe_leaves_no_connection  as a plain login role, a statement_timeout
@@ -29,13 +29,13 @@ import struct
 import sys
 import threading
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 from checklib import ShardsDir, check, connect, failures, queries, section, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
 
 ROUTER, SHARDS_DIR = sys.argv[1], sys.argv[2]
-ROLE = "im_app"         # a plain login role (test/shards.sh creates it everywhere)
+ROLE = "im_app"         # a plain login role (test/harness/shards.sh creates it everywhere)
 OTHER = "im_relay"      # another one that is granted nothing here
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """ack_window_check.py — the failover window of a user node's applied
-records (issue 15, extension/doc/sharding.md, "The failover window of an
+records (extension/doc/sharding.md, "The failover window of an
 applied record"), against a running sharded installation whose node FAILING has a
-synchronous streaming standby (test/shards.sh standby FAILING;
+synchronous streaming standby (test/harness/shards.sh standby FAILING;
 standby_check.sh sets it up after its first drill).
 
 PostgreSQL 15's logical senders do not wait for the synchronous standby:
@@ -22,7 +22,7 @@ then loses it.  The drill opens that window on purpose:
      then: whatever FAILING's last transactions published has reached it;
   4. check: SOURCE still holds every transfer of the window (nothing was
      acknowledged that the standby does not have);
-  5. kill -9 of FAILING's primary, promote the standby, test/shards.sh
+  5. kill -9 of FAILING's primary, promote the standby, test/harness/shards.sh
      reattach FAILING, run_fanout: every send of the window is applied on
      every recipient's node (message_facts' in_sync_scope), none twice,
      the router's reconcile is empty.
@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 from checklib import ShardsDir, check, connect, failures, kill9_postmaster, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
@@ -49,7 +49,7 @@ import psycopg2  # noqa: E402
 ROUTER, DIR, FAILING = sys.argv[1], sys.argv[2], sys.argv[3]
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-SHARDS = os.path.join(ROOT, "test", "shards.sh")
+SHARDS = os.path.join(ROOT, "test", "harness", "shards.sh")
 PGBIN = subprocess.check_output(["pg_config", "--bindir"], text=True).strip()
 AS_SERVER = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 WINDOW_SENDS = 24
@@ -134,7 +134,7 @@ q(SB, "ALTER SYSTEM RESET primary_conninfo")
 SB.close()
 r = subprocess.run(["bash", SHARDS, "reattach", FAILING], env=dict(os.environ, IM_SHARDS_DIR=DIR),
                    capture_output=True, text=True)
-check(r.returncode == 0, f"test/shards.sh reattach {FAILING}", r.stderr[-800:])
+check(r.returncode == 0, f"test/harness/shards.sh reattach {FAILING}", r.stderr[-800:])
 q(R, "SET im_router.run_fanout_timeout = '60s'")
 last_error = []
 

@@ -1,6 +1,6 @@
 """deletefm_check.py <router-dsn> <shards-dir> — delete_for_me through the
 router when the user and the conversation are on different nodes, against
-`test/shards.sh up 3` (the 70-shards suite runs it):
+`test/harness/shards.sh up 3` (the 70-shards suite runs it):
 
   first_contact  create_conversation of two users on different nodes,
                  send_message, then at once delete_for_me for the other
@@ -26,7 +26,7 @@ import os
 import random
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 import psycopg2  # noqa: E402
 import psycopg2.extras  # noqa: E402
 from checklib import ShardsDir, check, connect, failures  # noqa: E402

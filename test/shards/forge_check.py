@@ -1,5 +1,5 @@
 """forge_check.py <shards-dir> — trust between nodes, against
-`test/shards.sh up 3` (the 70-shards suite runs it after transfer_check.py).
+`test/harness/shards.sh up 3` (the 70-shards suite runs it after transfer_check.py).
 
 node1 plays a compromised node: its superuser writes rows into its own
 im.transfer_out / im.transfer_ack (its arrival triggers disabled, its
@@ -34,7 +34,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 import psycopg2  # noqa: E402
 from checklib import Session, ShardsDir, check, failures, wait_for  # noqa: E402
 

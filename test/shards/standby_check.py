@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""standby_check.py — a node fails over to its standby (issue 15,
-extension/doc/sharding.md, known gap 4), against a running sharded installation whose
+"""standby_check.py — a node fails over to its standby
+(extension/doc/sharding.md), against a running sharded installation whose
 node FAILING has a synchronous streaming standby and a multi-host conninfo
-in the router's map (test/shards.sh standby FAILING; standby_check.sh sets
+in the router's map (test/harness/shards.sh standby FAILING; standby_check.sh sets
 it all up).
 
 The drill: a send storm through the router over conversations on every
@@ -10,7 +10,7 @@ node and a gateway on the router; `kill -9` of FAILING's primary
 postmaster; while it is down sends elsewhere go on and its own calls fail
 with 08006; `pg_ctl promote` of the standby; the same router session and
 the gateway reach the new primary with no reconfiguration (the map's
-version is unchanged); the operator step `test/shards.sh reattach FAILING`
+version is unchanged); the operator step `test/harness/shards.sh reattach FAILING`
 (PostgreSQL 15 does not carry logical slots to a standby: the slots on
 FAILING are gone and its subscriptions' origins may stand behind what the
 old primary confirmed); then everything acknowledged is there exactly once,
@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 from checklib import ShardsDir, check, connect, failures, free_port, kill9_postmaster, queries, wait_for  # noqa: E402
 
 import psycopg2  # noqa: E402
@@ -34,7 +34,7 @@ import psycopg2  # noqa: E402
 ROUTER, DIR, FAILING = sys.argv[1], sys.argv[2], sys.argv[3]
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-SHARDS = os.path.join(ROOT, "test", "shards.sh")
+SHARDS = os.path.join(ROOT, "test", "harness", "shards.sh")
 PGBIN = subprocess.check_output(["pg_config", "--bindir"], text=True).strip()
 AS_SERVER = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
@@ -164,7 +164,7 @@ for t in threads:
 env = dict(os.environ, IM_SHARDS_DIR=DIR)
 if not os.environ.get("IM_STANDBY_NO_REATTACH"):
     r = subprocess.run(["bash", SHARDS, "reattach", FAILING], env=env, capture_output=True, text=True)
-    check(r.returncode == 0, f"test/shards.sh reattach {FAILING}", r.stderr[-800:])
+    check(r.returncode == 0, f"test/harness/shards.sh reattach {FAILING}", r.stderr[-800:])
 q("SET im_router.run_fanout_timeout = %s", (os.environ.get("IM_STANDBY_FANOUT_TIMEOUT", "120s"),))
 try:
     q1("SELECT im.run_fanout()")

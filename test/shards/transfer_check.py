@@ -1,5 +1,5 @@
-"""transfer_check.py <shards-dir> — node-level transfer checks of issue 15
-against `test/shards.sh up 3` (the 70-shards suite runs it):
+"""transfer_check.py <shards-dir> — node-level transfer checks of sharding
+against `test/harness/shards.sh up 3` (the 70-shards suite runs it):
 
   baseline      conversations on all three nodes, members spread over the
                 three, sends on every node at once (two or three conversation
@@ -13,7 +13,7 @@ against `test/shards.sh up 3` (the 70-shards suite runs it):
   stop          immediate stop of one node during a send storm on the other
                 two, restart: nothing acknowledged lost or doubled
   slot_limit    a slot reaching max_slot_wal_keep_size: detected by
-                reconcile, repaired by `test/shards.sh resubscribe`
+                reconcile, repaired by `test/harness/shards.sh resubscribe`
   poison        a transfer that fails to apply is quarantined and holds the
                 later ones of its conversation (other conversations flow);
                 after the cause is gone it is retried, all apply in order
@@ -34,12 +34,12 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 import psycopg2  # noqa: E402
 from checklib import ShardsDir, check, failures, wait_for  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARDS = os.path.join(HERE, "..", "shards.sh")
+SHARDS = os.path.join(HERE, "..", "harness", "shards.sh")
 DIR = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("IM_SHARDS_DIR")
 if not DIR:
     sys.exit("usage: transfer_check.py <shards-dir>")
@@ -596,7 +596,7 @@ def drill_key_reuse():
     client_msg_id in conversations on different nodes.  A user node holding
     copies of both (and a conversation of its own where the sender reuses
     the key once more) must deliver all of them: copies never take part in
-    the sender's key there (known gap (1) of issue 15: the second copy
+    the sender's key there (a known sharding gap: the second copy
     collided and was quarantined).  On each conversation node the key stays
     (sender, client_msg_id): a retry answers the original, another request
     IS409."""
@@ -660,7 +660,7 @@ def drill_key_reuse():
 
 
 def drill_prune():
-    """Known gap (3) of issue 15: maintenance prunes im.transfer_ack (a
+    """A known sharding gap: maintenance prunes im.transfer_ack (a
     destination's own acks, once every logical slot confirmed them) and
     applied im.transfer_in rows (ack gone, older than
     im_sync.transfer_retention, 0 here), and a replay of the pruned

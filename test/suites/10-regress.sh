@@ -2,7 +2,7 @@
 # pg_regress: sql/*.sql against expected/*.out, fanout workers paused.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 tests=$(ls sql/*.sql 2>/dev/null | xargs -n1 basename | sed 's/\.sql$//' | sort)
 [ -n "$tests" ] || { echo "no pg_regress tests"; exit 1; }
 PGXS_DIR=$(dirname "$(pg_config --pgxs)")/..

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Server log privacy (issue 8 item 13): failing calls of every function that
+# Server log privacy: failing calls of every function that
 # takes a message body or a token — errors raised by im_sync itself and
 # errors raised by SPI inside it (a READ ONLY transaction makes the first
 # row lock fail) — must leave no body text and no token in the server log.
@@ -8,7 +8,7 @@
 # log, which proves the statement logging this test relies on is on.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 log="$IM_TMP/server.log"
 db=im_log_privacy
 im_createdb $db

@@ -3,7 +3,7 @@
 # concurrent sessions, never sleeps.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 tests=$(ls test/isolation/specs/*.spec 2>/dev/null | xargs -n1 basename | sed 's/\.spec$//' | sort)
 [ -n "$tests" ] || { echo "no isolation specs"; exit 1; }
 PGXS_DIR=$(dirname "$(pg_config --pgxs)")/..

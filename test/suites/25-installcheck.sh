@@ -13,7 +13,7 @@
 #      the server a file of the tree are skipped, saying why; the rest pass.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 root=$PWD
 # PostgreSQL refuses to run as root: as root the server runs as `postgres`
 if [ "$(id -u)" = 0 ]; then IM_AS_SERVER="runuser -u postgres --"; su=postgres; else IM_AS_SERVER=""; su=$(id -un); fi
@@ -94,8 +94,8 @@ fi
 tree=$work/tree
 mkdir -m 700 "$tree"
 cp -a Makefile im_sync.control sql expected "$tree/"
-mkdir -p "$tree/test/push"
-cp -a test/installcheck_preflight.sh "$tree/test/"
+mkdir -p "$tree/test/push" "$tree/test/harness"
+cp -a test/harness/installcheck_preflight.sh "$tree/test/harness/"
 cp -a test/isolation "$tree/test/"
 cp -a test/push/*.pem "$tree/test/push/"
 needs_tree=$(grep -l PG_ABS_SRCDIR sql/*.sql | xargs -r -n1 basename | sed "s/\.sql$//" | sort)

@@ -8,8 +8,8 @@
 # preloaded, and fanout_workers = 0 (test/worker/no_preload_check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
-# The distribution's python has psycopg2 (python3-psycopg2 in test/deps.txt).
+source test/harness/cluster.sh
+# The distribution's python has psycopg2 (python3-psycopg2 in test/harness/deps.txt).
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 rc=0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Maintenance (issue 8 items 5, 9, 10, 14) in the harness's preloaded cluster:
+# Maintenance in the harness's preloaded cluster:
 #   - a simulated month of traffic with only maintenance running ends with
 #     reconcile() clean and every table bounded by its retention, and the
 #     same traffic without maintenance does not (test/maintenance/simulated_month.py);
@@ -9,7 +9,7 @@
 #     line per minute in the server log (test/maintenance/auth_log_check.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 rc=0

@@ -6,7 +6,7 @@
 # random seed (printed, replayable).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 im_createdb im_model
 IM_MODEL_DSN="host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_model" \
   /usr/bin/python3 test/model/model_test.py --steps "${IM_MODEL_STEPS:-500}" ${IM_MODEL_ARGS:-}

@@ -5,7 +5,7 @@
 # and exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 export PGDATABASE=im_test IM_E2E_DB=im_test PGBIN
 
 make -s -C gateway im_gateway || exit 1
@@ -31,7 +31,7 @@ export IM_GW_URL="ws://127.0.0.1:$port/" IM_E2E_MAX_FRAME=65536
 rc=0
 py="${IM_PYTHON:-/usr/bin/python3}"
 "$py" test/e2e/test_gateway.py ${IM_E2E_TESTS:-} || rc=1
-# data-path hardening (issue 8 items 1, 2, 4, 7, 15); IM_E2E_SCRIPTS picks some
+# data-path hardening; IM_E2E_SCRIPTS picks some
 for t in ${IM_E2E_SCRIPTS:-body_roundtrip notify_spoof metrics_cache int_range large_replies relations hello_order hello_forged_claims}; do
   "$py" test/e2e/test_$t.py || rc=1
 done
@@ -46,7 +46,7 @@ port3=$(im_free_port)
 gw3=$!
 for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port3/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
 IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_small_gateway.py || rc=1
-# issue 11: react, pin and reply with the gateway role's grants only
+# reactions, pins, replies: react, pin and reply with the gateway role's grants only
 IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_relations.py || rc=1
 IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_gateway.py scenario shared_log supersede revoke http || rc=1
 if grep -q 'permission denied\|members_lookup_failed' "$IM_TMP/gateway-small.log"; then
@@ -65,7 +65,7 @@ for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port2/healthz" >/dev/null 2>&
 IM_GW_URL="ws://127.0.0.1:$port2/" "${IM_PYTHON:-/usr/bin/python3}" test/e2e/test_hello_pacing.py || { echo "FAIL hello pacing"; rc=1; }
 kill -TERM "$gw2"; wait "$gw2"
 
-# issue 12: offline push — im_push_relay, the stub push gateway, presence
+# offline push: im_push_relay, the stub push gateway, presence
 # through a gateway of its own, in a database of its own (test/e2e/test_push.py)
 make -s -C gateway im_push_relay || rc=1
 # the relay's secret wiping, Retry-After parsing and scheme limits (gateway/relay/test_push_relay.c)
@@ -80,7 +80,7 @@ else wait "$gw"; st=$?; [ $st -eq 0 ] || { echo "gateway exit status $st after S
 # logs are single key=value lines and never hold tokens or bodies
 if grep -v '^ts=' "$log" | grep -q .; then echo "unstructured log lines:"; grep -v '^ts=' "$log" | head; rc=1; fi
 if grep -Eq 'token=|"text"|hello bob|RAAAA' "$log"; then echo "log leaks tokens or bodies"; rc=1; fi
-# user and device ids only as hashes keyed with --log-key (issue 8 item 13)
+# user and device ids only as hashes keyed with --log-key (log privacy)
 "$py" test/e2e/check_log_hashes.py "$log" "$logkey" || rc=1
 [ $rc -eq 0 ] || tail -n 30 "$log"
 exit $rc

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 62-e2e-transport: im_gateway transport hardening (issue 8 items 3, 11, 12).
+# 62-e2e-transport: im_gateway transport hardening.
 #  1. test/e2e/test_transport.py against a gateway with shrunk keepalive and
 #     caps, plus one with an Origin allow-list (caps, 503, 403, pings/1001,
 #     NOT_AUTHENTICATED before welcome, refused hellos that keep the epoch,
@@ -12,7 +12,7 @@
 #     with a certificate made here by openssl req.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 export PGDATABASE=im_test IM_E2E_DB=im_test PGBIN
 PY=${IM_PYTHON:-/usr/bin/python3}
 GW=${IM_GATEWAY_BIN:-./gateway/im_gateway}

@@ -5,9 +5,9 @@
 # $IM_TMP/client/screenshots (kept with IM_KEEP=1).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
-bash test/install_node_deps.sh || exit 1
-command -v chromium >/dev/null || { echo "chromium is missing (test/deps.txt; make deps installs it)"; exit 1; }
+source test/harness/cluster.sh
+bash test/harness/install_node_deps.sh || exit 1
+command -v chromium >/dev/null || { echo "chromium is missing (test/harness/deps.txt; make deps installs it)"; exit 1; }
 make -s -C gateway im_gateway || exit 1
 im_psql -d im_test -c "ALTER SYSTEM SET im_sync.fanout_paused = off" -c "SELECT pg_reload_conf()" >/dev/null || exit 1
 cleanup() { im_psql -d im_test -c "ALTER SYSTEM RESET im_sync.fanout_paused" -c "SELECT pg_reload_conf()" >/dev/null 2>&1; }

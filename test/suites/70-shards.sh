@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# 70-shards (issue 15): the gateway, the relay and the test harnesses
+# 70-shards (sharding): the gateway, the relay and the test harnesses
 # against a router over three nodes.
 #
 #  1. test/e2e/test_node_listen.py — the gateway's and the relay's per-node
 #     LISTEN connections against two throwaway clusters and a stand-in
-#     im.shard_nodes() (needs neither the router nor test/shards.sh).
-#  2. With test/shards.sh and the im_sync_router extension installed:
-#     `test/shards.sh up 3`, then against the router — the model test (its
+#     im.shard_nodes() (needs neither the router nor test/harness/shards.sh).
+#  2. With test/harness/shards.sh and the im_sync_router extension installed:
+#     `test/harness/shards.sh up 3`, then against the router — the model test (its
 #     fixed seeds; through the router it also deletes for a member on
 #     another node right after a send; 50 random seeds instead:
 #     IM_SHARDS_MODEL_ARGS="--random-seeds 50 --steps 200"),
@@ -19,7 +19,7 @@
 #     forged-row checks test/shards/forge_check.py, and the
 #     standby drill test/shards/standby_check.sh (its own installation).
 #     Users are consecutive ids and direct conversations take the bucket of
-#     (a + b) % 64, so most fanout crosses nodes.  `test/shards.sh down` at
+#     (a + b) % 64, so most fanout crosses nodes.  `test/harness/shards.sh down` at
 #     the end, also on failure.
 # A part that cannot run here says "NOT RUN" and why; it is never counted
 # as passed.  IM_SHARDS_SKIP (comma-separated part names: model, e2e,
@@ -32,7 +32,7 @@
 # so the harnesses after it see the defaults.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 py="${IM_PYTHON:-/usr/bin/python3}"
 rc=0
 notrun=()
@@ -54,8 +54,8 @@ IM_TMP="$IM_TMP" PGBIN="$PGBIN" "$py" test/e2e/test_node_listen.py || rc=1
 router_installed() {
   [ -f "$("$PGBIN/pg_config" --sharedir 2>/dev/null || pg_config --sharedir)/extension/im_sync_router.control" ]
 }
-if [ ! -f test/shards.sh ]; then
-  echo "NOT RUN: everything against a router — test/shards.sh (h15-shnode) is missing"
+if [ ! -f test/harness/shards.sh ]; then
+  echo "NOT RUN: everything against a router — test/harness/shards.sh (h15-shnode) is missing"
   exit $rc
 fi
 if ! router_installed; then
@@ -64,11 +64,11 @@ if ! router_installed; then
 fi
 
 export IM_SHARDS_DIR="$IM_TMP/shards"
-down() { bash test/shards.sh down >/dev/null 2>&1 || true; }
+down() { bash test/harness/shards.sh down >/dev/null 2>&1 || true; }
 trap down EXIT
-echo "--- test/shards.sh up 3"
-if ! bash test/shards.sh up 3 >"$IM_TMP/shards-up.log" 2>&1; then
-  echo "FAIL test/shards.sh up 3"; tail -n 30 "$IM_TMP/shards-up.log"; exit 1
+echo "--- test/harness/shards.sh up 3"
+if ! bash test/harness/shards.sh up 3 >"$IM_TMP/shards-up.log" 2>&1; then
+  echo "FAIL test/harness/shards.sh up 3"; tail -n 30 "$IM_TMP/shards-up.log"; exit 1
 fi
 ROUTER=$(tail -n 1 "$IM_TMP/shards-up.log")
 echo "router: $ROUTER"
@@ -88,7 +88,7 @@ export IM_ROUTER_DSN="$ROUTER" IM_E2E_DB="$DB"
 
 # Every figure is read through the router: a harness that would read a
 # node's table or SET a session setting asks im.* functions or
-# `test/shards.sh set` instead when IM_SHARDS_DIR is set.
+# `test/harness/shards.sh set` instead when IM_SHARDS_DIR is set.
 if want model; then
   echo "--- model test against the router"
   IM_MODEL_DSN="$ROUTER" "$py" test/model/model_test.py ${IM_SHARDS_MODEL_ARGS:---seed 1 --seed 2 --seed 3 --seed 4 --seed 5 --seed 6 --steps 200} || rc=1
@@ -118,7 +118,7 @@ if want e2e; then
   echo "--- e2e against the router"
   "$py" test/e2e/test_gateway.py scenario hint_loss shared_log supersede revoke spoofed bad_frames \
       first_frame rate_limit reconnect_storm http || rc=1
-  # hello_order: issue 15 gap 6, a stale hello must not supersede a newer one
+  # hello_order: a stale hello must not supersede a newer one
   for t in body_roundtrip int_range large_replies relations hello_order; do
     "$py" test/e2e/test_$t.py || rc=1
   done
@@ -133,7 +133,7 @@ fi
 
 if ! want client; then
   :
-elif bash test/install_node_deps.sh >/dev/null 2>&1; then
+elif bash test/harness/install_node_deps.sh >/dev/null 2>&1; then
   echo "--- Node client test against the router"
   mkdir -p "$IM_TMP/client"
   IM_CLIENT_TMP="$IM_TMP/client" IM_CLIENT_DB="$DB" IM_CLIENT_DSN="$ROUTER" PGBIN="$PGBIN" \
@@ -185,9 +185,9 @@ else
   notrun+=("test/router/router_check.sh (not present)")
 fi
 if want standby; then
-  # issue 15 known gap 4 (≈ 45 s): its own installation, node2 with a
+  # a node failing over to its standby (≈ 45 s): its own installation, node2 with a
   # synchronous standby behind a multi-host conninfo; kill -9, promote,
-  # test/shards.sh reattach node2, nothing lost or doubled, reconcile empty;
+  # test/harness/shards.sh reattach node2, nothing lost or doubled, reconcile empty;
   # then the failover window of applied records (ack_window_check.py, node3:
   # its standby stops receiving WAL while node1's transfers are applied on
   # it; nothing it lacked was acknowledged, nothing lost after kill -9)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Upgrade from the last release (or IM_UPGRADE_FROM) as a DBA does it (issue 9 item 7), in a
+# Upgrade from the last release (or IM_UPGRADE_FROM) as a DBA does it, in a
 # private copy of PostgreSQL under a temp directory (the binaries are
 # relocatable), so neither the system install nor the suite's cluster is
 # touched:
@@ -65,7 +65,7 @@ make -C "$up/src-$release" -j2 PG_CONFIG="$PGBIN/pg_config" im_sync.so "extensio
 install -m 755 "$up/src-$release/im_sync.so" "$priv_lib/"
 install -m 644 "$up/src-$release/im_sync.control" "$up/src-$release/extension/im_sync--$release.sql" "$priv_ext/"
 
-source test/cluster.sh
+source test/harness/cluster.sh
 cleanup() {
   im_cluster_destroy || true
   if [ -z "${IM_KEEP:-}" ]; then rm -rf "$up"; else echo "upgrade files kept in $up and $IM_TMP"; fi

@@ -15,7 +15,7 @@
 #      router but im_router.probe is executable by a role without grants.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 read -r release commit < <(grep -v '^#' test/upgrade/router_releases.txt | tail -n 1)
 latest=$(sed -n "s/^default_version = '\(.*\)'/\1/p" extension/router/im_sync_router.control)
 [ -n "$release" ] && [ -n "$commit" ] && [ -n "$latest" ] && [ "$release" != "$latest" ] \

@@ -7,7 +7,7 @@
 # the end (ALTER SYSTEM RESET, fanout paused) for later suites.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source test/cluster.sh
+source test/harness/cluster.sh
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 im_psql -d postgres -c "DROP DATABASE IF EXISTS im_test WITH (FORCE)" -c "CREATE DATABASE im_test" \

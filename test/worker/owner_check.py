@@ -30,7 +30,7 @@ import sys
 
 import psycopg2
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 from checklib import check, connect, failures, wait_for, Session  # noqa: E402
 
 WORKER_TYPE = "im_sync fanout worker"

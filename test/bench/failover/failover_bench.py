@@ -1,4 +1,4 @@
-"""failover_bench.py — issue 14's benchmark (NOT a test); run by
+"""failover_bench.py — the failover benchmark (NOT a test); run by
 test/bench/failover.sh.
 
 A primary and a streaming standby at production durability (fsync,

@@ -1,4 +1,4 @@
--- The floor (issue 10): one data-modifying statement that row-locks and
+-- The floor: one data-modifying statement that row-locks and
 -- increments the conversation's head, inserts the message row and one
 -- outbox row; sender and conversation looked up from bench.conv as
 -- send.sql does.  No membership or idempotency check, no C, no SPI.

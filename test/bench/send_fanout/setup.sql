@@ -1,7 +1,7 @@
 -- Benchmark fixture (database im_test of the bench cluster).
 -- bench.conv maps a pgbench index to a conversation and its member range;
 -- both sides look the sender and conversation up from it the same way.
--- bench.* tables are the floor's (issue 10): a message table with primary
+-- bench.* tables are the floor's: a message table with primary
 -- key (conversation_id, msg_seq), unique message_id and unique
 -- (sender_id, client_msg_id); an outbox with its primary key only; a
 -- conversation table whose head the floor row-locks and increments.

@@ -4,7 +4,7 @@
 1. Catch-up throughput: one device reads 20,000 events of its user's log
    through im.sync_changes (first call + cursor pages, signed batch tokens
    and cursors included) at page sizes 100 and 1,000, against the floor of
-   issue 10: the bare range query over the same inbox rows joined to their
+   the floor: the bare range query over the same inbox rows joined to their
    im.event rows, ORDER BY sync_seq LIMIT page from the last position, each
    page returned as one jsonb_agg of objects with the same keys as the
    API's events (contract §11 + sync_seq).  Both sides are prepared
@@ -156,7 +156,7 @@ def catch_up(user, dev, gen, la, limit):
     return total
 
 
-# The floor of issue 10, prepared once like the API's kept plans.
+# The floor, prepared once like the API's kept plans.
 FLOOR_PREPARE = """
 PREPARE floor_page(bigint, bigint, int) AS
 SELECT max(sync_seq), count(*), jsonb_agg(ev ORDER BY sync_seq)::text FROM (

@@ -7,8 +7,8 @@
 # Starts its own throwaway cluster (fanout workers paused: the demo runs
 # fanout itself so each step is visible) and stops it at the end.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source test/cluster.sh
+cd "$(dirname "$0")/../.."
+source test/harness/cluster.sh
 im_cluster_start "im_sync.fanout_paused = on" "im_sync.fanout_workers = 0" >/dev/null || exit 1
 trap im_cluster_destroy EXIT
 im_createdb im_demo

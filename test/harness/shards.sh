@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# test/shards.sh — a throwaway sharded installation for tests (issue 15):
-#   test/shards.sh up [N]        N node clusters (default 3) and one router
+# test/harness/shards.sh — a throwaway sharded installation for tests:
+#   test/harness/shards.sh up [N]        N node clusters (default 3) and one router
 #                                cluster on free ports; prints the router's
 #                                conninfo as its LAST line
-#   test/shards.sh down          stops everything `up` started
-#   test/shards.sh resubscribe SRC DST  the repair path of a lost slot (below)
-#   test/shards.sh standby NODE  a synchronous streaming standby for NODE, and
+#   test/harness/shards.sh down          stops everything `up` started
+#   test/harness/shards.sh resubscribe SRC DST  the repair path of a lost slot (below)
+#   test/harness/shards.sh standby NODE  a synchronous streaming standby for NODE, and
 #                                NODE's conninfo rewritten everywhere to the
 #                                multi-host form (host=a,b port=p1,p2
 #                                target_session_attrs=read-write)
-#   test/shards.sh reattach NODE the operator step after NODE failed over to its
+#   test/harness/shards.sh reattach NODE the operator step after NODE failed over to its
 #                                standby: every subscription to and from NODE
 #                                re-created (resubscribe both ways)
-#   test/shards.sh set NAME VAL  one setting on every node (ALTER ROLE ALL IN
+#   test/harness/shards.sh set NAME VAL  one setting on every node (ALTER ROLE ALL IN
 #                                DATABASE … SET, then reload): session settings
 #                                do not cross PL/Proxy
-#   test/shards.sh reset NAME    undoes `set NAME` on every node
+#   test/harness/shards.sh reset NAME    undoes `set NAME` on every node
 # State lives in $IM_SHARDS_DIR (default: a temp dir `up` prints; pass the same
 # IM_SHARDS_DIR to `down`/`set`): `nodes` (one line per node: name, conninfo),
 # `router` (the router's conninfo), `clusters` (one data dir per cluster: the
@@ -27,8 +27,8 @@
 # subscription im_<source>_to_<dest> on the destination.  If im_sync_router is installed, the router
 # database gets it and im_router.configure(...) with the same map.
 set -euo pipefail
-IM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-source "$IM_ROOT/test/cluster.sh"
+IM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$IM_ROOT/test/harness/cluster.sh"
 
 DB=${IM_SHARDS_DB:-im}
 # WAL a slot may hold back before PostgreSQL invalidates it (then the

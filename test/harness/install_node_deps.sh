@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The client's npm packages (gateway/package-lock.json) into gateway/node_modules,
 # with `npm ci` (exact versions from the lockfile).  No package downloads a
-# browser: the browser suite drives Debian's chromium (test/deps.txt).
+# browser: the browser suite drives Debian's chromium (test/harness/deps.txt).
 set -euo pipefail
-cd "$(dirname "$0")/../gateway"
+cd "$(dirname "$0")/../../gateway"
 command -v node >/dev/null || { echo "node is missing: the client tests need Node.js 20 or newer"; exit 1; }
 major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$major" -lt 20 ]; then

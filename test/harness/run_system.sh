@@ -4,17 +4,17 @@
 # im_gateway on a free port.  Ctrl-C (or SIGTERM) stops the gateway and the
 # cluster and removes the temp directory.
 #   IM_RUN_EXIT_AFTER_SETUP=1  set everything up, check /healthz, tear down, exit
-#   SHARDS=N (make run SHARDS=3; issue 15)  N nodes and a router (test/shards.sh
+#   SHARDS=N (make run SHARDS=3)  N nodes and a router (test/harness/shards.sh
 #     up N): the gateway and the relay name the router, the demo data is made
 #     through it, so alice (1) and bob (2) live on different nodes
 set -uo pipefail
-cd "$(dirname "$0")/.."
-source test/cluster.sh
+cd "$(dirname "$0")/../.."
+source test/harness/cluster.sh
 
 DB=im_demo
 SHARDS=${SHARDS:-}
 gw_pid=""
-push_pids=()   # issue 12: the stub push gateway and the relay
+push_pids=()   # push: the stub push gateway and the relay
 cleanup() {
   trap - INT TERM EXIT
   for p in "${push_pids[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
@@ -22,7 +22,7 @@ cleanup() {
     kill -TERM "$gw_pid"; wait "$gw_pid" 2>/dev/null
   fi
   if [ -n "$SHARDS" ]; then
-    [ -n "${IM_SHARDS_DIR:-}" ] && bash test/shards.sh down >/dev/null 2>&1
+    [ -n "${IM_SHARDS_DIR:-}" ] && bash test/harness/shards.sh down >/dev/null 2>&1
     [ -n "${IM_TMP:-}" ] && [ -z "${IM_KEEP:-}" ] && rm -rf "$IM_TMP"
   else
     im_cluster_destroy
@@ -33,17 +33,17 @@ trap 'exit 130' INT TERM
 
 [ -x gateway/im_gateway ] || { echo "gateway/im_gateway not built: run make"; exit 1; }
 if [ -n "$SHARDS" ]; then
-  # issue 15: N node clusters and a router cluster (test/shards.sh), the
+  # sharding: N node clusters and a router cluster (test/harness/shards.sh), the
   # router's conninfo on the last line of its output
-  [ -f test/shards.sh ] || { echo "SHARDS=$SHARDS: test/shards.sh is missing"; exit 1; }
+  [ -f test/harness/shards.sh ] || { echo "SHARDS=$SHARDS: test/harness/shards.sh is missing"; exit 1; }
   IM_TMP=$(mktemp -d /tmp/im_sync_run.XXXXXX); chmod 755 "$IM_TMP"
   export IM_TMP IM_SHARDS_DIR="$IM_TMP/shards" IM_SHARDS_DB=$DB
-  bash test/shards.sh up "$SHARDS" >"$IM_TMP/shards-up.log" 2>&1 \
-    || { echo "test/shards.sh up $SHARDS failed:"; tail -n 30 "$IM_TMP/shards-up.log"; exit 1; }
+  bash test/harness/shards.sh up "$SHARDS" >"$IM_TMP/shards-up.log" 2>&1 \
+    || { echo "test/harness/shards.sh up $SHARDS failed:"; tail -n 30 "$IM_TMP/shards-up.log"; exit 1; }
   DSN=$(tail -n 1 "$IM_TMP/shards-up.log")
   run_psql() { im_psql -d "$DSN" "$@"; }
   # settings go to every node (they do not cross PL/Proxy)
-  set_setting() { bash test/shards.sh set "$1" "$2" >/dev/null; }
+  set_setting() { bash test/harness/shards.sh set "$1" "$2" >/dev/null; }
 else
   im_cluster_start "im_sync.database = '$DB'" "im_sync.fanout_paused = off" "im_sync.fanout_workers = 1" || exit 1
   im_createdb "$DB" || exit 1
@@ -75,7 +75,7 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 
-# ---- issue 12: offline push — a stub push gateway (test/e2e/push_stub.py)
+# ---- offline push: a stub push gateway (test/e2e/push_stub.py)
 # beside im_push_relay; bob's phone has a push target (the test key pair in
 # test/push), so a message to bob while his phone is offline reaches the
 # stub about im_sync.push_delay (3 s) later.
@@ -93,7 +93,7 @@ push_pids+=($!)
 push_info="  push     : bob's phone is offline, so messages to bob are pushed to a stub push gateway:
              http://127.0.0.1:$stub_port/  (what it received; JSON at /_stub/requests)
              relay log $IM_TMP/push-relay.log"
-# ---- end of issue 12's block
+# ---- end of offline push
 
 if [ -n "$SHARDS" ]; then
   dbinfo="psql \"$DSN\"   (the router; $SHARDS nodes: $(awk '{printf "%s%s", sep, $1; sep=", "}' "$IM_SHARDS_DIR/nodes" 2>/dev/null), conninfos in $IM_SHARDS_DIR/nodes)"
@@ -125,7 +125,7 @@ Other tokens: alice desktop $t1d
 Ctrl-C stops the gateway and the cluster${SHARDS:+s}.
 EOF
 
-# ---- issue 13: the web page and the command-line client
+# ---- the web page and the command-line client
 # A group of both users too, so the page shows a list; URLs carry each
 # device's token in the fragment (never sent to the server by the browser).
 group=$(run_psql -At -c "SELECT im.create_conversation('group', ARRAY[1, 2]::bigint[], 1)")
@@ -142,13 +142,13 @@ Command line (Node >= 20, after make deps):
   node gateway/cli/im_sync_cli.mjs --url ws://127.0.0.1:$port/ --token "$t2p" follow
   node gateway/cli/im_sync_cli.mjs --url ws://127.0.0.1:$port/ --token "$t1d" send $conv "hello bob"
 EOF
-# ---- end issue 13
+# ---- end of the web page and the command-line client
 
 if [ -n "${IM_RUN_EXIT_AFTER_SETUP:-}" ]; then
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")
   echo "healthz: $code"
   [ "$code" = 200 ] || { cat "$IM_TMP/gateway.log"; exit 1; }
-  # issue 12: a message to bob reaches the stub push gateway
+  # push: a message to bob reaches the stub push gateway
   run_psql -At -c "SELECT msg_seq FROM im.send_message(1, $conv, 'run-push', '{\"text\": \"hi bob\"}')" >/dev/null
   for _ in $(seq 100); do
     [ "$(curl -s "http://127.0.0.1:$stub_port/_stub/requests" | grep -c demo-token-bob-phone)" -gt 0 ] && break
@@ -157,7 +157,7 @@ if [ -n "${IM_RUN_EXIT_AFTER_SETUP:-}" ]; then
   curl -s "http://127.0.0.1:$stub_port/_stub/requests" | grep -q demo-token-bob-phone \
     || { echo "push: the stub push gateway received nothing"; cat "$IM_TMP/push-relay.log"; exit 1; }
   echo "push: the stub push gateway received bob's push"
-  page=$(curl -s -o /dev/null -w '%{http_code}' "$web")   # issue 13
+  page=$(curl -s -o /dev/null -w '%{http_code}' "$web")   # the web page
   echo "web page: $page"
   [ "$page" = 200 ] || exit 1
   exit 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/installcheck_preflight.sh PSQL TESTDB... — the Makefile runs this
+# test/harness/installcheck_preflight.sh PSQL TESTDB... — the Makefile runs this
 # before `make installcheck` (the server given by PGHOST/PGPORT/PGUSER, from
 # the top of the source tree) and reads its standard output, one word each:
 #   -c name=value   for PGOPTIONS: every im_sync setting a session may set,

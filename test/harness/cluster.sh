@@ -1,10 +1,10 @@
-# test/cluster.sh — sourced by the test, run and bench scripts: a throwaway
+# test/harness/cluster.sh — sourced by the test, run and bench scripts: a throwaway
 # PostgreSQL 15 cluster in a temp directory on a free port.  PostgreSQL
 # refuses to run as root, so as root the server runs as the `postgres` OS
 # user; client tools run as the caller and connect over TCP.
 
 PGBIN=${PGBIN:-$(pg_config --bindir)}
-IM_ROOT=${IM_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+IM_ROOT=${IM_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 
 im_free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'

@@ -85,7 +85,7 @@ class Session:
 
 
 class ShardsDir:
-    """What test/shards.sh wrote in its directory: nodes, (name, conninfo)
+    """What test/harness/shards.sh wrote in its directory: nodes, (name, conninfo)
     in its order (names and conn alike), clusters (a directory per cluster:
     the nodes' first, in the same order) and standbys (node -> (its data
     directory, its port))."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian packages of test/deps.txt that are missing.  As root it
+# Installs the Debian packages of test/harness/deps.txt that are missing.  As root it
 # runs apt-get directly; otherwise it asks for sudo (packages only).
 set -euo pipefail
 cd "$(dirname "$0")"

@@ -4,8 +4,8 @@
 #   IM_SUITES=regress,isolation   run only suites whose name contains one of these
 #   IM_KEEP=1                      keep the temp directory (logs, diffs)
 set -uo pipefail
-cd "$(dirname "$0")/.."
-source test/cluster.sh
+cd "$(dirname "$0")/../.."
+source test/harness/cluster.sh
 
 # Workers paused by default so pg_regress output is deterministic; suites
 # that need them running switch fanout_paused off with ALTER SYSTEM + reload.
