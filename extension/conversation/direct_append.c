@@ -49,8 +49,8 @@
 #include "catalog/pg_am.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_opfamily.h"
 #include "catalog/pg_type.h"
-#include "commands/defrem.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
@@ -336,6 +336,26 @@ predicate_is_filter(Relation index, AttrNumber attno, NullTestType filter)
  * i in the type's default btree family and the column's collation, so the
  * probe's equality scan keys mean what the general path's `=` means.
  */
+/*
+ * The default btree operator family of a probe column's type: the
+ * built-in, pinned families of bigint and text (GetDefaultOpClass would
+ * scan pg_opclass on every send).  Any other type: none, so the general
+ * path decides.
+ */
+static Oid
+probe_family(Oid type)
+{
+	switch (type)
+	{
+		case INT8OID:
+			return INTEGER_BTREE_FAM_OID;
+		case TEXTOID:
+			return TEXT_BTREE_FAM_OID;
+		default:
+			return InvalidOid;
+	}
+}
+
 static bool
 probe_column(Relation heap, Relation index, int i, AttrNumber attno, Oid type)
 {
@@ -345,7 +365,7 @@ probe_column(Relation heap, Relation index, int i, AttrNumber attno, Oid type)
 		return false;
 	att = TupleDescAttr(RelationGetDescr(heap), attno - 1);
 	return att->atttypid == type &&
-		index->rd_opfamily[i] == get_opclass_family(GetDefaultOpClass(type, BTREE_AM_OID)) &&
+		OidIsValid(probe_family(type)) && index->rd_opfamily[i] == probe_family(type) &&
 		index->rd_indcollation[i] == att->attcollation;
 }
 
