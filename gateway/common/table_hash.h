@@ -9,14 +9,28 @@
 
 #include <stdint.h>
 
+#include <stddef.h>
+
 #define IM_FNV_OFFSET 1469598103934665603ULL
+#define IM_FNV_PRIME 1099511628211ULL
 
 /* FNV-1a of a string, continuing from h (IM_FNV_OFFSET to start). */
 static inline uint64_t
 im_fnv1a(const char *s, uint64_t h)
 {
 	for (; *s; s++)
-		h = (h ^ (unsigned char) *s) * 1099511628211ULL;
+		h = (h ^ (unsigned char) *s) * IM_FNV_PRIME;
+	return h;
+}
+
+/* FNV-1a of n bytes, continuing from h (IM_FNV_OFFSET to start). */
+static inline uint64_t
+im_fnv1a_bytes(const void *p, size_t n, uint64_t h)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * IM_FNV_PRIME;
 	return h;
 }
 

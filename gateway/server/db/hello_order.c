@@ -31,6 +31,7 @@
 /* the token's claims as extension/user/token.c writes them (one definition,
  * read here only by its names) */
 #include "im_sync/token_layout.h"
+#include "common/table_hash.h"
 
 #define SLOTS (1 << 16)
 
@@ -44,10 +45,9 @@ im_hello_device_key(const char *token)
 {
 	char		raw[IM_TOKEN_MAX_BYTES + 4];
 	size_t		len = token ? strlen(token) : 0;
-	uint64_t	h = 1469598103934665603ULL;	/* FNV-1a */
+	uint64_t	h;
 	int			n,
-				devlen,
-				i;
+				devlen;
 
 	if (len == 0 || len > (IM_TOKEN_MAX_BYTES + 2) / 3 * 4)
 		return 0;
@@ -57,10 +57,9 @@ im_hello_device_key(const char *token)
 	devlen = (unsigned char) raw[IM_TOKEN_DEVLEN_AT];
 	if (devlen < 1 || devlen > IM_TOKEN_DEVICE_MAX || n < IM_TOKEN_CLAIMS_FIXED + devlen)
 		return 0;
-	for (i = IM_TOKEN_USER_ID_AT; i < IM_TOKEN_USER_ID_AT + IM_TOKEN_USER_ID_LEN; i++)
-		h = (h ^ (unsigned char) raw[i]) * 1099511628211ULL;
-	for (i = IM_TOKEN_DEVLEN_AT; i < IM_TOKEN_CLAIMS_FIXED + devlen; i++)	/* devlen, device_id */
-		h = (h ^ (unsigned char) raw[i]) * 1099511628211ULL;
+	h = im_fnv1a_bytes(raw + IM_TOKEN_USER_ID_AT, IM_TOKEN_USER_ID_LEN, IM_FNV_OFFSET);
+	/* devlen, device_id */
+	h = im_fnv1a_bytes(raw + IM_TOKEN_DEVLEN_AT, IM_TOKEN_CLAIMS_FIXED + devlen - IM_TOKEN_DEVLEN_AT, h);
 	return h ? h : 1;
 }
 
