@@ -191,7 +191,7 @@ im_transfer_refuse(ImArrival via, const char *kind, const char *from, const char
 	" UNION ALL SELECT 2, 'event '" OP_CONCAT "COALESCE(ev.message_id::pg_catalog.text, '(none)')" OP_CONCAT \
 	"  ' of conversation '" OP_CONCAT "COALESCE(ev.conversation_id::pg_catalog.text, '(none)') FROM ev" \
 	"  WHERE ev.conversation_id IS DISTINCT FROM $2 OR ev.message_id IS NULL" \
-	"     OR (ev.message_id" OP_MOD "64)" NE "($2" OP_MOD "64)" \
+	"     OR (ev.message_id" OP_MOD CppAsString2(IM_SHARD_BUCKETS) ")" NE "($2" OP_MOD CppAsString2(IM_SHARD_BUCKETS) ")" \
 	" UNION ALL SELECT 3, 'event '" OP_CONCAT "e.message_id::pg_catalog.text" OP_CONCAT \
 	"  ', which this node holds for conversation '" OP_CONCAT "e.conversation_id::pg_catalog.text" \
 	"  FROM im.event e WHERE e.conversation_id" NE "$2 AND (e.message_id IN (SELECT ev.message_id FROM ev)" \
@@ -199,7 +199,7 @@ im_transfer_refuse(ImArrival via, const char *kind, const char *from, const char
 	" UNION ALL SELECT 4, 'membership period '" OP_CONCAT "COALESCE(pe.membership_period_id::pg_catalog.text, '(none)')" \
 	"  " OP_CONCAT "' of conversation '" OP_CONCAT "COALESCE(pe.conversation_id::pg_catalog.text, '(none)') FROM pe" \
 	"  WHERE pe.conversation_id IS DISTINCT FROM $2 OR pe.membership_period_id IS NULL" \
-	"     OR (pe.membership_period_id" OP_MOD "64)" NE "($2" OP_MOD "64)" \
+	"     OR (pe.membership_period_id" OP_MOD CppAsString2(IM_SHARD_BUCKETS) ")" NE "($2" OP_MOD CppAsString2(IM_SHARD_BUCKETS) ")" \
 	" UNION ALL SELECT 5, 'membership period '" OP_CONCAT "p.membership_period_id::pg_catalog.text" OP_CONCAT \
 	"  ', which this node holds for conversation '" OP_CONCAT "p.conversation_id::pg_catalog.text" \
 	"  FROM im.membership_period p WHERE p.conversation_id" NE "$2" \

@@ -361,22 +361,24 @@ im_transfer_apply_deletion(Datum payload, int64 conversation_id)
 	static SPIPlanPtr what_plan;
 	static SPIPlanPtr conv_plan;
 	static SPIPlanPtr event_plan;
-	Datum		args[2];
+	Datum		args[1];
 	bool		isnull;
 	int64		user_id;
 	int64		message_id;
 
+	/*
+	 * Every row of the payload is its conversation's already
+	 * (im_transfer_check_payload ran first); here: exactly one event, the
+	 * deleted message itself.
+	 */
 	im_prepare(&what_plan,
 			   "SELECT (d->>'user_id')::pg_catalog.int8, (d->>'message_id')::pg_catalog.int8,"
-			   "  ($1->'conversation'->>'conversation_id')::pg_catalog.int8" EQ "$2"
-			   "  AND pg_catalog.jsonb_array_length($1->'events')" EQ "1"
-			   "  AND ($1->'events'->0->>'conversation_id')::pg_catalog.int8" EQ "$2"
+			   "  pg_catalog.jsonb_array_length($1->'events')" EQ "1"
 			   "  AND ($1->'events'->0->>'message_id')::pg_catalog.int8" EQ "(d->>'message_id')::pg_catalog.int8"
 			   "  AND $1->'events'->0->>'kind'" EQ "'message'"
 			   " FROM (SELECT $1->'deletion' AS d) x",
-			   2, JSONBOID, INT8OID);
+			   1, JSONBOID);
 	args[0] = payload;
-	args[1] = Int64GetDatum(conversation_id);
 	im_exec(what_plan, args, NULL, 1);
 	user_id = im_get_int64(0, 1, &isnull);
 	if (isnull)

@@ -144,8 +144,9 @@ extern int64 im_enqueue_private_event(int64 user_id, int64 conversation_id,
 
 /*
  * Apply a deletion handed off by the conversation's node: the payload of a
- * transfer with a 'deletion' (transfer_out.c), in the applying
- * subtransaction; errors quarantine the transfer (read_state.c).
+ * transfer with a 'deletion' (transfer_out.c) whose rows im_transfer_check_payload
+ * found to be its conversation's, in the applying subtransaction; errors
+ * quarantine the transfer (read_state.c).
  */
 extern void im_transfer_apply_deletion(Datum payload, int64 conversation_id);
 
