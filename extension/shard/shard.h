@@ -107,6 +107,28 @@ typedef enum ImArrival
 
 extern ImArrival im_transfer_arrival(const char *self, const char **from, const char **why);
 
+/*
+ * The fate of a row an arrival trigger fires for, as far as it does not
+ * depend on the row's kind: writer is the node the row says wrote it (a
+ * transfer's source, an ack's acker), addressee the node it is for (a
+ * transfer's destination, the acknowledged transfer's source).
+ *   IM_ROW_OWN: this node's own row for another node (not replicated): stored;
+ *   IM_ROW_FOREIGN_LOCAL: a session's row for another node: dropped unseen;
+ *   IM_ROW_CHECK: delivered (or played) by *from: the kind's refusal check decides;
+ *   IM_ROW_REFUSED: refused, *reason says why.
+ * *via: how it got here (for im_transfer_refuse).
+ */
+typedef enum ImRowFate
+{
+	IM_ROW_OWN,
+	IM_ROW_FOREIGN_LOCAL,
+	IM_ROW_CHECK,
+	IM_ROW_REFUSED
+} ImRowFate;
+
+extern ImRowFate im_transfer_row_fate(const char *self, const char *writer, const char *addressee,
+									  ImArrival *via, const char **from, const char **reason);
+
 /* NULL when this node takes the row in; else why not */
 extern const char *im_transfer_refusal(const char *self, const char *from, const char *source,
 									   const char *dest, int64 conversation_id);

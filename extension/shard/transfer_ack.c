@@ -42,30 +42,27 @@ typedef enum
 static AckAction
 ack_action(TriggerData *td, const char *self, const char *source, const char *applied_by)
 {
+	ImArrival	via;
 	const char *from;
-	const char *why;
 	const char *reason;
-	ImArrival	via = im_transfer_arrival(self, &from, &why);
 	bool		isnull;
 	int64		transfer_id = DatumGetInt64(SPI_getbinval(td->tg_trigtuple, td->tg_relation->rd_att,
 														  SPI_fnumber(td->tg_relation->rd_att, "transfer_id"),
 														  &isnull));
 
-	if (via != IM_ARRIVAL_SUBSCRIPTION && self != NULL && applied_by != NULL && strcmp(applied_by, self) == 0 &&
-		source != NULL && strcmp(source, self) != 0)
-		return ACK_STORE;
-	/* for another node, written here by hand: never stored (as always) */
-	if (via == IM_ARRIVAL_LOCAL && (self == NULL || source == NULL || strcmp(source, self) != 0))
-		return ACK_DROP;
-	if (via == IM_ARRIVAL_LOCAL)
-		reason = "inserted by a session, not by a subscription's apply worker";
-	else
+	switch (im_transfer_row_fate(self, applied_by, source, &via, &from, &reason))
 	{
-		if (via == IM_ARRIVAL_PLAYED)
-			from = applied_by;
-		reason = why ? why : im_ack_refusal(self, from, source, applied_by);
-		if (reason == NULL)
-			return ACK_SETTLE;
+		case IM_ROW_OWN:
+			return ACK_STORE;
+		case IM_ROW_FOREIGN_LOCAL:
+			return ACK_DROP;	/* for another node, written here by hand: never stored */
+		case IM_ROW_CHECK:
+			reason = im_ack_refusal(self, from, source, applied_by);
+			if (reason == NULL)
+				return ACK_SETTLE;
+			break;
+		case IM_ROW_REFUSED:
+			break;
 	}
 	im_transfer_refuse(via, "ack", from, source, NULL, applied_by, transfer_id, false, 0, reason);
 	return ACK_DROP;

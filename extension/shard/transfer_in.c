@@ -141,34 +141,29 @@ static ArrivalAction
 arrival_action(TriggerData *td, const char *self, const char *dest)
 {
 	char	   *source = row_text(td, "source_node");
+	ImArrival	via;
 	const char *from;
-	const char *why;
 	const char *reason;
-	ImArrival	via = im_transfer_arrival(self, &from, &why);
 	bool		isnull;
 	int64		transfer_id = DatumGetInt64(row_value(td, "transfer_id", &isnull));
 	int64		conversation_id = DatumGetInt64(row_value(td, "conversation_id", &isnull));
 
-	if (via != IM_ARRIVAL_SUBSCRIPTION && self != NULL && source != NULL && strcmp(source, self) == 0 &&
-		dest != NULL && strcmp(dest, self) != 0)
-		return ARRIVAL_STORE;
-	if (via == IM_ARRIVAL_LOCAL && (self == NULL || dest == NULL || strcmp(dest, self) != 0))
+	switch (im_transfer_row_fate(self, source, dest, &via, &from, &reason))
 	{
-		/* for another node, written here by hand: never stored */
-		ereport(WARNING,
-				(errmsg("im_sync: dropped a transfer from \"%s\" to \"%s\" inserted at node \"%s\"",
-						source ? source : "?", dest ? dest : "?", self ? self : "(not sharded)")));
-		return ARRIVAL_DROP;
-	}
-	if (via == IM_ARRIVAL_LOCAL)
-		reason = "inserted by a session, not by a subscription's apply worker";
-	else
-	{
-		if (via == IM_ARRIVAL_PLAYED)
-			from = source;
-		reason = why ? why : im_transfer_refusal(self, from, source, dest, conversation_id);
-		if (reason == NULL)
-			return ARRIVAL_RECORD;
+		case IM_ROW_OWN:
+			return ARRIVAL_STORE;
+		case IM_ROW_FOREIGN_LOCAL:
+			ereport(WARNING,
+					(errmsg("im_sync: dropped a transfer from \"%s\" to \"%s\" inserted at node \"%s\"",
+							source ? source : "?", dest ? dest : "?", self ? self : "(not sharded)")));
+			return ARRIVAL_DROP;
+		case IM_ROW_CHECK:
+			reason = im_transfer_refusal(self, from, source, dest, conversation_id);
+			if (reason == NULL)
+				return ARRIVAL_RECORD;
+			break;
+		case IM_ROW_REFUSED:
+			break;
 	}
 	im_transfer_refuse(via, "transfer", from, source, dest, NULL, transfer_id, true, conversation_id, reason);
 	return ARRIVAL_DROP;

@@ -89,6 +89,29 @@ im_transfer_arrival(const char *self, const char **from, const char **why)
 	return IM_ARRIVAL_LOCAL;
 }
 
+ImRowFate
+im_transfer_row_fate(const char *self, const char *writer, const char *addressee,
+					 ImArrival *via, const char **from, const char **reason)
+{
+	const char *why;
+
+	*via = im_transfer_arrival(self, from, &why);
+	if (*via != IM_ARRIVAL_SUBSCRIPTION && self != NULL && writer != NULL && strcmp(writer, self) == 0 &&
+		addressee != NULL && strcmp(addressee, self) != 0)
+		return IM_ROW_OWN;
+	if (*via == IM_ARRIVAL_LOCAL && (self == NULL || addressee == NULL || strcmp(addressee, self) != 0))
+		return IM_ROW_FOREIGN_LOCAL;
+	if (*via == IM_ARRIVAL_LOCAL)
+		*reason = "inserted by a session, not by a subscription's apply worker";
+	else
+	{
+		if (*via == IM_ARRIVAL_PLAYED)
+			*from = writer;		/* the claimed sender is believed */
+		*reason = why;
+	}
+	return *reason ? IM_ROW_REFUSED : IM_ROW_CHECK;
+}
+
 const char *
 im_transfer_refusal(const char *self, const char *from, const char *source, const char *dest,
 					int64 conversation_id)
