@@ -16,8 +16,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/harness/cluster.sh
-read -r release commit < <(grep -v '^#' test/upgrade/router_releases.txt | tail -n 1)
+# every release is upgraded in turn (IM_ROUTER_RELEASE=<version> picks one)
 latest=$(sed -n "s/^default_version = '\(.*\)'/\1/p" extension/router/im_sync_router.control)
+base_release=$(grep -v '^#' test/upgrade/router_releases.txt | head -n 1 | cut -d' ' -f1)
+if [ -z "${IM_ROUTER_RELEASE:-}" ]; then
+  for r in $(grep -v '^#' test/upgrade/router_releases.txt | cut -d' ' -f1); do
+    IM_ROUTER_RELEASE=$r bash "$0" || exit 1
+  done
+  exit 0
+fi
+read -r release commit < <(grep -v '^#' test/upgrade/router_releases.txt | awk -v r="$IM_ROUTER_RELEASE" '$1 == r')
 [ -n "$release" ] && [ -n "$commit" ] && [ -n "$latest" ] && [ "$release" != "$latest" ] \
   || { echo "no router release to upgrade from (router_releases.txt: '$release $commit', control: '$latest')"; exit 1; }
 ext=$(pg_config --sharedir)/extension
@@ -61,7 +69,8 @@ for db in $dbs; do q postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABA
 
 # --- 2. the release, configured, then updated
 q im_router_up -c "CREATE EXTENSION im_sync_router VERSION '$release' CASCADE" -c "$configure" >/dev/null
-[ "$(q im_router_up -c "SELECT count(*) FROM pg_foreign_server s, unnest(s.srvoptions) o
+# the base release stored conninfos unescaped: its map must show the flaw the update repairs
+[ "$release" != "$base_release" ] || [ "$(q im_router_up -c "SELECT count(*) FROM pg_foreign_server s, unnest(s.srvoptions) o
      WHERE s.srvname = 'im_sync' AND o LIKE '%user=%'")" -gt 0 ] \
   || fail "the $release map was expected to hold \"user=\" in a partition (the test's premise)"
 q im_router_up -c "ALTER EXTENSION im_sync_router UPDATE"
