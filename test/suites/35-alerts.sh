@@ -28,6 +28,7 @@ rc=0
 # ---- 1. the rules are valid, and all of them were read
 [ -s "$rules" ] || { echo "FAIL $rules is missing or empty"; exit 1; }
 want=$(grep -c '^ *- alert: ' "$rules")
+[ "$want" -gt 0 ] || { echo "FAIL $rules has no alert"; exit 1; }
 out=$(promtool check rules --lint=all --lint-fatal "$rules" 2>&1); st=$?
 echo "$out"
 if [ $st -ne 0 ]; then echo "FAIL promtool check rules exited $st"; rc=1; fi
