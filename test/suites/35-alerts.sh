@@ -7,14 +7,15 @@
 #      and every alert's unit tests fire once and stay quiet once;
 #   3. promtool test rules on extension/monitoring/im_sync_alerts_test.yml,
 #      and promtool check config on prometheus.example.yml;
+#      check_rules.py mutate: each alert's tests must fail with a rule that
+#      never fires and with one that always fires (~10 s; IM_ALERTS_MUTATE=0
+#      skips it);
 #   4. end to end: a cluster of its own (its fanout worker on im_alerts, so
 #      other suites' dead letters in im_test cannot fire the alert), a real
 #      gateway, a real Prometheus on a free loopback port scraping it every
 #      second with a copy of the rules whose for: is 2 s;
 #      test/alerts/e2e_dead_letter.py makes a dead letter, sees the alert fire
 #      through /api/v1/alerts and resolve after repair.
-# IM_ALERTS_MUTATE=1 also runs check_rules.py mutate (each alert's tests must
-# fail with a rule that never fires and with one that always fires; ~15 s).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source test/harness/cluster.sh
@@ -49,14 +50,14 @@ out=$(cd extension/monitoring && promtool check config --lint=all --lint-fatal p
 if [ $st -ne 0 ] || grep -qiE 'warn' <<<"$out" || ! grep -q "SUCCESS: $want rules found" <<<"$out"; then
   echo "$out"; echo "FAIL promtool check config prometheus.example.yml"; rc=1
 fi
-if [ -n "${IM_ALERTS_MUTATE:-}" ]; then
+if [ "${IM_ALERTS_MUTATE:-1}" != 0 ]; then
   "$py" test/alerts/check_rules.py mutate "$rules" "$tests" || rc=1
 fi
 
 # ---- 4. end to end
 make -s -C gateway im_gateway || exit 1
-# a cluster of this suite's own; the harness's variables are restored for nothing
-# after this script, which runs in its own process
+# a cluster of this suite's own (this process's PGHOST/PGPORT/PGDATA/IM_TMP
+# now name it; the harness cluster is left alone)
 im_cluster_start "im_sync.database = 'im_alerts'" "im_sync.fanout_workers = 1" "im_sync.fanout_paused = off" || exit 1
 gw=""; prom=""
 cleanup() {
