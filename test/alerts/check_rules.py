@@ -45,14 +45,17 @@ def slug(heading):
     return s.replace(" ", "-")
 
 
-def runbook_anchors():
-    path = os.path.join(ROOT, RUNBOOK)
+def runbook_anchors(path=os.path.join(ROOT, RUNBOOK)):
+    """The anchors of the runbook's headings (not of # lines in code blocks), or None."""
     if not os.path.exists(path):
         return None
-    anchors = set()
+    anchors, fenced = set(), False
     for line in open(path, encoding="utf-8"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
         m = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
-        if m:
+        if m and not fenced:
             anchors.add(slug(m.group(1)))
     return anchors
 
