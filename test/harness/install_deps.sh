@@ -11,4 +11,5 @@ done
 echo "installing missing packages: ${missing[*]}"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+# only what is listed: prometheus, for one, would recommend an exporter and more
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"

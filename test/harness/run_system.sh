@@ -106,6 +106,8 @@ im_sync is running.
   database : $dbinfo
   gateway  : ws://127.0.0.1:$port/   (subprotocol im-sync.v1; /healthz, /metrics)
   log      : $IM_TMP/gateway.log
+  alerts   : Prometheus rules in $PWD/extension/monitoring/im_sync_alerts.yml: list the file
+             in rule_files and scrape http://127.0.0.1:$port/metrics (extension/monitoring/prometheus.example.yml)
   conversation $conv between user 1 (alice) and user 2 (bob)
 $push_info
 
