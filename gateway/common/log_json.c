@@ -43,8 +43,9 @@ im_log_json(const char *level, json_t *obj)
 	json_object_foreach(obj, k, v)
 		json_object_set(line, k, v);
 	json_decref(obj);
-	/* compact and ASCII only: one line whatever the values hold */
-	text = json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII);
+	/* compact and ASCII only: one line whatever the values hold; reals as
+	 * written (latency_ms to the microsecond), not to 17 digits */
+	text = json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(9));
 	json_decref(line);
 	if (!text)
 		return;
