@@ -316,6 +316,7 @@ decode_envelope(const char *buf, size_t len, im_request *req, im_decode_status *
 	json_error_t jerr;
 	json_t	   *root;
 	json_t	   *t;
+	json_t	   *trace;
 	const char *type;
 	int			op;
 
@@ -362,6 +363,15 @@ decode_envelope(const char *buf, size_t len, im_request *req, im_decode_status *
 		bad(req, IM_DECODE_BAD_FRAME, "nesting deeper than 32%s", NULL);
 		goto refused;
 	}
+	/*
+	 * The frame's trace id (contract §21), kept when valid even if the frame
+	 * is refused below, so its error carries it; absent or null: the caller
+	 * makes one.
+	 */
+	trace = json_object_get(root, "trace_id");
+	if (trace && json_is_string(trace) &&
+		im_trace_id_valid(json_string_value(trace), json_string_length(trace)))
+		memcpy(req->trace_id, json_string_value(trace), json_string_length(trace) + 1);
 	t = json_object_get(root, "type");
 	if (!t || !json_is_string(t) || string_has_nul(t))
 	{
@@ -378,16 +388,11 @@ decode_envelope(const char *buf, size_t len, im_request *req, im_decode_status *
 		goto refused;
 	}
 	req->op = (im_op) op;
-	/* the frame's trace id (contract §21); absent or null: the caller makes one */
-	t = json_object_get(root, "trace_id");
-	if (t && !json_is_null(t))
+	/* a bad trace id refuses a frame of a known type (BAD_FRAME comes first) */
+	if (trace && !json_is_null(trace) && !req->trace_id[0])
 	{
-		if (!json_is_string(t) || !im_trace_id_valid(json_string_value(t), json_string_length(t)))
-		{
-			*rc = bad(req, IM_DECODE_INVALID, "trace_id must be 1-64 of A-Z a-z 0-9 _ -%s", NULL);
-			goto refused;
-		}
-		memcpy(req->trace_id, json_string_value(t), json_string_length(t) + 1);
+		*rc = bad(req, IM_DECODE_INVALID, "trace_id must be 1-64 of A-Z a-z 0-9 _ -%s", NULL);
+		goto refused;
 	}
 	/* the conversation a request is about, for its log line */
 	t = json_object_get(root, "conversation_id");
