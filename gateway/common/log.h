@@ -1,6 +1,8 @@
 /*
  * log.h — structured single-line logs (key=value) on stderr.  Callers never
- * pass message bodies or tokens.
+ * pass message bodies or tokens.  With --log-format json (log_json.h, which
+ * a program calling im_log links) the same record is written as one JSON
+ * object line instead, so a process never mixes the two formats.
  */
 #ifndef IM_GW_LOG_H
 #define IM_GW_LOG_H
@@ -8,6 +10,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <time.h>
+
+#include "common/log_json.h"
 
 static inline void
 im_log(const char *level, const char *fmt, ...)
@@ -32,6 +36,11 @@ im_log(const char *level, const char *fmt, ...)
 	for (char *c = line; *c; c++)
 		if (*c == '\n' || *c == '\r' || *c == '\t')
 			*c = ' ';
+	if (im_log_format_g == IM_LOG_FORMAT_JSON)
+	{
+		im_log_json_kv(level, line);
+		return;
+	}
 	/* one fprintf so concurrent threads never interleave within a line */
 	fprintf(stderr, "ts=%s.%03ldZ level=%s %s\n", tbuf, ts.tv_nsec / 1000000, level, line);
 }

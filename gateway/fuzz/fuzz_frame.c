@@ -12,6 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The highest $N a statement text names. */
+static int
+max_placeholder(const char *sql)
+{
+	int			max = 0;
+
+	for (const char *p = sql; *p; p++)
+		if (*p == '$' && p[1] >= '1' && p[1] <= '9')
+		{
+			int			n = atoi(p + 1);
+
+			if (n > max)
+				max = n;
+		}
+	return max;
+}
+
 static void ucb(void *a, int64_t u, int64_t h) { (void) a; (void) u; (void) h; }
 static void ccb(void *a, int64_t c, int64_t h) { (void) a; (void) c; (void) h; }
 
@@ -43,8 +60,23 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			for (int k = 0; k < req.nparams; k++)
 				if (req.params[k] && strlen(req.params[k]) > size + 32)
 					abort();
+			/* the statement names exactly the parameters passed */
+			if (req.op != IM_OP_HELLO && max_placeholder(req.sql) != req.nparams)
+				abort();
+			/* a write's trace id is its last parameter, made when absent */
+			if (req.trace_param >= 0)
+			{
+				im_request_set_trace(&req, "0123456789abcdef0123456789abcdef");
+				if (req.trace_param != req.nparams - 1 || !req.params[req.trace_param] ||
+					strcmp(req.params[req.trace_param], req.trace_id) != 0 ||
+					!im_trace_id_valid(req.trace_id, strlen(req.trace_id)))
+					abort();
+			}
 		}
-		s = im_error_frame(req.id, "BAD_FRAME", req.err, -1);
+		/* a trace id taken from a frame is always a valid one */
+		if (req.trace_id[0] && !im_trace_id_valid(req.trace_id, strlen(req.trace_id)))
+			abort();
+		s = im_error_frame(req.id, req.trace_id, "BAD_FRAME", req.err, -1);
 		free(s);
 		im_request_free(&req);
 	}

@@ -43,7 +43,7 @@ void
 im_refuse(session *s, json_t *id, long retry_ms, const char *why)
 {
 	im_stats.refusals++;
-	im_send_error(s, id, "RATE_LIMITED", why, retry_ms);
+	im_send_error(s, id, &s->rq, "RATE_LIMITED", why, retry_ms);	/* the hello's answer */
 	im_begin_close(s, 4029, why);
 }
 
@@ -215,7 +215,10 @@ welcome(session *s, im_job *j)
 
 	im_hello_done(s);
 	if (closed_by_device_state(s, r, off))
+	{
+		im_request_done(s, &s->rq, "closed", s->close_code);
 		return;
+	}
 	s->authed = 1;
 	im_unauth_release(s->unauth_ip);
 	s->unauth_ip = NULL;
@@ -225,6 +228,7 @@ welcome(session *s, im_job *j)
 	json_object_set_new(w, "type", json_string("welcome"));
 	if (j->id)
 		json_object_set(w, "id", j->id);
+	json_object_set_new(w, "trace_id", json_string(s->rq.trace_id));
 	json_object_set_new(w, "user_id", json_integer(s->user_id));
 	json_object_set_new(w, "device_id", json_string(s->device_id));
 	json_object_set_new(w, "connection_epoch", json_integer(s->epoch));
@@ -232,13 +236,13 @@ welcome(session *s, im_job *j)
 	json_object_set_new(w, "server_acked_sync_seq", int_or_null(r, off + DS_SERVER_ACKED_SYNC_SEQ));
 	json_object_set_new(w, "high_watermark", int_or_null(r, off + DS_HIGH_WATERMARK));
 	json_object_set_new(w, "state", json_string(PQgetvalue(r, 0, off + DS_STATE)));
-	im_send_reply(s, j->id, json_dumps(w, JSON_COMPACT), IM_OP_HELLO);
+	im_send_reply(s, j->id, json_dumps(w, JSON_COMPACT), IM_OP_HELLO, &s->rq);
 	json_decref(w);
 	if (j->superseded_in_batch)
 		im_request_recheck(s, 0);	/* its SUPERSEDED came before it could hear it */
-	im_log("info", "event=welcome sid=%" PRIu64 " user=%s device=%s epoch=%" PRId64,
+	im_log("info", "event=welcome sid=%" PRIu64 " user=%s device=%s epoch=%" PRId64 " trace_id=%s",
 		   s->sid, im_hash_user(s->user_id, hu), im_hash_device(s->user_id, s->device_id, hd),
-		   s->epoch);
+		   s->epoch, s->rq.trace_id);
 	im_pump(s);
 }
 
@@ -246,7 +250,7 @@ static void
 hello_unavailable(session *s, im_job *j)
 {
 	im_hello_done(s);
-	im_send_error(s, j->id, "UNAVAILABLE", "database unavailable", IM_RETRY_UNAVAILABLE_MS);
+	im_send_error(s, j->id, &s->rq, "UNAVAILABLE", "database unavailable", IM_RETRY_UNAVAILABLE_MS);
 	im_begin_close(s, 1013, "db_unavailable");
 }
 
@@ -295,9 +299,9 @@ im_on_auth_job(session *s, im_job *j)
 		int			held = j->txn_held;
 
 		im_hello_done(s);
-		im_log("info", "event=auth_failed sid=%" PRIu64 " sqlstate=%s", s->sid,
-			   j->status == IM_JOB_SQL_ERROR ? j->sqlstate : "-");
-		im_send_error(s, j->id, "NOT_AUTHENTICATED", "authentication failed", -1);
+		im_log("info", "event=auth_failed sid=%" PRIu64 " sqlstate=%s trace_id=%s", s->sid,
+			   j->status == IM_JOB_SQL_ERROR ? j->sqlstate : "-", s->rq.trace_id);
+		im_send_error(s, j->id, &s->rq, "NOT_AUTHENTICATED", "authentication failed", -1);
 		im_begin_close(s, 4001, "auth_failed");
 		if (held)
 			im_db_end_txn(j, 0);

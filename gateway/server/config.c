@@ -9,6 +9,7 @@
 #include "server/config.h"
 #include "server/admission.h"
 #include "server/db/db.h"
+#include "common/log_json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,8 @@ usage(void)
 			"                            answered UNAVAILABLE (16777216)\n"
 			"  --log-key FILE            key of the user/device hashes in the log\n"
 			"                            (default: random per process)\n"
+			"  --log-format text|json    log lines as key=value (default) or one JSON\n"
+			"                            object each, with one line per request\n"
 			"  --web-root DIR            the web client served at / and /web/\n"
 			"                            (default: web/ beside the binary)\n");
 }
@@ -153,6 +156,14 @@ set_option(const char *a, const char *v)
 		im_cfg.max_queue = (size_t) strtoull(v, NULL, 10);
 	else if (!strcmp(a, "--log-key"))
 		im_cfg.log_key = v;
+	else if (!strcmp(a, "--log-format"))
+	{
+		if (im_log_format_set(v) != 0)
+		{
+			fprintf(stderr, "im_gateway: --log-format is text or json\n");
+			return 2;
+		}
+	}
 	else if (!strcmp(a, "--web-root"))
 		im_cfg.web_root = v;
 	else

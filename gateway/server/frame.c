@@ -95,25 +95,28 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_TEXT, "client_msg_id", 1, 0},
 		{F_OBJECT, "body", 1, 0}, {F_TEXT, "content_type", 0, 1},
 		{F_INT, "reply_to_message_id", 0, 0}},	/* optional: a reply */
-		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', $5::text)",
-		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body')",
-		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', $5::text, $6::bigint)",
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', $5::text, "
+		"trace_id => $6::text)",
 		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', "
-		"reply_to_message_id => $5::bigint)"
+		"trace_id => $5::text)",
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', $5::text, $6::bigint, "
+		"trace_id => $7::text)",
+		"SELECT * FROM im.send_message($1::bigint, $2::bigint, $3::text, ($4::jsonb) OPERATOR(pg_catalog.->) 'body', "
+		"reply_to_message_id => $5::bigint, trace_id => $6::text)"
 	},
 	[IM_OP_RECALL] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_TEXT, "client_msg_id", 1, 0},
 		{F_INT, "target_message_id", 1, 0}},
-		"SELECT * FROM im.recall_message($1::bigint, $2::bigint, $3::text, $4::bigint)", NULL
+		"SELECT * FROM im.recall_message($1::bigint, $2::bigint, $3::text, $4::bigint, trace_id => $5::text)", NULL
 	},
 	[IM_OP_EDIT] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_TEXT, "client_msg_id", 1, 0},
 		{F_INT, "target_message_id", 1, 0}, {F_OBJECT, "body", 1, 0}},
-		"SELECT * FROM im.edit_message($1::bigint, $2::bigint, $3::text, $4::bigint, ($5::jsonb) OPERATOR(pg_catalog.->) 'body')", NULL
+		"SELECT * FROM im.edit_message($1::bigint, $2::bigint, $3::text, $4::bigint, ($5::jsonb) OPERATOR(pg_catalog.->) 'body', trace_id => $6::text)", NULL
 	},
 	[IM_OP_READ] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "read_to_seq", 1, 0}},
-		"SELECT * FROM im.report_read($1::bigint, $2::bigint, $3::bigint)", NULL
+		"SELECT * FROM im.report_read($1::bigint, $2::bigint, $3::bigint, trace_id => $4::text)", NULL
 	},
 	[IM_OP_FETCH_MESSAGES] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "after_seq", 1, 0},
@@ -129,11 +132,11 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 	[IM_OP_CLEAR_DIRTY] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "observed_version", 1, 0},
 		{F_INT, "saved_last_msg_seq", 1, 0}},
-		"SELECT * FROM im.clear_dirty($1::bigint, $2::bigint, $3::bigint, $4::bigint)", NULL
+		"SELECT * FROM im.clear_dirty($1::bigint, $2::bigint, $3::bigint, $4::bigint, trace_id => $5::text)", NULL
 	},
 	[IM_OP_DELETE_FOR_ME] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "message_id", 1, 0}},
-		"SELECT im.delete_for_me($1::bigint, $2::bigint, $3::bigint) AS deleted", NULL
+		"SELECT im.delete_for_me($1::bigint, $2::bigint, $3::bigint, trace_id => $4::text) AS deleted", NULL
 	},
 	[IM_OP_SNAPSHOT_BEGIN] = {
 		{U, D},
@@ -151,12 +154,12 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 	[IM_OP_REACT] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "target_message_id", 1, 0},
 		{F_TEXT, "reaction", 1, 0}, {F_BOOL, "present", 1, 0}, {F_TEXT, "client_msg_id", 1, 0}},
-		"SELECT * FROM im.react($1::bigint, $2::bigint, $3::bigint, $4::text, $5::boolean, $6::text)", NULL
+		"SELECT * FROM im.react($1::bigint, $2::bigint, $3::bigint, $4::text, $5::boolean, $6::text, trace_id => $7::text)", NULL
 	},
 	[IM_OP_PIN] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "target_message_id", 1, 0},
 		{F_BOOL, "pinned", 1, 0}, {F_TEXT, "client_msg_id", 1, 0}},
-		"SELECT * FROM im.pin_message($1::bigint, $2::bigint, $3::bigint, $4::boolean, $5::text)", NULL
+		"SELECT * FROM im.pin_message($1::bigint, $2::bigint, $3::bigint, $4::boolean, $5::text, trace_id => $6::text)", NULL
 	},
 	/* contract §16: the facts for the sender, never device ids */
 	[IM_OP_MESSAGE_STATUS] = {
@@ -164,6 +167,29 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 		"SELECT * FROM im.message_facts($1::bigint, $2::bigint)", NULL
 	},
 };
+
+/*
+ * The writes whose statement ends with the trace id (contract §21): one
+ * more parameter after the fields, always the last, named trace_id.
+ */
+static const unsigned char traced[IM_OP_COUNT] = {
+	[IM_OP_SEND] = 1, [IM_OP_RECALL] = 1, [IM_OP_EDIT] = 1, [IM_OP_READ] = 1,
+	[IM_OP_CLEAR_DIRTY] = 1, [IM_OP_DELETE_FOR_ME] = 1, [IM_OP_REACT] = 1, [IM_OP_PIN] = 1,
+};
+
+int
+im_trace_id_valid(const char *s, size_t n)
+{
+	size_t		i;
+
+	if (n < 1 || n > IM_TRACE_MAX)
+		return 0;
+	for (i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+			  (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
+			return 0;
+	return 1;
+}
 
 int
 im_json_depth(const json_t *v, int cap)
@@ -290,6 +316,7 @@ decode_envelope(const char *buf, size_t len, im_request *req, im_decode_status *
 	json_error_t jerr;
 	json_t	   *root;
 	json_t	   *t;
+	json_t	   *trace;
 	const char *type;
 	int			op;
 
@@ -336,6 +363,15 @@ decode_envelope(const char *buf, size_t len, im_request *req, im_decode_status *
 		bad(req, IM_DECODE_BAD_FRAME, "nesting deeper than 32%s", NULL);
 		goto refused;
 	}
+	/*
+	 * The frame's trace id (contract §21), kept when valid even if the frame
+	 * is refused below, so its error carries it; absent or null: the caller
+	 * makes one.
+	 */
+	trace = json_object_get(root, "trace_id");
+	if (trace && json_is_string(trace) &&
+		im_trace_id_valid(json_string_value(trace), json_string_length(trace)))
+		memcpy(req->trace_id, json_string_value(trace), json_string_length(trace) + 1);
 	t = json_object_get(root, "type");
 	if (!t || !json_is_string(t) || string_has_nul(t))
 	{
@@ -352,6 +388,16 @@ decode_envelope(const char *buf, size_t len, im_request *req, im_decode_status *
 		goto refused;
 	}
 	req->op = (im_op) op;
+	/* a bad trace id refuses a frame of a known type (BAD_FRAME comes first) */
+	if (trace && !json_is_null(trace) && !req->trace_id[0])
+	{
+		*rc = bad(req, IM_DECODE_INVALID, "trace_id must be 1-64 of A-Z a-z 0-9 _ -%s", NULL);
+		goto refused;
+	}
+	/* the conversation a request is about, for its log line */
+	t = json_object_get(root, "conversation_id");
+	if (t && json_is_integer(t))
+		req->conversation_id = json_integer_value(t);
 	*rc = IM_DECODE_OK;
 	return root;
 
@@ -535,6 +581,8 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 	im_decode_status rc;
 
 	memset(req, 0, sizeof(*req));
+	req->op = IM_OP_COUNT;		/* until its type is known */
+	req->trace_param = -1;
 	root = decode_envelope(buf, len, req, &rc);
 	if (!root)
 		return rc;
@@ -543,8 +591,24 @@ im_decode_frame(const char *buf, size_t len, int64_t user_id,
 	else if ((rc = check_identity(root, user_id, device_id, req)) == IM_DECODE_OK &&
 			 req->op != IM_OP_PING)
 		rc = decode_params(root, buf, len, user_id, device_id, req);
+	if (rc == IM_DECODE_OK && traced[req->op])
+	{
+		/* the trace id's parameter: the frame's, or filled by im_request_set_trace */
+		req->trace_param = req->nparams;
+		req->params[req->nparams++] = req->trace_id[0] ? xstrdup(req->trace_id) : NULL;
+	}
 	json_decref(root);
 	return rc;
+}
+
+void
+im_request_set_trace(im_request *req, const char *generated)
+{
+	if (req->trace_id[0])
+		return;
+	snprintf(req->trace_id, sizeof(req->trace_id), "%s", generated);
+	if (req->trace_param > 0 && !req->params[req->trace_param])
+		req->params[req->trace_param] = xstrdup(req->trace_id);
 }
 
 static int
@@ -634,7 +698,7 @@ im_parse_device_event(const char *payload, im_device_event *ev)
 }
 
 char *
-im_error_frame(json_t *id, const char *code, const char *message,
+im_error_frame(json_t *id, const char *trace_id, const char *code, const char *message,
 			   long retry_after_ms)
 {
 	json_t	   *o = json_object();
@@ -643,6 +707,8 @@ im_error_frame(json_t *id, const char *code, const char *message,
 	json_object_set_new(o, "type", json_string("error"));
 	if (id)
 		json_object_set(o, "id", id);
+	if (trace_id && trace_id[0])
+		json_object_set_new(o, "trace_id", json_string(trace_id));
 	json_object_set_new(o, "code", json_string(code));
 	/* messages come from our own text or the server's errmsg; never raw
 	 * frame bytes, so they are valid UTF-8 */

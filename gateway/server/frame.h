@@ -16,6 +16,7 @@
 
 #define IM_MAX_NESTING 32
 #define IM_MAX_PARAMS  8
+#define IM_TRACE_MAX   64		/* longest trace_id a frame may carry */
 
 typedef enum im_op
 {
@@ -81,6 +82,14 @@ typedef struct im_request
 	int			nparams;
 	char	   *params[IM_MAX_PARAMS];	/* malloc'd, NULL = SQL NULL */
 	char		err[160];		/* reason for BAD_FRAME/FORBIDDEN (no data) */
+	/*
+	 * The frame's trace_id (contract §21: 1-64 of [A-Za-z0-9_-], else the
+	 * frame is INVALID_ARGUMENT), "" when it has none; trace_param: the
+	 * index of the write's trailing trace_id parameter, -1 for reads.
+	 */
+	char		trace_id[IM_TRACE_MAX + 1];
+	int			trace_param;
+	int64_t		conversation_id;	/* the frame's, 0 when none (logs only) */
 } im_request;
 
 /*
@@ -93,6 +102,14 @@ extern im_decode_status im_decode_frame(const char *buf, size_t len,
 										int64_t user_id, const char *device_id,
 										im_request *req);
 extern void im_request_free(im_request *req);
+
+/* 1 when s[0..n) is a trace id a frame may carry. */
+extern int	im_trace_id_valid(const char *s, size_t n);
+/*
+ * A frame without a trace_id gets generated (the gateway's, W3C form): it
+ * becomes req->trace_id and, for a write, its trace_id parameter.
+ */
+extern void im_request_set_trace(im_request *req, const char *generated);
 
 /* A bigint as the text of a statement parameter (malloc'd). */
 extern char *im_int64_text(int64_t v);
@@ -120,8 +137,9 @@ typedef struct im_device_event
 } im_device_event;
 extern int	im_parse_device_event(const char *payload, im_device_event *ev);
 
-/* Builds {"type":"error","id":…,"code":…,"message":…[,"retry_after_ms":…]}. */
-extern char *im_error_frame(json_t *id, const char *code, const char *message,
+/* Builds {"type":"error","id":…,"trace_id":…,"code":…,"message":…[,"retry_after_ms":…]}
+ * (trace_id left out when NULL or ""). */
+extern char *im_error_frame(json_t *id, const char *trace_id, const char *code, const char *message,
 							long retry_after_ms);
 
 /* The ttl of a presence: set by the hello statement, renewed by

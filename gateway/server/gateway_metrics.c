@@ -15,7 +15,9 @@
 #include "server/http.h"
 #include "server/session.h"
 
+#include <inttypes.h>
 #include <libpq-fe.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +53,36 @@ im_count_close(int code)
 			im_stats.closes[i]++;
 }
 
+/* request latency buckets (seconds) and sync page sizes (events) */
+static const double req_bounds[IM_REQ_NBOUNDS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+0.1, 0.25, 0.5, 1, 2.5, 5};
+static const double page_bounds[IM_PAGE_NBOUNDS] = {0, 1, 5, 10, 25, 50, 100, 200, 1000};
+
+void
+im_observe_request(int op, double seconds)
+{
+	int			b;
+
+	if (op < 0 || op > IM_OP_COUNT)
+		return;
+	for (b = 0; b < IM_REQ_NBOUNDS && seconds > req_bounds[b]; b++)
+		;
+	im_stats.req_hist[op][b]++;
+	im_stats.req_sum[op] += seconds;
+}
+
+void
+im_observe_sync_page(long n)
+{
+	int			b;
+
+	for (b = 0; b < IM_PAGE_NBOUNDS && (double) n > page_bounds[b]; b++)
+		;
+	im_stats.page_hist[b]++;
+	im_stats.page_sum += (double) n;
+	im_stats.page_count++;
+}
+
 /* ---- the text ---- */
 
 /* HELP, TYPE and the value of a metric without labels. */
@@ -72,27 +104,237 @@ metric_name_ok(const char *s)
 	return 1;
 }
 
-/* The rows of im.metrics(): names checked, help text on one line. */
+/* The rows of an im.metrics() without type and labels: names checked,
+ * help text on one line, no TYPE (untyped). */
 static void
-sb_extra(im_text_buf *sb, PGresult *extra)
+sb_extra_untyped(im_text_buf *sb, PGresult *extra, int cname, int cvalue, int chelp)
 {
 	int			i;
 
 	for (i = 0; i < PQntuples(extra); i++)
 	{
-		const char *name = PQgetvalue(extra, i, 0);
-		const char *h = PQgetvalue(extra, i, 2);
+		const char *name = PQgetvalue(extra, i, cname);
+		const char *h = chelp >= 0 ? PQgetvalue(extra, i, chelp) : "";
 		char		help[256];
 		size_t		k,
 					o = 0;
 
-		if (!metric_name_ok(name) || PQgetisnull(extra, i, 1))
+		if (!metric_name_ok(name) || PQgetisnull(extra, i, cvalue))
 			continue;
 		for (k = 0; h[k] && o < sizeof(help) - 1; k++)
 			help[o++] = (h[k] == '\n' || h[k] == '\\') ? ' ' : h[k];
 		help[o] = '\0';
-		im_text_printf(sb, "# HELP %s %s\n%s %s\n", name, help, name, PQgetvalue(extra, i, 1));
+		im_text_printf(sb, "# HELP %s %s\n%s %s\n", name, help, name, PQgetvalue(extra, i, cvalue));
 	}
+}
+
+static int
+ends_with(const char *s, const char *suffix)
+{
+	size_t		n = strlen(s),
+				m = strlen(suffix);
+
+	return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int
+label_name_ok(const char *s)
+{
+	if (!*s || (*s >= '0' && *s <= '9'))
+		return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+			  (*s >= '0' && *s <= '9') || *s == '_'))
+			return 0;
+	return 1;
+}
+
+/* A label value escaped as the exposition format asks: \\, \" and \n. */
+static void
+sb_label_value(im_text_buf *sb, const char *v)
+{
+	for (; *v; v++)
+	{
+		if (*v == '\\')
+			im_text_printf(sb, "\\\\");
+		else if (*v == '"')
+			im_text_printf(sb, "\\\"");
+		else if (*v == '\n')
+			im_text_printf(sb, "\\n");
+		else
+			im_text_printf(sb, "%c", *v);
+	}
+}
+
+/* A sample value: PostgreSQL's float8 text, infinities as the format spells them. */
+static const char *
+sample_value(const char *v)
+{
+	if (strcmp(v, "Infinity") == 0)
+		return "+Inf";
+	if (strcmp(v, "-Infinity") == 0)
+		return "-Inf";
+	return v;
+}
+
+/* One row of a typed im.metrics() as it is read. */
+typedef struct mrow
+{
+	char		family[128];	/* HELP/TYPE name */
+	char		sample[136];	/* the sample's name */
+	const char *type;			/* counter, gauge, histogram; NULL: untyped */
+	json_t	   *labels;			/* object or NULL */
+	int			row;
+} mrow;
+
+/*
+ * The rows of an im.metrics() with type and labels: one HELP and one TYPE
+ * per family (a histogram's _bucket/_sum/_count rows are one family, a
+ * bucket row's sample name gains _bucket), its samples after them with
+ * their label sets; rows with a bad name, label or type are left out, as
+ * are families the gateway writes itself.
+ */
+static void
+sb_extra_typed(im_text_buf *sb, PGresult *extra, int cname, int cvalue, int chelp,
+			   int ctype, int clabels)
+{
+	int			n = PQntuples(extra);
+	mrow	   *rows = calloc((size_t) n + 1, sizeof(mrow));
+	char	   *done = calloc((size_t) n + 1, 1);
+	int			i,
+				k;
+
+	if (!rows || !done)
+		abort();
+	for (i = 0; i < n; i++)
+	{
+		mrow	   *r = &rows[i];
+		const char *name = PQgetvalue(extra, i, cname);
+		const char *t = PQgetisnull(extra, i, ctype) ? "" : PQgetvalue(extra, i, ctype);
+		size_t		len = strlen(name);
+
+		r->row = i;
+		done[i] = 1;			/* until it proves usable */
+		if (!metric_name_ok(name) || len >= sizeof(r->family) || PQgetisnull(extra, i, cvalue) ||
+			strncmp(name, "im_gateway_", 11) == 0)
+			continue;
+		r->type = strcmp(t, "counter") == 0 ? "counter" : strcmp(t, "gauge") == 0 ? "gauge" :
+			strcmp(t, "histogram") == 0 ? "histogram" : NULL;
+		if (!PQgetisnull(extra, i, clabels))
+		{
+			json_error_t jerr;
+			const char *lk;
+			json_t	   *lv;
+			int			ok = 1;
+
+			r->labels = json_loads(PQgetvalue(extra, i, clabels), 0, &jerr);
+			if (!r->labels || !json_is_object(r->labels))
+				ok = 0;
+			else
+				json_object_foreach(r->labels, lk, lv)
+					if (!label_name_ok(lk) || strncmp(lk, "__", 2) == 0 ||
+						!(json_is_string(lv) || json_is_number(lv)))
+					ok = 0;
+			if (!ok)
+				continue;
+		}
+		snprintf(r->family, sizeof(r->family), "%s", name);
+		snprintf(r->sample, sizeof(r->sample), "%s", name);
+		if (r->type && strcmp(r->type, "histogram") == 0)
+		{
+			static const char *const sfx[] = {"_bucket", "_sum", "_count"};
+			int			s;
+
+			for (s = 0; s < 3; s++)
+				if (ends_with(name, sfx[s]))
+				{
+					r->family[len - strlen(sfx[s])] = '\0';
+					break;
+				}
+			if (s == 3 && r->labels && json_object_get(r->labels, "le"))
+				snprintf(r->sample, sizeof(r->sample), "%s_bucket", name);
+		}
+		done[i] = 0;
+	}
+	for (i = 0; i < n; i++)
+	{
+		const char *h;
+		size_t		o;
+
+		if (done[i])
+			continue;
+		/* the family's HELP and TYPE from its first row, then all its rows */
+		h = chelp >= 0 ? PQgetvalue(extra, rows[i].row, chelp) : "";
+		im_text_printf(sb, "# HELP %s ", rows[i].family);
+		for (o = 0; h[o]; o++)
+		{
+			if (h[o] == '\n')
+				im_text_printf(sb, "\\n");
+			else if (h[o] == '\\')
+				im_text_printf(sb, "\\\\");
+			else
+				im_text_printf(sb, "%c", h[o]);
+		}
+		im_text_printf(sb, "\n");
+		if (rows[i].type)
+			im_text_printf(sb, "# TYPE %s %s\n", rows[i].family, rows[i].type);
+		for (k = i; k < n; k++)
+		{
+			mrow	   *r = &rows[k];
+
+			if (done[k] || strcmp(r->family, rows[i].family) != 0)
+				continue;
+			done[k] = 1;
+			im_text_printf(sb, "%s", r->sample);
+			if (r->labels && json_object_size(r->labels) > 0)
+			{
+				const char *lk;
+				json_t	   *lv;
+				int			first = 1;
+
+				im_text_printf(sb, "{");
+				json_object_foreach(r->labels, lk, lv)
+				{
+					im_text_printf(sb, "%s%s=\"", first ? "" : ",", lk);
+					if (json_is_string(lv))
+						sb_label_value(sb, json_string_value(lv));
+					else if (json_is_integer(lv))
+						im_text_printf(sb, "%" JSON_INTEGER_FORMAT, json_integer_value(lv));
+					else
+						im_text_printf(sb, "%g", json_number_value(lv));
+					im_text_printf(sb, "\"");
+					first = 0;
+				}
+				im_text_printf(sb, "}");
+			}
+			im_text_printf(sb, " %s\n", sample_value(PQgetvalue(extra, r->row, cvalue)));
+		}
+	}
+	for (i = 0; i < n; i++)
+		json_decref(rows[i].labels);
+	free(rows);
+	free(done);
+}
+
+/*
+ * The rows of im.metrics(), read by column name: with type and labels
+ * (contract §21) typed families, else (an older im.metrics()) as before.
+ */
+static void
+sb_extra(im_text_buf *sb, PGresult *extra)
+{
+	int			cname = PQfnumber(extra, "name"),
+				cvalue = PQfnumber(extra, "value"),
+				chelp = PQfnumber(extra, "help"),
+				ctype = PQfnumber(extra, "type"),
+				clabels = PQfnumber(extra, "labels");
+
+	if (cname < 0 || cvalue < 0)
+		return;
+	if (ctype >= 0 && clabels >= 0)
+		sb_extra_typed(sb, extra, cname, cvalue, chelp, ctype, clabels);
+	else
+		sb_extra_untyped(sb, extra, cname, cvalue, chelp);
 }
 
 static char *
@@ -159,6 +401,38 @@ metrics_text(PGresult *extra)
 	cum += im_db_stats_g.hist[11];
 	im_text_printf(&sb, "im_gateway_db_seconds_bucket{le=\"+Inf\"} %ld\nim_gateway_db_seconds_sum %f\nim_gateway_db_seconds_count %ld\n",
 			  cum, im_db_stats_g.hist_sum, im_db_stats_g.hist_count);
+	sb_metric(&sb, "im_gateway_db_up", "gauge", "1 when the gateway has a ready database pool connection, else 0.",
+			  im_db_stats_g.pool_ready > 0 ? 1 : 0);
+	im_text_printf(&sb, "# HELP im_gateway_request_duration_seconds Requests by frame type, from the frame taken to its answer queued.\n"
+				   "# TYPE im_gateway_request_duration_seconds histogram\n");
+	for (i = 0; i <= IM_OP_COUNT; i++)
+	{
+		const char *type = i < IM_OP_COUNT ? im_ops[i].type : "invalid";
+		int			b;
+
+		cum = 0;
+		for (b = 0; b < IM_REQ_NBOUNDS; b++)
+		{
+			cum += im_stats.req_hist[i][b];
+			im_text_printf(&sb, "im_gateway_request_duration_seconds_bucket{type=\"%s\",le=\"%g\"} %ld\n",
+						   type, req_bounds[b], cum);
+		}
+		cum += im_stats.req_hist[i][IM_REQ_NBOUNDS];
+		im_text_printf(&sb, "im_gateway_request_duration_seconds_bucket{type=\"%s\",le=\"+Inf\"} %ld\n"
+					   "im_gateway_request_duration_seconds_sum{type=\"%s\"} %.6f\n"
+					   "im_gateway_request_duration_seconds_count{type=\"%s\"} %ld\n",
+					   type, cum, type, im_stats.req_sum[i], type, cum);
+	}
+	im_text_printf(&sb, "# HELP im_gateway_sync_page_events Events in each sync page answered.\n"
+				   "# TYPE im_gateway_sync_page_events histogram\n");
+	cum = 0;
+	for (i = 0; i < IM_PAGE_NBOUNDS; i++)
+	{
+		cum += im_stats.page_hist[i];
+		im_text_printf(&sb, "im_gateway_sync_page_events_bucket{le=\"%g\"} %ld\n", page_bounds[i], cum);
+	}
+	im_text_printf(&sb, "im_gateway_sync_page_events_bucket{le=\"+Inf\"} %ld\nim_gateway_sync_page_events_sum %.0f\n"
+				   "im_gateway_sync_page_events_count %ld\n", im_stats.page_count, im_stats.page_sum, im_stats.page_count);
 	if (extra)
 		sb_extra(&sb, extra);
 	return sb.b;
@@ -211,7 +485,8 @@ im_request_metrics(session *s)
 	mcache.inflight = 1;
 	im_stats.metrics_refreshes++;
 	j = im_job_new(IM_JOB_METRICS, 0);
-	j->sql = "SELECT name, value, help FROM im.metrics()";
+	/* by column name: an older im.metrics() lacks type and labels */
+	j->sql = "SELECT * FROM im.metrics()";
 	im_db_submit(j);
 }
 

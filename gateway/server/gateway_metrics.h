@@ -19,6 +19,8 @@ enum
 
 #define IM_N_ERR_CODES 9
 #define IM_N_CLOSE_CODES 7
+#define IM_REQ_NBOUNDS 12		/* request latency buckets, 1 ms to 5 s */
+#define IM_PAGE_NBOUNDS 9		/* sync page size buckets, 0 to 1000 events */
 
 /* Written by the lws thread only. */
 typedef struct im_gw_stats
@@ -44,6 +46,13 @@ typedef struct im_gw_stats
 	long		rechecks;		/* device_session re-checks sent */
 	long		metrics_refreshes;	/* im.metrics() calls */
 	long		replies_too_large;	/* replies answered UNAVAILABLE instead */
+	/* request latency by type (im_op; IM_OP_COUNT: undecodable), seconds */
+	long		req_hist[IM_OP_COUNT + 1][IM_REQ_NBOUNDS + 1];	/* last: +Inf */
+	double		req_sum[IM_OP_COUNT + 1];
+	/* events per sync page */
+	long		page_hist[IM_PAGE_NBOUNDS + 1];
+	double		page_sum;
+	long		page_count;
 } im_gw_stats;
 
 extern im_gw_stats im_stats;
@@ -51,6 +60,10 @@ extern im_gw_stats im_stats;
 /* Counts an error frame by its contract code, a close by its close code. */
 extern void im_count_error(const char *code);
 extern void im_count_close(int code);
+/* A request of type op (IM_OP_COUNT: undecodable) answered after seconds. */
+extern void im_observe_request(int op, double seconds);
+/* A sync page of n events was answered. */
+extern void im_observe_sync_page(long n);
 
 /*
  * GET /metrics for an HTTP session: answered at once from the cache when

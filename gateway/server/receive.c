@@ -33,10 +33,11 @@
 
 /* A decoded request becomes job j: the statement, its id and parameters. */
 static void
-take_request(im_job *j, im_request *req)
+take_request(im_job *j, im_request *req, const im_reqinfo *rq)
 {
 	int			i;
 
+	memcpy(j->trace_id, rq->trace_id, sizeof(j->trace_id));
 	j->op = req->op;
 	j->sql = req->sql;
 	j->id = req->id;
@@ -51,40 +52,42 @@ take_request(im_job *j, im_request *req)
 }
 
 static void
-submit_request(im_job *j, im_request *req)
+submit_request(im_job *j, im_request *req, const im_reqinfo *rq)
 {
-	take_request(j, req);
+	take_request(j, req, rq);
 	im_db_submit(j);
 }
 
 static void
-send_pong(session *s, json_t *id)
+send_pong(session *s, json_t *id, const im_reqinfo *rq)
 {
 	json_t	   *p = json_object();
 
 	json_object_set_new(p, "type", json_string("pong"));
 	if (id)
 		json_object_set(p, "id", id);
-	im_send_reply(s, id, json_dumps(p, JSON_COMPACT), IM_OP_PING);
+	json_object_set_new(p, "trace_id", json_string(rq->trace_id));
+	im_send_reply(s, id, json_dumps(p, JSON_COMPACT), IM_OP_PING, rq);
 	json_decref(p);
 }
 
 /* The first frame: a valid hello, sent or held by --max-pending-hello /
  * --max-waiting-hello. */
 static void
-process_hello(session *s, im_decode_status st, im_request *req)
+process_hello(session *s, im_decode_status st, im_request *req, const im_reqinfo *rq)
 {
 	im_job	   *j;
 
 	if (st != IM_DECODE_OK || req->op != IM_OP_HELLO)
 	{
-		im_send_error(s, req->id, "NOT_AUTHENTICATED", "the first frame must be a valid hello", -1);
+		im_send_error(s, req->id, rq, "NOT_AUTHENTICATED", "the first frame must be a valid hello", -1);
 		im_begin_close(s, 4001, "no_hello");
 		return;
 	}
+	s->rq = *rq;				/* answered by auth.c */
 	j = im_job_new(IM_JOB_AUTH, s->sid);
 	j->txn = 1;					/* limits are checked before COMMIT: see auth.c */
-	take_request(j, req);
+	take_request(j, req, rq);
 	j->device_key = im_hello_device_key(j->params[0]);	/* hello_order.h */
 	j->token_key = im_hello_token_key(j->params[0]);
 	im_hello_submit(s, j);		/* sent, waiting for a place, or refused */
@@ -95,25 +98,29 @@ process_frame(session *s, const char *buf, size_t len)
 {
 	im_request	req;
 	im_decode_status st;
+	im_reqinfo	rq;
 
 	st = im_decode_frame(buf, len, s->user_id, s->authed ? s->device_id : NULL, &req);
 	im_stats.frames_in[st == IM_DECODE_BAD_FRAME ? IM_OP_COUNT : (int) req.op]++;	/* op COUNT: unreadable */
+	/* its trace id: the frame's, or a new one (also the write's parameter) */
+	im_reqinfo_begin(&rq, &req);
 	if (!s->authed)
-		process_hello(s, st, &req);
+		process_hello(s, st, &req, &rq);
 	else if (st == IM_DECODE_BAD_FRAME)
-		im_send_error(s, req.id, "BAD_FRAME", req.err, -1);
+		im_send_error(s, req.id, &rq, "BAD_FRAME", req.err, -1);
 	else if (st == IM_DECODE_INVALID)
-		im_send_error(s, req.id, "INVALID_ARGUMENT", req.err, -1);
+		im_send_error(s, req.id, &rq, "INVALID_ARGUMENT", req.err, -1);
 	else if (st == IM_DECODE_FORBIDDEN)
-		im_send_error(s, req.id, "FORBIDDEN", req.err, -1);
+		im_send_error(s, req.id, &rq, "FORBIDDEN", req.err, -1);
 	else if (req.op == IM_OP_HELLO)
-		im_send_error(s, req.id, "BAD_FRAME", "already authenticated", -1);
+		im_send_error(s, req.id, &rq, "BAD_FRAME", "already authenticated", -1);
 	else if (req.op == IM_OP_PING)
-		send_pong(s, req.id);
+		send_pong(s, req.id, &rq);
 	else
 	{
 		s->busy = 1;
-		submit_request(im_job_new(IM_JOB_API, s->sid), &req);
+		s->rq = rq;				/* answered by im_on_api_job */
+		submit_request(im_job_new(IM_JOB_API, s->sid), &req, &rq);
 	}
 	im_request_free(&req);
 }
@@ -149,7 +156,10 @@ free_rx(session *s)
 static void
 not_authenticated(session *s, const char *why)
 {
-	im_send_error(s, NULL, "NOT_AUTHENTICATED", why, -1);
+	im_reqinfo	rq;
+
+	im_reqinfo_begin(&rq, NULL);	/* a frame not read */
+	im_send_error(s, NULL, &rq, "NOT_AUTHENTICATED", why, -1);
 	im_begin_close(s, 4001, "not_authenticated");
 	free_rx(s);
 	s->rxlen = 0;
@@ -160,19 +170,21 @@ static int
 frame_rate_limited(session *s)
 {
 	long		wait = im_bucket_take(&s->frames, im_cfg.rate, im_cfg.burst, im_now());
+	im_reqinfo	rq;
 
 	if (!wait)
 	{
 		s->rl_streak = 0;
 		return 0;
 	}
+	im_reqinfo_begin(&rq, NULL);	/* refused unread */
 	if (++s->rl_streak >= 10)
 	{
-		im_send_error(s, NULL, "RATE_LIMITED", "rate limit exceeded persistently", wait);
+		im_send_error(s, NULL, &rq, "RATE_LIMITED", "rate limit exceeded persistently", wait);
 		im_begin_close(s, 4029, "rate_limited");
 	}
 	else
-		im_send_error(s, NULL, "RATE_LIMITED", "rate limit exceeded", wait);
+		im_send_error(s, NULL, &rq, "RATE_LIMITED", "rate limit exceeded", wait);
 	return 1;
 }
 
@@ -298,14 +310,20 @@ error_code_of(const char *ss)
 void
 im_on_api_job(session *s, im_job *j)
 {
+	im_reqinfo *rq = &s->rq;
+
 	s->busy = 0;
 	if (j->status == IM_JOB_OK)
 	{
-		im_send_reply(s, j->id, j->reply, j->op);
+		rq->msg_seq = j->msg_seq;
+		rq->sync_seq = j->sync_seq;
+		if (j->page_events >= 0)
+			im_observe_sync_page(j->page_events);
+		im_send_reply(s, j->id, j->reply, j->op, rq);
 		j->reply = NULL;
 	}
 	else if (j->status == IM_JOB_UNAVAILABLE)
-		im_send_error(s, j->id, "UNAVAILABLE",
+		im_send_error(s, j->id, rq, "UNAVAILABLE",
 					  strcmp(j->sqlstate, "57014") == 0 ? "request took too long (statement timeout), retry later"
 					  : "database unavailable, retry later", IM_RETRY_UNAVAILABLE_MS);
 	else
@@ -316,13 +334,13 @@ im_on_api_job(session *s, im_job *j)
 		{
 			char		hu[IM_LOG_HASH_BUF];
 
-			im_log("error", "event=internal_error sid=%" PRIu64 " user=%s op=%s sqlstate=%s msg=\"%s\"",
-				   s->sid, im_hash_user(s->user_id, hu), im_ops[j->op].type, j->sqlstate,
+			im_log("error", "event=internal_error sid=%" PRIu64 " user=%s op=%s trace_id=%s sqlstate=%s msg=\"%s\"",
+				   s->sid, im_hash_user(s->user_id, hu), im_ops[j->op].type, rq->trace_id, j->sqlstate,
 				   j->errmsg ? j->errmsg : "");
-			im_send_error(s, j->id, code, "internal error", -1);
+			im_send_error(s, j->id, rq, code, "internal error", -1);
 		}
 		else
-			im_send_error(s, j->id, code, j->errmsg, -1);
+			im_send_error(s, j->id, rq, code, j->errmsg, -1);
 	}
 	if (im_draining)
 		im_begin_close(s, 1001, "shutdown");

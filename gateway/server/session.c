@@ -189,24 +189,32 @@ enqueue_text(session *s, char *text, int out_type)
 }
 
 void
-im_send_error(session *s, json_t *id, const char *code, const char *msg, long retry_ms)
+im_send_error(session *s, json_t *id, const im_reqinfo *rq, const char *code, const char *msg,
+			  long retry_ms)
 {
 	im_count_error(code);
 	/* a client that reads none of its replies is closed, never left with a
 	 * request that silently got no answer */
-	if (enqueue_text(s, im_error_frame(id, code, msg, retry_ms), IM_OUT_ERROR) != 0 &&
+	if (enqueue_text(s, im_error_frame(id, rq->trace_id, code, msg, retry_ms), IM_OUT_ERROR) != 0 &&
 		!s->close_code)
 		im_begin_close(s, 1013, "send_queue_full");
+	im_request_done(s, rq, code, 0);
 }
 
 /* Every request gets a reply: one too large for the send queue is answered UNAVAILABLE. */
 void
-im_send_reply(session *s, json_t *id, char *text, int out_type)
+im_send_reply(session *s, json_t *id, char *text, int out_type, const im_reqinfo *rq)
 {
-	if (enqueue_text(s, text, out_type) == 0 || s->close_code)
+	int			closing = s->close_code;
+
+	if (enqueue_text(s, text, out_type) == 0 || closing)
+	{
+		/* a session already closing is sent nothing more */
+		im_request_done(s, rq, closing ? "closed" : "ok", closing);
 		return;
+	}
 	im_stats.replies_too_large++;
-	im_send_error(s, id, "UNAVAILABLE",
+	im_send_error(s, id, rq, "UNAVAILABLE",
 				  "reply does not fit the session's send queue: read pending replies, "
 				  "or ask for a smaller page", IM_RETRY_UNAVAILABLE_MS);
 }

@@ -10,6 +10,7 @@
 #define IM_GW_SESSION_H
 
 #include "server/admission.h"
+#include "server/request_log.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -73,6 +74,8 @@ typedef struct session
 	/* frames per second (--rate/--burst) */
 	im_bucket	frames;
 	int			rl_streak;
+	/* the request in flight (busy or hello_pending): its trace id, type, start */
+	im_reqinfo	rq;
 	/* http */
 	int			http_status;
 	char	   *http_body;
@@ -111,12 +114,17 @@ extern session *im_user_chain(int64_t user_id);
  * --max-queue is answered UNAVAILABLE with its id instead, so every
  * request gets an answer.  im_send_error may use IM_ERROR_HEADROOM more; a
  * session whose queue cannot take even that is closed 1013.
+ *
+ * rq is the request answered (contract §21): an error frame carries its
+ * trace id, and either answer ends it (its log line and latency,
+ * request_log.h).  A reply's text already holds the trace id.
  */
 #define IM_ERROR_HEADROOM (1024 * 1024)
 #define IM_RETRY_UNAVAILABLE_MS 1000
-extern void im_send_reply(session *s, json_t *id, char *text, int out_type);
-extern void im_send_error(session *s, json_t *id, const char *code, const char *msg,
-						  long retry_ms);
+extern void im_send_reply(session *s, json_t *id, char *text, int out_type,
+						  const im_reqinfo *rq);
+extern void im_send_error(session *s, json_t *id, const im_reqinfo *rq, const char *code,
+						  const char *msg, long retry_ms);
 /* Closes with code once everything queued is written; the first code wins. */
 extern void im_begin_close(session *s, int code, const char *why);
 /* The writeable handler: writes one frame.  -1 tells lws to close. */

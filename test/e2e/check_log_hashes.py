@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Log privacy (gateway side): the gateway's log names users and
 devices only by keyed hashes (contract §12: HMAC-SHA256 cut to 16 hex
-digits, user=h:… device=h:…).
+digits, user=h:… device=h:…, or "user":"h:…" in a --log-format json log,
+whose every line must then be one JSON object).
 
 Usage: check_log_hashes.py LOG [KEYFILE]
 Checks that no user=/device= field holds a plain id, that one session's
@@ -10,6 +11,7 @@ key file, that every hash is the HMAC of a device registered in the
 database (user "u:<id>", device "d:<id>:<device>")."""
 import hashlib
 import hmac
+import json
 import os
 import re
 import sys
@@ -25,11 +27,32 @@ HASH = re.compile(r"^h:[0-9a-f]{16}$")
 def main(log, keyfile=None):
     bad, per_sid, seen = [], {}, {"user": set(), "device": set()}
     welcomes = 0
-    for line in open(log, encoding="utf-8", errors="replace"):
-        fields = FIELD.findall(line)
-        if "event=welcome" in line:
-            welcomes += 1
-        sid = SID.search(line)
+    lines = open(log, encoding="utf-8", errors="replace").read().splitlines()
+    as_json = bool(lines) and lines[0].startswith("{")
+    for line in lines:
+        if as_json:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                bad.append("not JSON: " + line.strip())
+                continue
+            if not isinstance(rec, dict) or "ts" not in rec:
+                bad.append("not a log record: " + line.strip())
+                continue
+            # no member may carry a token or a body, whatever its name
+            for k in ("token", "body", "text"):
+                if k in rec:
+                    bad.append("%s in a log line: %s" % (k, line.strip()))
+            fields = [(k, rec[k] if rec[k] is not None else "-") for k in ("user", "device") if k in rec]
+            fields = [(k, v if isinstance(v, str) else repr(v)) for k, v in fields]
+            if rec.get("event") == "welcome":
+                welcomes += 1
+            sid = re.match(r"(\d+)", str(rec["sid"])) if "sid" in rec else None
+        else:
+            fields = FIELD.findall(line)
+            if "event=welcome" in line:
+                welcomes += 1
+            sid = SID.search(line)
         for k, v in fields:
             if v != "-" and not HASH.match(v):
                 bad.append(line.strip())

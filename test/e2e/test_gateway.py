@@ -8,6 +8,7 @@ Usage: test_gateway.py [test-name-substring ...]
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -249,7 +250,10 @@ async def test_bad_frames_isolated():
     # SQL errors map to contract codes; the id is echoed
     r = await bad.req({"type": "send", "id": "x1", "conversation_id": conv, "client_msg_id": "",
                        "body": {"t": 1}})
-    assert r == {"type": "error", "id": "x1", "code": "INVALID_ARGUMENT", "message": r["message"]}, r
+    # (and every error carries a trace id, here one the gateway made: contract §21)
+    assert r == {"type": "error", "id": "x1", "trace_id": r["trace_id"], "code": "INVALID_ARGUMENT",
+                 "message": r["message"]}, r
+    assert re.match(r"^[0-9a-f]{32}$", r["trace_id"]), r
     r = await bad.req({"type": "send", "conversation_id": 999999999999, "client_msg_id": "nf", "body": {}})
     assert r["code"] == "NOT_FOUND", r
     await send(bad, conv, "conf", {"v": 1})

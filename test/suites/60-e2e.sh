@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # 60-e2e: im_gateway end to end through python3-websockets against the
-# harness cluster (database im_test).  Fanout workers are switched on for
+# harness cluster (database im_test); a --log-format json gateway for trace
+# ids, the request log and promtool on /metrics (test_trace.py).  Fanout workers are switched on for
 # the suite and paused again at the end.  Also checks that SIGTERM drains
 # and exits 0.
 set -uo pipefail
@@ -54,6 +55,21 @@ if grep -q 'permission denied\|members_lookup_failed' "$IM_TMP/gateway-small.log
 fi
 kill -TERM "$gw3"; wait "$gw3"
 "$py" test/e2e/check_log_hashes.py "$IM_TMP/gateway-small.log" || rc=1
+
+# trace ids, the JSON request log and a promtool-checked /metrics (contract
+# §21): a gateway with --log-format json, its log read by the test while
+# it runs, then checked line by line as JSON for hashes, bodies and tokens
+portj=$(im_free_port)
+logj="$IM_TMP/gateway-json.log"
+./gateway/im_gateway --listen 127.0.0.1:"$portj" --pool 2 --log-format json --log-key "$logkey" \
+    --db "host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_test" >"$logj" 2>&1 &
+gwj=$!
+for _ in $(seq 50); do curl -fs "http://127.0.0.1:$portj/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+IM_GW_URL="ws://127.0.0.1:$portj/" IM_GW_LOG="$logj" IM_GW_BIN=./gateway/im_gateway "$py" test/e2e/test_trace.py || rc=1
+kill -TERM "$gwj"; wait "$gwj" || { echo "json gateway exit status $? after SIGTERM"; rc=1; }
+if grep -v '^{' "$logj" | grep -q .; then echo "non-JSON lines in the JSON log:"; grep -v '^{' "$logj" | head -3; rc=1; fi
+if grep -Eq 'token=|"token"|"text"|hello bob|RAAAA|TRACE-BODY' "$logj"; then echo "JSON log leaks tokens or bodies"; rc=1; fi
+"$py" test/e2e/check_log_hashes.py "$logj" "$logkey" || rc=1
 
 # reconnect-storm pacing against a second gateway with --max-pending-hello 1
 # and --max-waiting-hello 5 (the rest of 30 hellos at once is refused)

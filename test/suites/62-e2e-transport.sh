@@ -8,8 +8,8 @@
 #     locked device row, gateway RSS growth bounded; test/e2e/test_accept_ring.py:
 #     idle sockets before the upgrade bounded per address, by the connection
 #     cap and in time;
-#  3. part of test/e2e/test_gateway.py once more over wss:// and https://,
-#     with a certificate made here by openssl req.
+#  3. part of test/e2e/test_gateway.py and test/e2e/test_trace.py once more
+#     over wss:// and https://, with a certificate made here by openssl req.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source test/harness/cluster.sh
@@ -66,6 +66,9 @@ IM_GW_BIN="$GW" "$PY" test/e2e/test_accept_ring.py || rc=1
 start_gw s https --tls-cert "$cert" --tls-key "$key" --max-frame 65536 --hello-timeout 2 --pool 4
 IM_GW_URL="wss://127.0.0.1:$port_s/" IM_GW_CA="$cert" IM_E2E_MAX_FRAME=65536 \
   "$PY" test/e2e/test_gateway.py scenario_2_1 first_frame bad_frames supersede http_endpoints || rc=1
+# trace ids in replies and /metrics through promtool, over wss:// and https://
+IM_GW_URL="wss://127.0.0.1:$port_s/" IM_GW_CA="$cert" \
+  "$PY" test/e2e/test_trace.py trace_ids_in_replies bad_trace_id promtool || rc=1
 # plain ws:// on the TLS port is not served
 if curl -fs "http://127.0.0.1:$port_s/healthz" >/dev/null 2>&1; then echo "FAIL plain http answered on the TLS port"; rc=1; fi
 

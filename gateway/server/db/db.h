@@ -12,6 +12,8 @@
 #include <jansson.h>
 #include <libwebsockets.h>
 
+#include "server/frame.h"
+
 /* What the lws thread wants done with a result. */
 typedef enum im_job_kind
 {
@@ -89,6 +91,15 @@ typedef struct im_job
 	char	   *errmsg;
 	PGresult   *res;
 	char	   *reply;			/* API: finished reply frame text */
+	/*
+	 * The request's trace id (contract §21), put into the reply; and what
+	 * the reply says for the request's log line (db_reply.c): msg_seq and
+	 * sync_seq (-1: none), events in a sync page (-1: not a sync page).
+	 */
+	char		trace_id[IM_TRACE_MAX + 1];
+	int64_t		msg_seq;
+	int64_t		sync_seq;
+	long		page_events;
 	double		db_seconds;
 	/* notifications */
 	char	   *channel;

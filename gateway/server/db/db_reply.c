@@ -86,6 +86,43 @@ row_text(json_t *base, const PGresult *res, int row, const im_raw_member *extra,
 	return text;
 }
 
+/* The first of the named int8 columns of row 0 that is there and not NULL, else -1. */
+static int64_t
+first_position(const PGresult *res, const char *const *names)
+{
+	for (; *names; names++)
+	{
+		int			c = PQfnumber(res, *names);
+
+		if (c >= 0 && PQntuples(res) > 0 && !PQgetisnull(res, 0, c))
+			return strtoll(PQgetvalue(res, 0, c), NULL, 10);
+	}
+	return -1;
+}
+
+/*
+ * What the request's log line names from the reply: msg_seq (the message
+ * a write made, or the read position), sync_seq (the position an ack
+ * reached, or a sync page's batch high watermark), a sync page's events.
+ */
+static void
+log_positions(im_job *job, const PGresult *res)
+{
+	static const char *const msg_cols[] = {"msg_seq", "read_msg_seq", NULL};
+	static const char *const sync_cols[] = {"sync_seq", "acked_sync_seq", "batch_high_watermark", NULL};
+
+	job->msg_seq = first_position(res, msg_cols);
+	job->sync_seq = first_position(res, sync_cols);
+	job->page_events = -1;
+	if (job->op == IM_OP_SYNC && PQntuples(res) > 0)
+	{
+		int			c = PQfnumber(res, "events");
+
+		job->page_events = c >= 0 && !PQgetisnull(res, 0, c) ?
+			im_json_array_count(PQgetvalue(res, 0, c), (size_t) PQgetlength(res, 0, c)) : 0;
+	}
+}
+
 void
 im_db_build_reply(im_job *job)
 {
@@ -95,6 +132,9 @@ im_db_build_reply(im_job *job)
 	json_object_set_new(o, "type", json_string(im_ops[job->op].reply_type));
 	if (job->id)
 		json_object_set(o, "id", job->id);
+	if (job->trace_id[0])
+		json_object_set_new(o, "trace_id", json_string(job->trace_id));
+	log_positions(job, res);
 	if (im_ops[job->op].shape == IM_REPLY_ROWS)
 	{
 		int			n = PQntuples(res);

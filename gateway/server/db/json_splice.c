@@ -101,3 +101,52 @@ im_json_array_of_texts(char *const *texts, int n)
 	*p = '\0';
 	return out;
 }
+
+long
+im_json_array_count(const char *text, size_t len)
+{
+	size_t		i = 0;
+	long		n = 0;
+	int			depth = 0,
+				in_string = 0,
+				seen = 0;
+
+	while (i < len && (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r'))
+		i++;
+	if (i >= len || text[i] != '[')
+		return -1;
+	for (; i < len; i++)
+	{
+		char		c = text[i];
+
+		if (in_string)
+		{
+			if (c == '\\')
+				i++;			/* the escaped character */
+			else if (c == '"')
+				in_string = 0;
+			continue;
+		}
+		if (c == '"')
+			in_string = 1;
+		else if (c == '[' || c == '{')
+			depth++;
+		else if (c == ']' || c == '}')
+		{
+			if (--depth == 0)
+				return seen ? n + 1 : 0;
+			continue;
+		}
+		else if (c == ',' && depth == 1)
+		{
+			n++;
+			continue;
+		}
+		else if (c == ' ' || c == '\n' || c == '\t' || c == '\r')
+			continue;
+		/* something other than the opening bracket at the top level */
+		if (depth >= 1 && !(depth == 1 && c == '['))
+			seen = 1;
+	}
+	return -1;					/* not closed */
+}

@@ -28,4 +28,11 @@ extern char *im_json_splice(const json_t *obj, const im_raw_member *raw, int nra
 /* "[t0,t1,…]" from complete JSON texts (malloc'd). */
 extern char *im_json_array_of_texts(char *const *texts, int n);
 
+/*
+ * The elements of the JSON array text[0..len) PostgreSQL printed (its top
+ * level only: strings and nested values skipped without being parsed);
+ * -1 when the text is not an array.
+ */
+extern long im_json_array_count(const char *text, size_t len);
+
 #endif
