@@ -1,2 +1,6 @@
 \echo Use "ALTER EXTENSION im_sync UPDATE TO '1.10'" to load this file. \quit
 
+
+-- ---- trace ids kept with the event and its outbox item
+ALTER TABLE im.event ADD COLUMN trace_id text;
+ALTER TABLE im.outbox ADD COLUMN trace_id text;
