@@ -252,7 +252,10 @@ def test_trace_id_in_relay_lines():
             finally:
                 relay.stop()
     finally:
+        started = MAIN.text().count("event=start")
         MAIN = Relay(STUB.url, "main", append=True)
+        # its SIGTERM handler is in place once it logged its start
+        wait_for("the main relay again", lambda: MAIN.text().count("event=start") > started)
 
 
 def test_offline_push_one_per_window():
