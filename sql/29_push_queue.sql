@@ -271,9 +271,9 @@ SELECT im.run_fanout() >= 0 AS fanned_out;
 -- that takes in a newer job takes its trace id too
 DELETE FROM im.push_job WHERE user_id = 2902;
 CREATE FUNCTION pg_temp.traced(k text, trace text) RETURNS boolean LANGUAGE sql AS $f$
-  SELECT pg_temp.send(2901, k) > 0;
-  UPDATE im.event SET trace_id = trace WHERE sender_id = 2901 AND client_msg_id = k;
-  SELECT true $f$;
+  SELECT msg_seq > 0 FROM im.send_message(2901, (SELECT max(conversation_id) FROM im.conversation c
+    WHERE EXISTS (SELECT 1 FROM im.membership_period p WHERE p.conversation_id = c.conversation_id AND p.user_id = 2903)),
+    k, '{"text": "hello"}', trace_id => trace) $f$;
 -- what the relay is handed, then what the job records (the claim's own statement cannot see that)
 CREATE FUNCTION pg_temp.claim_traced(relay text)
 RETURNS TABLE(device text, msg_seq_is_latest boolean, claimed_trace text, job_trace text)

@@ -212,10 +212,8 @@ def test_trace_id_in_relay_lines():
             body = "body-%s-%d never logged" % (fmt, b)
             relay = Relay(STUB.url, "trace-" + fmt, extra=["--log-format", fmt])
             try:
-                seq = s.send(a, conv, body, fanout=False)
-                # the event's trace id as the send path stores it
-                s.q("UPDATE im.event SET trace_id = %s WHERE conversation_id = %s AND msg_seq = %s", trace, conv, seq)
-                s.q("UPDATE im.outbox SET trace_id = %s WHERE conversation_id = %s AND msg_seq = %s", trace, conv, seq)
+                s.q("SELECT * FROM im.send_message(%s, %s, %s, %s::jsonb, trace_id => %s)",
+                    a, conv, "trace-" + trace, json.dumps({"text": body}), trace)
                 s.one("SELECT im.run_fanout()")
                 job_id, job_trace = s.q("SELECT job_id, trace_id FROM im.push_job WHERE user_id = %s "
                                         "AND device_id = 'phone' ORDER BY job_id DESC LIMIT 1", b)[0]
