@@ -205,6 +205,8 @@ def test_trace_id_in_relay_lines():
     s.device(b, "phone", token, preview="full")
     bad = Relay(STUB.url, "trace-badformat", extra=["--log-format", "xml"])
     assert bad.p.wait(30) == 2 and "--log-format must be text or json" in bad.text(), bad.text()
+    # its SIGTERM handler is in place once it logged its start (it may have just been started)
+    wait_for("the main relay's start", lambda: "event=start" in MAIN.text())
     MAIN.stop()
     try:
         for fmt in ("json", "text"):
