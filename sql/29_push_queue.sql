@@ -265,6 +265,55 @@ SELECT count(*) AS jobs_while_dirty FROM im.push_job WHERE user_id = 2902;
 SELECT im.set_conversation_mode(:c, 'fanout');
 SELECT im.run_fanout() >= 0 AS fanned_out;
 
+-- trace ids (contract §21): a job carries the trace id of the message it
+-- names and claim_push_jobs returns it; a message coalesced into the job
+-- brings its own (none if it has none: never an older message's); a retry
+-- that takes in a newer job takes its trace id too
+DELETE FROM im.push_job WHERE user_id = 2902;
+CREATE FUNCTION pg_temp.traced(k text, trace text) RETURNS boolean LANGUAGE sql AS $f$
+  SELECT msg_seq > 0 FROM im.send_message(2901, (SELECT max(conversation_id) FROM im.conversation c
+    WHERE EXISTS (SELECT 1 FROM im.membership_period p WHERE p.conversation_id = c.conversation_id AND p.user_id = 2903)),
+    k, '{"text": "hello"}', trace_id => trace) $f$;
+-- what the relay is handed, then what the job records (the claim's own statement cannot see that)
+CREATE FUNCTION pg_temp.claim_traced(relay text)
+RETURNS TABLE(device text, msg_seq_is_latest boolean, claimed_trace text, job_trace text)
+LANGUAGE plpgsql AS $f$
+BEGIN
+  CREATE TEMP TABLE claimed ON COMMIT DROP AS SELECT c.job_id, c.trace_id FROM im.claim_push_jobs(relay) c;
+  RETURN QUERY
+    SELECT j.device_id, j.msg_seq = (SELECT max(e.msg_seq) FROM im.event e WHERE e.conversation_id = j.conversation_id),
+           c.trace_id, j.trace_id
+    FROM claimed c JOIN im.push_job j USING (job_id) ORDER BY c.job_id;
+  DROP TABLE claimed;
+END $f$;
+SELECT pg_temp.traced('tr-1', 'trace-one') AS sent;
+SELECT im.run_fanout() > 0 AS fanned_out;
+SELECT device_id, state, trace_id FROM im.push_job WHERE user_id = 2902;
+SELECT * FROM pg_temp.claim_traced('relay-t');
+SELECT * FROM pg_temp.complete_all('relay-t', 'delivered', 200);
+-- two messages coalesced: the claim sends the second and names its trace id
+SELECT pg_temp.traced('tr-2', 'trace-two') AS sent;
+SELECT im.run_fanout() > 0 AS fanned_out;
+SELECT pg_temp.traced('tr-3', 'trace-three') AS sent;
+SELECT im.run_fanout() > 0 AS fanned_out;
+SELECT device_id, state, coalesced, trace_id FROM im.push_job WHERE user_id = 2902 AND state = 'pending';
+SELECT * FROM pg_temp.claim_traced('relay-t');
+SELECT * FROM pg_temp.complete_all('relay-t', 'delivered', 200);
+-- the latest message has no trace id: the claim names none
+SELECT pg_temp.traced('tr-4', 'trace-four') AS sent;
+SELECT im.run_fanout() > 0 AS fanned_out;
+SELECT pg_temp.send(2901, 'tr-5') > 0 AS sent;
+SELECT im.run_fanout() > 0 AS fanned_out;
+SELECT * FROM pg_temp.claim_traced('relay-t');
+-- while that job is out a traced message queues a new one; the retry takes it in
+SELECT pg_temp.traced('tr-6', 'trace-six') AS sent;
+SELECT im.run_fanout() > 0 AS fanned_out;
+SELECT state, trace_id FROM im.push_job WHERE user_id = 2902 ORDER BY job_id DESC LIMIT 2;
+SELECT * FROM pg_temp.complete_all('relay-t', 'transient', 503);
+SELECT state, trace_id, msg_seq = (SELECT max(msg_seq) FROM im.event WHERE conversation_id = :c) AS latest
+  FROM im.push_job WHERE user_id = 2902 AND state IN ('pending', 'retry', 'claimed');
+DELETE FROM im.push_job WHERE user_id = 2902;
+
 -- bad arguments
 SELECT * FROM pg_temp.fails($$SELECT * FROM im.claim_push_jobs('')$$);
 SELECT * FROM pg_temp.fails($$SELECT * FROM im.claim_push_jobs(NULL)$$);

@@ -80,7 +80,8 @@ CREATE TABLE im.push_job (
     last_result     text CHECK (last_result IN ('delivered', 'rejected', 'rate_limited', 'transient', 'permanent')),
     http_status     int,
     provider_ref    text,
-    finished_at     timestamptz
+    finished_at     timestamptz,
+    trace_id        text               -- the trace id of the message it names (contract §21)
 );
 CREATE UNIQUE INDEX push_job_coalesce ON im.push_job (push_target_id, conversation_id)
     WHERE state IN ('pending', 'retry');
@@ -129,7 +130,7 @@ SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 CREATE FUNCTION im.claim_push_jobs(relay_id text, max_jobs int DEFAULT 100,
                                    lease interval DEFAULT '30 seconds')
 RETURNS TABLE(job_id bigint, push_target_id bigint, provider text,
-              app_id text, sealed_token text, notification jsonb)
+              app_id text, sealed_token text, notification jsonb, trace_id text)
 AS 'MODULE_PATHNAME', 'im_claim_push_jobs' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 CREATE FUNCTION im.complete_push_job(job_id bigint, relay_id text, result text,
@@ -149,5 +150,5 @@ COMMENT ON FUNCTION im.remove_push_target(bigint, text) IS 'Removes a device''s 
 COMMENT ON FUNCTION im.set_notify(bigint, bigint, timestamp with time zone, text, boolean) IS 'Sets the account''s or a conversation''s mute and preview (contract §13)';
 COMMENT ON FUNCTION im.set_presence(bigint, text, bigint, boolean, interval) IS 'Marks a device online or offline for its current connection epoch (contract §13)';
 COMMENT ON FUNCTION im.refresh_presence(bigint[], text[], bigint[], interval) IS 'Renews the presence leases of many sessions (contract §13)';
-COMMENT ON FUNCTION im.claim_push_jobs(text, integer, interval) IS 'Hands claimable push jobs to a relay under a lease (contract §13)';
+COMMENT ON FUNCTION im.claim_push_jobs(text, integer, interval) IS 'Hands claimable push jobs to a relay under a lease, each with the trace id of its message (contract §13, §21)';
 COMMENT ON FUNCTION im.complete_push_job(bigint, text, text, integer, integer, text) IS 'Records a relay''s result for a push job and returns its state after (contract §13)';

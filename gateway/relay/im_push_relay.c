@@ -5,6 +5,7 @@
  *   im_push_relay --db CONNINFO --key FILE [--key FILE...] --url URL
  *                 [--relay-id ID] [--concurrency N] [--log-key FILE]
  *                 [--batch N] [--lease SECONDS] [--timeout MS] [--poll SECONDS]
+ *                 [--log-format text|json]
  *
  * Loop: claim jobs (im.claim_push_jobs, under a lease) as request slots
  * free up, open each sealed token with the private key its key id names,
@@ -29,8 +30,10 @@
  *     whichever host answers;
  *   - SIGTERM: no new claims, requests in flight finish and are reported,
  *     exit 0;
- *   - logs are key=value lines without tokens or bodies; targets appear as
- *     keyed hashes (--log-key, else a random key per process);
+ *   - logs are key=value lines (or JSON lines: --log-format json,
+ *     push_log.c) without tokens, notifications or bodies; targets appear
+ *     as keyed hashes (--log-key, else a random key per process); every
+ *     line about a job names it and the trace id of its message;
  *   - clear tokens stay in the process: no core dump (RLIMIT_CORE 0, not
  *     dumpable, so no ptrace by the same uid either), every heap block that
  *     held one is wiped when freed (ours explicitly, jansson's, libcurl's
@@ -41,6 +44,7 @@
  */
 #include "common/log_hash.h"
 #include "relay/push_http.h"
+#include "relay/push_log.h"
 #include "relay/push_nodes.h"
 #include "relay/push_unseal.h"
 #include "relay/push_wipe.h"
@@ -72,12 +76,14 @@ typedef struct Config
 	int			lease_s;
 	long		timeout_ms;
 	int			poll_s;
+	PushLogFormat log_format;
 } Config;
 
 /* A result the database has not taken yet (connection lost). */
 typedef struct Report
 {
 	int64_t		job_id;
+	char		trace_id[PUSH_TRACE_ID_MAX + 1];
 	char		result[16];
 	long		http_status;
 	long		retry_after_ms;
@@ -97,24 +103,6 @@ static volatile sig_atomic_t stopping;
 static long n_sent;
 static long n_results[5];
 static const char *const result_names[5] = {"delivered", "rejected", "rate_limited", "transient", "permanent"};
-
-void
-relay_log(const char *level, const char *fmt,...)
-{
-	char		ts[32];
-	time_t		t = time(NULL);
-	struct tm	tm;
-	va_list		ap;
-
-	gmtime_r(&t, &tm);
-	strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	fprintf(stderr, "ts=%s level=%s relay=%s ", ts, level, cfg.relay_id);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	fflush(stderr);
-}
 
 static void
 on_signal(int sig)
@@ -136,7 +124,8 @@ usage(void)
 	fprintf(stderr,
 			"usage: im_push_relay --db CONNINFO --key FILE [--key FILE...] --url URL\n"
 			"                     [--relay-id ID] [--concurrency N] [--log-key FILE]\n"
-			"                     [--batch N] [--lease SECONDS] [--timeout MS] [--poll SECONDS]\n");
+			"                     [--batch N] [--lease SECONDS] [--timeout MS] [--poll SECONDS]\n"
+			"                     [--log-format text|json]\n");
 	exit(2);
 }
 
@@ -209,11 +198,24 @@ parse_args(int argc, char **argv)
 			cfg.poll_s = int_arg(a, v, 1, 3600);
 		else if (strcmp(a, "--log-key") == 0)
 			log_key = v;
+		else if (strcmp(a, "--log-format") == 0)
+		{
+			if (strcmp(v, "text") == 0)
+				cfg.log_format = PUSH_LOG_TEXT;
+			else if (strcmp(v, "json") == 0)
+				cfg.log_format = PUSH_LOG_JSON;
+			else
+			{
+				fprintf(stderr, "im_push_relay: --log-format must be text or json\n");
+				exit(2);
+			}
+		}
 		else
 			usage();
 	}
 	if (!cfg.db || !cfg.url || push_key_count() == 0)
 		usage();
+	push_log_setup(cfg.log_format, cfg.relay_id, stderr);
 	/* the tokens go to an HTTP(S) push gateway only (each request enforces it too) */
 	if (strncasecmp(cfg.url, "http://", 7) != 0 && strncasecmp(cfg.url, "https://", 8) != 0)
 	{
@@ -311,15 +313,23 @@ db_ok(void)
 	return conn != NULL;
 }
 
-/* Report one result; keep it for later if the connection is gone. */
-static void
-report(int64_t job_id, const char *result, long status, long retry_after_ms, int keep)
+/*
+ * Report one result; keep it for later if the connection is gone.  Returns
+ * the job's state after (into state), or NULL when the database did not
+ * take it.  The "completed" line is written here in text, and in JSON for
+ * a result reported after a reconnect (flushed): otherwise the attempt's
+ * one JSON line carries the state.
+ */
+static const char *
+report(int64_t job_id, const char *trace_id, const char *result, long status, long retry_after_ms,
+	   int keep, int flushed, char *state, size_t statelen)
 {
 	char		id[24];
 	char		st[24];
 	char		ra[24];
 	const char *params[5] = {id, cfg.relay_id, result, status > 0 ? st : NULL, retry_after_ms >= 0 ? ra : NULL};
 	PGresult   *res = NULL;
+	PushJobLog	line = {.job_id = job_id, .trace_id = trace_id, .result = result, .http_status = -1, .latency_ms = -1};
 
 	snprintf(id, sizeof(id), "%" PRId64, job_id);
 	snprintf(st, sizeof(st), "%ld", status);
@@ -330,11 +340,25 @@ report(int64_t job_id, const char *result, long status, long retry_after_ms, int
 						   5, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 		{
-			relay_log("info", "event=completed job=%s result=%s state=%s", id, result, PQgetvalue(res, 0, 0));
+			snprintf(state, statelen, "%s", PQgetvalue(res, 0, 0));
 			PQclear(res);
-			return;
+			if (cfg.log_format == PUSH_LOG_TEXT || flushed)
+			{
+				line.event = "completed";
+				line.state = state;
+				push_log_job("info", &line);
+			}
+			return state;
 		}
-		relay_log("warning", "event=complete_failed job=%s reason=\"%.200s\"", id, PQresultErrorMessage(res));
+		{
+			char		why[256];
+
+			snprintf(why, sizeof(why), "%.200s", PQresultErrorMessage(res));
+			why[strcspn(why, "\n")] = '\0';
+			line.event = "complete_failed";
+			line.why = why;
+			push_log_job("warning", &line);
+		}
 		PQclear(res);
 		if (PQstatus(conn) != CONNECTION_OK)
 			drop_connection("connection lost while completing");
@@ -352,11 +376,13 @@ report(int64_t job_id, const char *result, long status, long retry_after_ms, int
 			}
 		}
 		reports[nreports].job_id = job_id;
+		snprintf(reports[nreports].trace_id, sizeof(reports[nreports].trace_id), "%s", trace_id ? trace_id : "");
 		snprintf(reports[nreports].result, sizeof(reports[nreports].result), "%s", result);
 		reports[nreports].http_status = status;
 		reports[nreports].retry_after_ms = retry_after_ms;
 		nreports++;
 	}
+	return NULL;
 }
 
 static void
@@ -364,6 +390,7 @@ flush_reports(void)
 {
 	int			n = nreports;
 	Report	   *copy;
+	char		state[32];
 
 	if (n == 0 || !db_ok())
 		return;
@@ -373,14 +400,39 @@ flush_reports(void)
 	memcpy(copy, reports, sizeof(Report) * n);
 	nreports = 0;
 	for (int i = 0; i < n; i++)
-		report(copy[i].job_id, copy[i].result, copy[i].http_status, copy[i].retry_after_ms, 1);
+		report(copy[i].job_id, copy[i].trace_id, copy[i].result, copy[i].http_status, copy[i].retry_after_ms,
+			   1, 1, state, sizeof(state));
 	free(copy);
+}
+
+/*
+ * One attempt of a job: its line and its report.  Text: the attempt's
+ * line, then report's "completed" line; JSON: one line after the report,
+ * with the job's state after ("unreported" while the database has not
+ * taken it).
+ */
+static void
+attempt(const char *level, PushJobLog *line, long retry_after_ms)
+{
+	char		state[32];
+	const char *after;
+
+	if (cfg.log_format == PUSH_LOG_TEXT)
+		push_log_job(level, line);
+	after = report(line->job_id, line->trace_id, line->result, line->http_status > 0 ? line->http_status : 0,
+				   retry_after_ms, 1, 0, state, sizeof(state));
+	if (cfg.log_format == PUSH_LOG_JSON)
+	{
+		line->state = after ? after : "unreported";
+		push_log_job(level, line);
+	}
 }
 
 /* ---- claiming and sending ---- */
 
 static void
-start_job(const char *job_id_s, const char *target_s, const char *sealed, const char *notification)
+start_job(const char *job_id_s, const char *target_s, const char *provider, const char *sealed,
+		  const char *notification, const char *trace_id)
 {
 	int64_t		job_id = strtoll(job_id_s, NULL, 10);
 	int64_t		target = strtoll(target_s, NULL, 10);
@@ -388,24 +440,34 @@ start_job(const char *job_id_s, const char *target_s, const char *sealed, const 
 	char	   *token = NULL;
 	size_t		token_len = 0;
 	PushRequest *r;
-	char		h[IM_LOG_HASH_BUF];
+	PushJobLog	line = {.job_id = job_id, .push_target_id = target, .provider = provider,
+	.http_status = -1, .latency_ms = -1};
 
+	/* a trace id not of the contract's form is not logged (it could break a text line) */
+	if (!push_trace_id_ok(trace_id))
+		trace_id = NULL;
+	line.trace_id = trace_id;
 	if (push_unseal(sealed, &token, &token_len, err, sizeof(err)) != 0)
 	{
 		/* our key ring, not the token: retried (a key change may be under way) */
-		relay_log("error", "event=unseal_failed job=%" PRId64 " target=%s reason=\"%s\"", job_id,
-			  im_hash_push_target(target, h), err);
-		report(job_id, "transient", 0, -1, 1);
+		line.event = "unseal_failed";
+		line.result = "transient";
+		line.why = err;
+		attempt("error", &line, -1);
 		return;
 	}
 	r = push_request_new(cfg.url, job_id, target, notification, token, token_len, cfg.timeout_ms, err, sizeof(err));
 	if (!r)
 	{
 		push_token_free(token, token_len);
-		relay_log("error", "event=bad_notification job=%" PRId64 " reason=\"%s\"", job_id, err);
-		report(job_id, "permanent", 0, -1, 1);
+		line.event = "bad_notification";
+		line.result = "permanent";
+		line.why = err;
+		attempt("error", &line, -1);
 		return;
 	}
+	snprintf(r->provider, sizeof(r->provider), "%s", provider ? provider : "");
+	snprintf(r->trace_id, sizeof(r->trace_id), "%s", trace_id ? trace_id : "");
 	curl_multi_add_handle(multi, r->easy);
 	inflight++;
 }
@@ -427,9 +489,12 @@ claim(void)
 		want = cfg.batch;
 	snprintf(n, sizeof(n), "%d", want);
 	snprintf(lease, sizeof(lease), "%d seconds", cfg.lease_s);
-	res = PQexecParams(conn,
-					   "SELECT job_id, push_target_id, sealed_token, notification::text "
-					   "FROM im.claim_push_jobs($1, $2::int, $3::interval)",
+	/*
+	 * Columns by name: trace_id is there on a node of 1.10 or later, not
+	 * on an older node or through a router that does not pass it on (then
+	 * the job's lines say trace_id=-).
+	 */
+	res = PQexecParams(conn, "SELECT * FROM im.claim_push_jobs($1, $2::int, $3::interval)",
 					   3, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
@@ -440,8 +505,26 @@ claim(void)
 		return 0;
 	}
 	got = PQntuples(res);
-	for (int i = 0; i < got; i++)
-		start_job(PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3));
+	{
+		int			c_job = PQfnumber(res, "job_id");
+		int			c_target = PQfnumber(res, "push_target_id");
+		int			c_provider = PQfnumber(res, "provider");
+		int			c_sealed = PQfnumber(res, "sealed_token");
+		int			c_notification = PQfnumber(res, "notification");
+		int			c_trace = PQfnumber(res, "trace_id");
+
+		if (c_job < 0 || c_target < 0 || c_sealed < 0 || c_notification < 0)
+		{
+			relay_log("error", "event=claim_failed reason=\"claim_push_jobs lacks a column this relay needs\"");
+			PQclear(res);
+			return 0;
+		}
+		for (int i = 0; i < got; i++)
+			start_job(PQgetvalue(res, i, c_job), PQgetvalue(res, i, c_target),
+					  c_provider >= 0 ? PQgetvalue(res, i, c_provider) : NULL,
+					  PQgetvalue(res, i, c_sealed), PQgetvalue(res, i, c_notification),
+					  c_trace >= 0 && !PQgetisnull(res, i, c_trace) ? PQgetvalue(res, i, c_trace) : NULL);
+	}
 	PQclear(res);
 	return got == want;
 }
@@ -458,7 +541,7 @@ finish_requests(void)
 	{
 		PushRequest *r = NULL;
 		PushOutcome o;
-		char		h[IM_LOG_HASH_BUF];
+		PushJobLog	line = {.event = "sent", .latency_ms = -1};
 
 		if (m->msg != CURLMSG_DONE)
 			continue;
@@ -470,10 +553,15 @@ finish_requests(void)
 		for (int i = 0; i < 5; i++)
 			if (strcmp(o.result, result_names[i]) == 0)
 				n_results[i]++;
-		relay_log("info", "event=sent job=%" PRId64 " target=%s result=%s status=%ld ms=%.0f why=\"%s\"",
-			  r->job_id, im_hash_push_target(r->push_target_id, h), o.result, o.http_status,
-			  (push_now() - r->started) * 1000, o.why ? o.why : "");
-		report(r->job_id, o.result, o.http_status, o.retry_after_ms, 1);
+		line.job_id = r->job_id;
+		line.trace_id = r->trace_id;
+		line.push_target_id = r->push_target_id;
+		line.provider = r->provider[0] ? r->provider : NULL;
+		line.result = o.result;
+		line.http_status = o.http_status;
+		line.latency_ms = (push_now() - r->started) * 1000;
+		line.why = o.why ? o.why : "";
+		attempt("info", &line, o.retry_after_ms);
 		push_request_free(r);
 		finished++;
 	}

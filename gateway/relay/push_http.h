@@ -25,6 +25,8 @@ typedef struct PushRequest
 	size_t		answer_len;
 	long		retry_after_ms; /* -1: none */
 	double		started;		/* monotonic seconds */
+	char		provider[33];	/* for the log: the target's provider ("" if not known) */
+	char		trace_id[65];	/* for the log: the trace id of the job's message ("" if none) */
 } PushRequest;
 
 /* What a request ended as: a contract §13 result and its details. */

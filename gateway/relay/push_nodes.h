@@ -12,8 +12,7 @@
 
 #define PUSH_NODES_MAX 32
 
-/* The relay's log (im_push_relay.c). */
-extern void relay_log(const char *level, const char *fmt,...) __attribute__((format(printf, 2, 3)));
+#include "relay/push_log.h"		/* relay_log */
 
 /*
  * Asks the router (blocking, on the relay's connection) for its nodes:

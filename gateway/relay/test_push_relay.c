@@ -14,6 +14,11 @@
  *                      decrypted byte in the heap
  *   protocols          only http and https: a file:// or gopher:// URL and a
  *                      redirect to ftp:// are refused by libcurl
+ *   job_log            a job's line (text and --log-format json) names its
+ *                      trace id; the JSON line is one object with the
+ *                      contract §21 fields; a trace id not of the contract's
+ *                      form is refused; a reason with a newline or a quote
+ *                      stays one JSON line
  *
  * "Leaves nothing in the heap" is checked by scanning every writable
  * anonymous mapping of the process (the malloc heap and arenas) for the
@@ -21,7 +26,9 @@
  * first 16, so an unwiped copy is found.
  */
 #define _GNU_SOURCE				/* memmem */
+#include "common/log_hash.h"
 #include "relay/push_http.h"
+#include "relay/push_log.h"
 #include "relay/push_unseal.h"
 #include "relay/push_wipe.h"
 
@@ -39,6 +46,7 @@
 #include <openssl/rand.h>
 #include <openssl/rsa.h>
 #include <openssl/sha.h>
+#include <jansson.h>
 
 static int	failures;
 
@@ -374,6 +382,107 @@ test_protocols(void)
 	CHECK(code == CURLE_UNSUPPORTED_PROTOCOL, "a followed redirect to ftp://: %s", curl_easy_strerror(code));
 }
 
+/* what one log call wrote, parsed as one JSON object (NULL if it is not exactly one line of one) */
+static json_t *
+one_json_line(const char *text)
+{
+	const char *nl = strchr(text, '\n');
+
+	if (!nl || nl[1] != '\0')
+		return NULL;
+	return json_loadb(text, (size_t) (nl - text), 0, NULL);
+}
+
+static void
+test_job_log(void)
+{
+	char	   *buf = NULL;
+	size_t		len = 0;
+	FILE	   *f;
+	json_t	   *o;
+	PushJobLog	line = {.event = "sent", .job_id = 9007199254740991LL, .trace_id = "4bf92f3577b34da6a3ce929d0e0e4736",
+		.push_target_id = 42, .provider = "fcm", .result = "rate_limited", .http_status = 429,
+	.latency_ms = 12.34, .state = "retry", .why = "rate limited"};
+	char		h[IM_LOG_HASH_BUF];
+
+	CHECK(im_log_key_random() == 0, "no log key");
+	im_hash_push_target(42, h);
+
+	f = open_memstream(&buf, &len);
+	push_log_setup(PUSH_LOG_JSON, "relay-t", f);
+	push_log_job("info", &line);
+	fflush(f);
+	o = one_json_line(buf);
+	CHECK(o != NULL, "not one JSON line: %s", buf);
+	if (o)
+	{
+		CHECK(json_is_string(json_object_get(o, "ts")), "ts: %s", buf);
+		CHECK(strcmp(json_string_value(json_object_get(o, "trace_id")), line.trace_id) == 0, "trace_id: %s", buf);
+		CHECK(strcmp(json_string_value(json_object_get(o, "type")), "push") == 0, "type: %s", buf);
+		CHECK(json_integer_value(json_object_get(o, "job_id")) == line.job_id, "job_id: %s", buf);
+		CHECK(strcmp(json_string_value(json_object_get(o, "provider")), "fcm") == 0, "provider: %s", buf);
+		CHECK(strcmp(json_string_value(json_object_get(o, "result")), "rate_limited") == 0, "result: %s", buf);
+		CHECK(json_integer_value(json_object_get(o, "http_status")) == 429, "http_status: %s", buf);
+		CHECK(json_is_number(json_object_get(o, "latency_ms")), "latency_ms: %s", buf);
+		CHECK(strcmp(json_string_value(json_object_get(o, "target")), h) == 0, "target: %s", buf);
+		CHECK(strcmp(json_string_value(json_object_get(o, "relay")), "relay-t") == 0, "relay: %s", buf);
+		json_decref(o);
+	}
+	fclose(f);
+	free(buf);
+
+	/* no trace id: null; no HTTP answer: no http_status */
+	buf = NULL;
+	f = open_memstream(&buf, &len);
+	push_log_setup(PUSH_LOG_JSON, "relay-t", f);
+	line.trace_id = NULL;
+	line.http_status = 0;
+	push_log_job("info", &line);
+	fflush(f);
+	o = one_json_line(buf);
+	CHECK(o && json_is_null(json_object_get(o, "trace_id")) && !json_object_get(o, "http_status"), "%s", buf);
+	json_decref(o);
+	fclose(f);
+	free(buf);
+
+	/* a database error with a newline and quotes: still one JSON line */
+	buf = NULL;
+	f = open_memstream(&buf, &len);
+	push_log_setup(PUSH_LOG_JSON, "relay-t", f);
+	relay_log("warning", "event=claim_failed reason=\"%s\"", "ERROR:  \"x\"\nDETAIL:  y");
+	fflush(f);
+	o = one_json_line(buf);
+	CHECK(o && strcmp(json_string_value(json_object_get(o, "event")), "claim_failed") == 0, "%s", buf);
+	json_decref(o);
+	fclose(f);
+	free(buf);
+
+	/* text: the trace id on the line, trace_id=- without one */
+	buf = NULL;
+	f = open_memstream(&buf, &len);
+	push_log_setup(PUSH_LOG_TEXT, "relay-t", f);
+	line.trace_id = "client-trace_1";
+	push_log_job("info", &line);
+	line.trace_id = NULL;
+	push_log_job("info", &line);
+	fflush(f);
+	CHECK(strstr(buf, " event=sent job=9007199254740991 trace_id=client-trace_1 target=") != NULL, "%s", buf);
+	CHECK(strstr(buf, " trace_id=- ") != NULL, "%s", buf);
+	fclose(f);
+	free(buf);
+	push_log_setup(PUSH_LOG_TEXT, "", NULL);
+
+	CHECK(push_trace_id_ok("4bf92f3577b34da6a3ce929d0e0e4736"), "a W3C trace id");
+	CHECK(push_trace_id_ok("a-b_C9"), "a client trace id");
+	CHECK(!push_trace_id_ok(""), "empty");
+	CHECK(!push_trace_id_ok(NULL), "NULL");
+	CHECK(!push_trace_id_ok("a b"), "a space");
+	CHECK(!push_trace_id_ok("x\" y=z"), "a quote");
+	CHECK(!push_trace_id_ok("\xc3\xa9"), "non-ASCII");
+	CHECK(push_trace_id_ok("0123456789012345678901234567890123456789012345678901234567890123"), "64 characters");
+	CHECK(!push_trace_id_ok("01234567890123456789012345678901234567890123456789012345678901234"), "65 characters");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -389,6 +498,7 @@ main(int argc, char **argv)
 	test_wipe_allocator();
 	test_request_no_token();
 	test_unseal_bad_tag(key_path);
+	test_job_log();
 	/* last: its thread gets a malloc arena of its own */
 	test_protocols();
 	if (failures)
@@ -396,6 +506,6 @@ main(int argc, char **argv)
 		printf("test_push_relay: %d failures\n", failures);
 		return 1;
 	}
-	printf("test_push_relay: retry_after wipe_allocator request_no_token unseal_bad_tag protocols: ok\n");
+	printf("test_push_relay: retry_after wipe_allocator request_no_token unseal_bad_tag job_log protocols: ok\n");
 	return 0;
 }

@@ -148,7 +148,7 @@ class StubGateway:
 
 
 class Relay:
-    def __init__(self, url, name, keys=(KEY,), db=None, extra=(), user=None):
+    def __init__(self, url, name, keys=(KEY,), db=None, extra=(), user=None, append=False):
         self.log = os.path.join(TMP, "push-relay-%s.log" % name)
         args = [RELAY, "--db", db or RELAY_DSN, "--url", url, "--relay-id", name, "--timeout", "1500",
                 "--lease", "3", "--poll", "1"]
@@ -162,7 +162,8 @@ class Relay:
                 os.setgid(pw.pw_gid)
                 os.setgroups([])
                 os.setuid(pw.pw_uid)
-        self.p = subprocess.Popen(args + list(extra), stderr=open(self.log, "w"), preexec_fn=become)
+        self.p = subprocess.Popen(args + list(extra), stderr=open(self.log, "a" if append else "w"),
+                                  preexec_fn=become)
         PROCS.append(self.p)
 
     def stop(self):
@@ -186,6 +187,75 @@ MAIN = None
 def start_main_relay():
     global MAIN
     MAIN = Relay(STUB.url, "main")
+
+
+def test_trace_id_in_relay_lines():
+    """A message with a known trace id (contract §21): its push job carries
+    it, claim_push_jobs hands it to the relay, and the relay's lines about
+    the job name it, as key=value text and with --log-format json (one JSON
+    line per attempt with ts, type, job_id, provider, result, http_status,
+    latency_ms; the target as a keyed hash); no line holds the token, the
+    notification or the message body, even at preview full.  The main
+    relay is stopped meanwhile so these relays claim the jobs."""
+    global MAIN
+    s = Session()
+    a, b = s.users(2)
+    conv = s.conversation([a, b])
+    token = "ok-trace-%d" % b
+    s.device(b, "phone", token, preview="full")
+    bad = Relay(STUB.url, "trace-badformat", extra=["--log-format", "xml"])
+    assert bad.p.wait(30) == 2 and "--log-format must be text or json" in bad.text(), bad.text()
+    # its SIGTERM handler is in place once it logged its start (it may have just been started)
+    wait_for("the main relay's start", lambda: "event=start" in MAIN.text())
+    MAIN.stop()
+    try:
+        for fmt in ("json", "text"):
+            trace = "0af7651916cd43dd8448eb211c80319c" if fmt == "json" else "client-trace_%d" % b
+            body = "body-%s-%d never logged" % (fmt, b)
+            relay = Relay(STUB.url, "trace-" + fmt, extra=["--log-format", fmt])
+            try:
+                s.q("SELECT * FROM im.send_message(%s, %s, %s, %s::jsonb, trace_id => %s)",
+                    a, conv, "trace-" + trace, json.dumps({"text": body}), trace)
+                s.one("SELECT im.run_fanout()")
+                job_id, job_trace = s.q("SELECT job_id, trace_id FROM im.push_job WHERE user_id = %s "
+                                        "AND device_id = 'phone' ORDER BY job_id DESC LIMIT 1", b)[0]
+                assert job_trace == trace, (job_trace, trace)
+                wait_for("the job delivered", lambda: s.job(b, "phone")[0] == "delivered")
+                pushed = STUB.requests(token)[-1]["body"]["notification"]
+                assert pushed["content"] == {"text": body}, pushed   # the body did go to the push gateway
+                if fmt == "json":
+                    def attempt_line():
+                        for ln in relay.text().splitlines():
+                            o = json.loads(ln)          # every line is one JSON object
+                            if o.get("type") == "push" and o.get("job_id") == job_id and o.get("event") == "sent":
+                                return o
+                        return None
+                    wait_for("the attempt's JSON line", attempt_line)
+                    o = attempt_line()
+                    assert o["trace_id"] == trace and o["result"] == "delivered" and o["http_status"] == 200, o
+                    assert o["provider"] == "fcm" and o["state"] == "delivered" and o["target"].startswith("h:"), o
+                    assert isinstance(o["latency_ms"], (int, float)) and o["latency_ms"] >= 0, o
+                    assert o["ts"].endswith("Z") and o["relay"] == "trace-json", o
+                    for ln in relay.text().splitlines():
+                        assert json.loads(ln)["ts"], ln
+                else:
+                    mine = lambda: [ln for ln in relay.text().splitlines()  # noqa: E731
+                                    if (" job=%d " % job_id) in ln]
+                    wait_for("the sent and completed lines", lambda: len(mine()) >= 2)
+                    for ln in mine():
+                        assert ("trace_id=%s" % trace) in ln, ln
+                    assert any("event=sent" in ln and "result=delivered status=200" in ln for ln in mine()), mine()
+                    assert any("event=completed" in ln and "state=delivered" in ln for ln in mine()), mine()
+                text = relay.text()
+                assert token not in text and body not in text and "pushkey" not in text, text
+                assert s.one("SELECT sealed_token FROM im.push_target WHERE user_id = %s", b) not in text
+            finally:
+                relay.stop()
+    finally:
+        started = MAIN.text().count("event=start")
+        MAIN = Relay(STUB.url, "main", append=True)
+        # its SIGTERM handler is in place once it logged its start
+        wait_for("the main relay again", lambda: MAIN.text().count("event=start") > started)
 
 
 def test_offline_push_one_per_window():
@@ -546,7 +616,7 @@ def test_no_clear_token_anywhere():
     texts = [dump]
     for t in tables:
         texts.append("\n".join(str(r) for r in s.q("SELECT t::text FROM %s t" % t)).encode())
-    for name in ("main", "second", "doomed", "both", "multihost"):
+    for name in ("main", "second", "doomed", "both", "multihost", "trace-json", "trace-text"):
         p = os.path.join(TMP, "push-relay-%s.log" % name)
         if os.path.exists(p):
             with open(p, "rb") as f:
@@ -574,7 +644,7 @@ def main():
                                                     capture_output=True).returncode == 0)
     start_main_relay()
     try:
-        rc = run_tests([test_offline_push_one_per_window, test_preview_sender_and_full, test_result_classes,
+        rc = run_tests([test_trace_id_in_relay_lines, test_offline_push_one_per_window, test_preview_sender_and_full, test_result_classes,
                         test_retry_after_forms, test_relay_refuses_other_schemes, test_relay_not_dumpable,
                         test_three_rejections_disable, test_two_relays_send_each_job_once,
                         test_killed_relay_jobs_go_out_after_lease, test_rolled_back_fanout_and_controls_queue_nothing,
