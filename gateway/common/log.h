@@ -42,7 +42,7 @@ im_log(const char *level, const char *fmt, ...)
 		return;
 	}
 	/* one fprintf so concurrent threads never interleave within a line */
-	fprintf(stderr, "ts=%s.%03ldZ level=%s %s\n", tbuf, ts.tv_nsec / 1000000, level, line);
+	fprintf(im_log_stream(), "ts=%s.%03ldZ level=%s %s\n", tbuf, ts.tv_nsec / 1000000, level, line);
 }
 
 #endif

@@ -10,6 +10,7 @@
 #include <time.h>
 
 im_log_format im_log_format_g = IM_LOG_FORMAT_TEXT;
+static FILE *log_out;
 
 int
 im_log_format_set(const char *name)
@@ -24,6 +25,18 @@ im_log_format_set(const char *name)
 }
 
 void
+im_log_stream_set(FILE *out)
+{
+	log_out = out;
+}
+
+FILE *
+im_log_stream(void)
+{
+	return log_out ? log_out : stderr;
+}
+
+void
 im_log_json(const char *level, json_t *obj)
 {
 	struct timespec ts;
@@ -33,6 +46,7 @@ im_log_json(const char *level, json_t *obj)
 	const char *k;
 	json_t	   *v;
 	char	   *text;
+	json_free_t release;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
@@ -50,8 +64,37 @@ im_log_json(const char *level, json_t *obj)
 	if (!text)
 		return;
 	/* one fprintf so concurrent threads never interleave within a line */
-	fprintf(stderr, "%s\n", text);
-	free(text);
+	fprintf(im_log_stream(), "%s\n", text);
+	fflush(im_log_stream());
+	/* from jansson's allocator: the relay installs a wiping one (relay/push_wipe.c) */
+	json_get_alloc_funcs(NULL, &release);
+	release(text);
+}
+
+/* v[0..n) as a JSON string, never NULL: invalid UTF-8 has its bytes >= 0x80 as '?' */
+static json_t *
+text_value(const char *v, size_t n)
+{
+	json_t	   *s = json_stringn(v, n);
+	char	   *copy;
+
+	if (s)
+		return s;
+	copy = strndup(v, n);
+	if (!copy)
+		abort();
+	for (char *c = copy; *c; c++)
+		if ((unsigned char) *c >= 0x80)
+			*c = '?';
+	s = json_string(copy);
+	free(copy);
+	return s ? s : json_string("");
+}
+
+void
+im_log_json_text(json_t *obj, const char *key, const char *v)
+{
+	json_object_set_new(obj, key, text_value(v, strlen(v)));
 }
 
 void
@@ -91,7 +134,7 @@ kv_value(const char *v, size_t n)
 			return json_integer(strtoll(buf, NULL, 10));
 		}
 	}
-	return json_stringn(v, n);
+	return text_value(v, n);
 }
 
 /* After spaces, a key= (lower-case letters, digits, '_'). */
@@ -108,9 +151,8 @@ starts_key(const char *p)
 }
 
 void
-im_log_json_kv(const char *level, const char *kv)
+im_log_json_kv_set(json_t *o, const char *kv)
 {
-	json_t	   *o = json_object();
 	char	   *rest = NULL;
 	size_t		restlen = 0;
 	const char *p = kv;
@@ -183,8 +225,16 @@ im_log_json_kv(const char *level, const char *kv)
 	}
 	if (rest)
 	{
-		json_object_set_new(o, "msg", json_string(rest));
+		im_log_json_text(o, "msg", rest);
 		free(rest);
 	}
+}
+
+void
+im_log_json_kv(const char *level, const char *kv)
+{
+	json_t	   *o = json_object();
+
+	im_log_json_kv_set(o, kv);
 	im_log_json(level, o);
 }

@@ -69,12 +69,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				im_request_set_trace(&req, "0123456789abcdef0123456789abcdef");
 				if (req.trace_param != req.nparams - 1 || !req.params[req.trace_param] ||
 					strcmp(req.params[req.trace_param], req.trace_id) != 0 ||
-					!im_trace_id_valid(req.trace_id, strlen(req.trace_id)))
+					!im_trace_id_ok(req.trace_id, strlen(req.trace_id)))
 					abort();
 			}
 		}
 		/* a trace id taken from a frame is always a valid one */
-		if (req.trace_id[0] && !im_trace_id_valid(req.trace_id, strlen(req.trace_id)))
+		if (req.trace_id[0] && !im_trace_id_ok(req.trace_id, strlen(req.trace_id)))
 			abort();
 		s = im_error_frame(req.id, req.trace_id, "BAD_FRAME", req.err, -1);
 		free(s);

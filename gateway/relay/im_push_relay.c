@@ -76,14 +76,13 @@ typedef struct Config
 	int			lease_s;
 	long		timeout_ms;
 	int			poll_s;
-	PushLogFormat log_format;
 } Config;
 
 /* A result the database has not taken yet (connection lost). */
 typedef struct Report
 {
 	int64_t		job_id;
-	char		trace_id[PUSH_TRACE_ID_MAX + 1];
+	char		trace_id[IM_TRACE_ID_MAX + 1];
 	char		result[16];
 	long		http_status;
 	long		retry_after_ms;
@@ -200,11 +199,7 @@ parse_args(int argc, char **argv)
 			log_key = v;
 		else if (strcmp(a, "--log-format") == 0)
 		{
-			if (strcmp(v, "text") == 0)
-				cfg.log_format = PUSH_LOG_TEXT;
-			else if (strcmp(v, "json") == 0)
-				cfg.log_format = PUSH_LOG_JSON;
-			else
+			if (im_log_format_set(v) != 0)
 			{
 				fprintf(stderr, "im_push_relay: --log-format must be text or json\n");
 				exit(2);
@@ -215,7 +210,7 @@ parse_args(int argc, char **argv)
 	}
 	if (!cfg.db || !cfg.url || push_key_count() == 0)
 		usage();
-	push_log_setup(cfg.log_format, cfg.relay_id, stderr);
+	push_log_setup(cfg.relay_id);
 	/* the tokens go to an HTTP(S) push gateway only (each request enforces it too) */
 	if (strncasecmp(cfg.url, "http://", 7) != 0 && strncasecmp(cfg.url, "https://", 8) != 0)
 	{
@@ -342,7 +337,7 @@ report(int64_t job_id, const char *trace_id, const char *result, long status, lo
 		{
 			snprintf(state, statelen, "%s", PQgetvalue(res, 0, 0));
 			PQclear(res);
-			if (cfg.log_format == PUSH_LOG_TEXT || flushed)
+			if (im_log_format_g == IM_LOG_FORMAT_TEXT || flushed)
 			{
 				line.event = "completed";
 				line.state = state;
@@ -417,11 +412,11 @@ attempt(const char *level, PushJobLog *line, long retry_after_ms)
 	char		state[32];
 	const char *after;
 
-	if (cfg.log_format == PUSH_LOG_TEXT)
+	if (im_log_format_g == IM_LOG_FORMAT_TEXT)
 		push_log_job(level, line);
 	after = report(line->job_id, line->trace_id, line->result, line->http_status > 0 ? line->http_status : 0,
 				   retry_after_ms, 1, 0, state, sizeof(state));
-	if (cfg.log_format == PUSH_LOG_JSON)
+	if (im_log_format_g == IM_LOG_FORMAT_JSON)
 	{
 		line->state = after ? after : "unreported";
 		push_log_job(level, line);
@@ -444,7 +439,7 @@ start_job(const char *job_id_s, const char *target_s, const char *provider, cons
 	.http_status = -1, .latency_ms = -1};
 
 	/* a trace id not of the contract's form is not logged (it could break a text line) */
-	if (!push_trace_id_ok(trace_id))
+	if (!trace_id || !im_trace_id_ok(trace_id, strlen(trace_id)))
 		trace_id = NULL;
 	line.trace_id = trace_id;
 	if (push_unseal(sealed, &token, &token_len, err, sizeof(err)) != 0)

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <curl/curl.h>
 
+#include "im_sync/trace_id.h"
+
 typedef struct PushRequest
 {
 	int64_t		job_id;
@@ -26,7 +28,7 @@ typedef struct PushRequest
 	long		retry_after_ms; /* -1: none */
 	double		started;		/* monotonic seconds */
 	char		provider[33];	/* for the log: the target's provider ("" if not known) */
-	char		trace_id[65];	/* for the log: the trace id of the job's message ("" if none) */
+	char		trace_id[IM_TRACE_ID_MAX + 1];	/* for the log: the trace id of the job's message ("" if none) */
 } PushRequest;
 
 /* What a request ended as: a contract §13 result and its details. */

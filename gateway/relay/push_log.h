@@ -1,9 +1,10 @@
 /*
- * push_log.h — the push relay's log lines on stderr: key=value text (the
- * default) or, with --log-format json, one JSON object per line (jansson),
- * and the one line per job attempt both carry (contract §21: the trace id
- * of the message the job pushes, so a relay line joins the gateway's and
- * the database's lines about that message).
+ * push_log.h — the push relay's log lines: key=value text (the default) or,
+ * with --log-format json, one JSON object per line, written through
+ * common/log_json.h (its format switch im_log_format_set, its stream and
+ * its writer im_log_json); and the one line per job attempt both carry
+ * (contract §21: the trace id of the message the job pushes, so a relay
+ * line joins the gateway's and the database's lines about that message).
  *
  * What a line never holds: a token (sealed or clear), a notification, a
  * message body or a push gateway's answer.  Targets appear as keyed hashes
@@ -13,24 +14,18 @@
 #define IM_PUSH_LOG_H
 
 #include <stdint.h>
-#include <stdio.h>
 
-/* contract §21: 1..64 of [A-Za-z0-9_-] */
-#define PUSH_TRACE_ID_MAX 64
+#include "common/log_json.h"
+#include "im_sync/trace_id.h"
 
-typedef enum PushLogFormat
-{
-	PUSH_LOG_TEXT,
-	PUSH_LOG_JSON
-} PushLogFormat;
-
-/* Where lines go (stderr unless a test passes its own stream) and how. */
-extern void push_log_setup(PushLogFormat format, const char *relay_id, FILE *out);
-extern PushLogFormat push_log_format(void);
+/* The relay's id, on every line ("relay"); set once at start. */
+extern void push_log_setup(const char *relay_id);
 
 /*
  * A line that is not about a job: fmt is "event=NAME key=value ...".  As
- * JSON: {"ts","level","relay","event":NAME,"detail":"key=value ..."}.
+ * JSON: {"ts","level","relay","event":NAME, then each key=value a member}
+ * (im_log_json_kv_set: digits-only values as numbers, quoted ones without
+ * their quotes).
  */
 extern void relay_log(const char *level, const char *fmt,...) __attribute__((format(printf, 2, 3)));
 
@@ -58,8 +53,5 @@ typedef struct PushJobLog
  * "latency_ms","state","why"}.
  */
 extern void push_log_job(const char *level, const PushJobLog *j);
-
-/* true if s is a trace id of contract §21's form (anything else is dropped, never logged) */
-extern int	push_trace_id_ok(const char *s);
 
 #endif

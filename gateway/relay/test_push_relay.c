@@ -16,9 +16,14 @@
  *                      redirect to ftp:// are refused by libcurl
  *   job_log            a job's line (text and --log-format json) names its
  *                      trace id; the JSON line is one object with the
- *                      contract §21 fields; a trace id not of the contract's
- *                      form is refused; a reason with a newline or a quote
- *                      stays one JSON line
+ *                      contract §21 fields, written through
+ *                      common/log_json.c with the wiping allocator in
+ *                      place (its line is released through jansson's
+ *                      allocator, not free()); a trace id not of the
+ *                      contract's form is refused (im_sync/trace_id.h); a
+ *                      line not about a job has its key=value pairs as
+ *                      members, and a reason with a newline or a quote
+ *                      stays one JSON line, its value whole
  *
  * "Leaves nothing in the heap" is checked by scanning every writable
  * anonymous mapping of the process (the malloc heap and arenas) for the
@@ -393,6 +398,13 @@ one_json_line(const char *text)
 	return json_loadb(text, (size_t) (nl - text), 0, NULL);
 }
 
+/* the relay's check of a claimed job's trace id (start_job): NULL is none */
+static int
+trace_ok(const char *s)
+{
+	return s && im_trace_id_ok(s, strlen(s));
+}
+
 static void
 test_job_log(void)
 {
@@ -409,7 +421,9 @@ test_job_log(void)
 	im_hash_push_target(42, h);
 
 	f = open_memstream(&buf, &len);
-	push_log_setup(PUSH_LOG_JSON, "relay-t", f);
+	im_log_format_set("json");
+	im_log_stream_set(f);
+	push_log_setup("relay-t");
 	push_log_job("info", &line);
 	fflush(f);
 	o = one_json_line(buf);
@@ -434,7 +448,7 @@ test_job_log(void)
 	/* no trace id: null; no HTTP answer: no http_status */
 	buf = NULL;
 	f = open_memstream(&buf, &len);
-	push_log_setup(PUSH_LOG_JSON, "relay-t", f);
+	im_log_stream_set(f);
 	line.trace_id = NULL;
 	line.http_status = 0;
 	push_log_job("info", &line);
@@ -445,22 +459,58 @@ test_job_log(void)
 	fclose(f);
 	free(buf);
 
-	/* a database error with a newline and quotes: still one JSON line */
+	/*
+	 * a line not about a job: its key=value pairs are members (numbers as
+	 * numbers); a database error with a newline and quotes: still one JSON
+	 * line, the reason whole
+	 */
 	buf = NULL;
 	f = open_memstream(&buf, &len);
-	push_log_setup(PUSH_LOG_JSON, "relay-t", f);
+	im_log_stream_set(f);
 	relay_log("warning", "event=claim_failed reason=\"%s\"", "ERROR:  \"x\"\nDETAIL:  y");
 	fflush(f);
 	o = one_json_line(buf);
 	CHECK(o && strcmp(json_string_value(json_object_get(o, "event")), "claim_failed") == 0, "%s", buf);
+	CHECK(o && json_is_string(json_object_get(o, "reason")) &&
+		  strcmp(json_string_value(json_object_get(o, "reason")), "ERROR:  \"x\"\nDETAIL:  y") == 0, "reason: %s", buf);
+	CHECK(o && strcmp(json_string_value(json_object_get(o, "relay")), "relay-t") == 0 &&
+		  !json_object_get(o, "detail"), "relay, no detail: %s", buf);
 	json_decref(o);
+	fclose(f);
+	free(buf);
+
+	buf = NULL;
+	f = open_memstream(&buf, &len);
+	im_log_stream_set(f);
+	relay_log("info", "event=start url_keys=%d concurrency=%d lease_s=%d", 2, 8, 30);
+	relay_log("info", "event=node_added node=%s", "n\xff" "1");
+	fflush(f);
+	{
+		char	   *second = buf ? strchr(buf, '\n') : NULL;
+
+		if (second)
+			*second++ = '\0';
+		o = second ? json_loads(buf, 0, NULL) : NULL;
+		CHECK(o && json_integer_value(json_object_get(o, "url_keys")) == 2 &&
+			  json_integer_value(json_object_get(o, "concurrency")) == 8 &&
+			  json_integer_value(json_object_get(o, "lease_s")) == 30 &&
+			  strcmp(json_string_value(json_object_get(o, "event")), "start") == 0 &&
+			  strcmp(json_string_value(json_object_get(o, "level")), "info") == 0, "start: %s", buf);
+		json_decref(o);
+		/* not UTF-8: the member is kept, the byte shown as '?' */
+		o = second ? one_json_line(second) : NULL;
+		CHECK(o && json_is_string(json_object_get(o, "node")) &&
+			  strcmp(json_string_value(json_object_get(o, "node")), "n?1") == 0, "node: %s", second ? second : "");
+		json_decref(o);
+	}
 	fclose(f);
 	free(buf);
 
 	/* text: the trace id on the line, trace_id=- without one */
 	buf = NULL;
 	f = open_memstream(&buf, &len);
-	push_log_setup(PUSH_LOG_TEXT, "relay-t", f);
+	im_log_format_set("text");
+	im_log_stream_set(f);
 	line.trace_id = "client-trace_1";
 	push_log_job("info", &line);
 	line.trace_id = NULL;
@@ -468,19 +518,25 @@ test_job_log(void)
 	fflush(f);
 	CHECK(strstr(buf, " event=sent job=9007199254740991 trace_id=client-trace_1 target=") != NULL, "%s", buf);
 	CHECK(strstr(buf, " trace_id=- ") != NULL, "%s", buf);
+	CHECK(strncmp(buf, "ts=", 3) == 0 && strstr(buf, "Z level=info relay=relay-t event=sent ") != NULL, "%s", buf);
 	fclose(f);
 	free(buf);
-	push_log_setup(PUSH_LOG_TEXT, "", NULL);
+	im_log_stream_set(NULL);
+	push_log_setup("");
 
-	CHECK(push_trace_id_ok("4bf92f3577b34da6a3ce929d0e0e4736"), "a W3C trace id");
-	CHECK(push_trace_id_ok("a-b_C9"), "a client trace id");
-	CHECK(!push_trace_id_ok(""), "empty");
-	CHECK(!push_trace_id_ok(NULL), "NULL");
-	CHECK(!push_trace_id_ok("a b"), "a space");
-	CHECK(!push_trace_id_ok("x\" y=z"), "a quote");
-	CHECK(!push_trace_id_ok("\xc3\xa9"), "non-ASCII");
-	CHECK(push_trace_id_ok("0123456789012345678901234567890123456789012345678901234567890123"), "64 characters");
-	CHECK(!push_trace_id_ok("01234567890123456789012345678901234567890123456789012345678901234"), "65 characters");
+	/* im_sync/trace_id.h, as the relay calls it on a claimed job's trace id */
+	CHECK(trace_ok("4bf92f3577b34da6a3ce929d0e0e4736"), "a W3C trace id");
+	CHECK(trace_ok("a-b_C9"), "a client trace id");
+	CHECK(!trace_ok(""), "empty");
+	CHECK(!trace_ok(NULL), "NULL");
+	CHECK(!trace_ok("a b"), "a space");
+	CHECK(!trace_ok("x\" y=z"), "a quote");
+	CHECK(!trace_ok("\xc3\xa9"), "non-ASCII");
+	CHECK(trace_ok("0123456789012345678901234567890123456789012345678901234567890123"), "64 characters");
+	CHECK(!trace_ok("01234567890123456789012345678901234567890123456789012345678901234"), "65 characters");
+	CHECK(!im_trace_id_ok(NULL, 0), "NULL, length 0");
+	CHECK(!im_trace_id_ok("ab\0cd", 5), "a NUL inside");
+	CHECK(im_trace_id_ok("abcdef", 3), "a prefix of a longer string");
 }
 
 int

@@ -178,20 +178,6 @@ static const unsigned char traced[IM_OP_COUNT] = {
 };
 
 int
-im_trace_id_valid(const char *s, size_t n)
-{
-	size_t		i;
-
-	if (n < 1 || n > IM_TRACE_MAX)
-		return 0;
-	for (i = 0; i < n; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-			  (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
-			return 0;
-	return 1;
-}
-
-int
 im_json_depth(const json_t *v, int cap)
 {
 	int			max = 0;
@@ -370,7 +356,7 @@ decode_envelope(const char *buf, size_t len, im_request *req, im_decode_status *
 	 */
 	trace = json_object_get(root, "trace_id");
 	if (trace && json_is_string(trace) &&
-		im_trace_id_valid(json_string_value(trace), json_string_length(trace)))
+		im_trace_id_ok(json_string_value(trace), json_string_length(trace)))
 		memcpy(req->trace_id, json_string_value(trace), json_string_length(trace) + 1);
 	t = json_object_get(root, "type");
 	if (!t || !json_is_string(t) || string_has_nul(t))

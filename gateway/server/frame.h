@@ -14,9 +14,12 @@
 #include <stdint.h>
 #include <jansson.h>
 
+#include "im_sync/trace_id.h"
+
 #define IM_MAX_NESTING 32
 #define IM_MAX_PARAMS  8
-#define IM_TRACE_MAX   64		/* longest trace_id a frame may carry */
+/* longest trace_id a frame may carry: the one form (im_sync/trace_id.h) */
+#define IM_TRACE_MAX   IM_TRACE_ID_MAX
 
 typedef enum im_op
 {
@@ -103,8 +106,6 @@ extern im_decode_status im_decode_frame(const char *buf, size_t len,
 										im_request *req);
 extern void im_request_free(im_request *req);
 
-/* 1 when s[0..n) is a trace id a frame may carry. */
-extern int	im_trace_id_valid(const char *s, size_t n);
 /*
  * A frame without a trace_id gets generated (the gateway's, W3C form): it
  * becomes req->trace_id and, for a write, its trace_id parameter.

@@ -194,7 +194,8 @@ def test_trace_id_in_relay_lines():
     it, claim_push_jobs hands it to the relay, and the relay's lines about
     the job name it, as key=value text and with --log-format json (one JSON
     line per attempt with ts, type, job_id, provider, result, http_status,
-    latency_ms; the target as a keyed hash); no line holds the token, the
+    latency_ms; the target as a keyed hash; the other lines' key=value
+    pairs as members); no line holds the token, the
     notification or the message body, even at preview full.  The main
     relay is stopped meanwhile so these relays claim the jobs."""
     global MAIN
@@ -238,6 +239,11 @@ def test_trace_id_in_relay_lines():
                     assert o["ts"].endswith("Z") and o["relay"] == "trace-json", o
                     for ln in relay.text().splitlines():
                         assert json.loads(ln)["ts"], ln
+                    # a line not about a job: its key=value pairs are members, as in the gateway's lines
+                    start = [json.loads(ln) for ln in relay.text().splitlines()
+                             if json.loads(ln).get("event") == "start"]
+                    assert start and start[0]["relay"] == "trace-json" and "detail" not in start[0], start
+                    assert isinstance(start[0]["concurrency"], int) and start[0]["url_keys"] >= 1, start
                 else:
                     mine = lambda: [ln for ln in relay.text().splitlines()  # noqa: E731
                                     if (" job=%d " % job_id) in ln]
