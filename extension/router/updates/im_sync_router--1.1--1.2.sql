@@ -128,8 +128,8 @@ BEGIN
         EXECUTE format('REVOKE ALL ON FUNCTION im.%I(%s) FROM PUBLIC', f.proname,
                        pg_get_function_identity_arguments(f.oid));
         FOREACH fn IN ARRAY ARRAY[f.oid::regprocedure,
-                                  format('im.%I(%s)', f.proname,
-                                         pg_get_function_identity_arguments(f.oid))::regprocedure]
+                                  (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = 'im'::regnamespace
+                                      AND p.proname = f.proname)::regprocedure]
         LOOP
             saved := current_setting('im_sync_router_upgrade.trace_' ||
                          (SELECT n.nspname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
