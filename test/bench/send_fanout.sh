@@ -25,7 +25,8 @@
 # runs per side, median kept, 5), IM_BENCH_FAN_MSGS (200), IM_BENCH_WAL_TX
 # (2000), IM_BENCH_CPU_TX (1000), IM_BENCH_CPU_ROUNDS (5, medians kept),
 # IM_BENCH_SEND_ONLY=1 (only the paused send runs, CPU and WAL),
-# IM_BENCH_CPU_ONLY=1 (only the CPU figure).
+# IM_BENCH_CPU_ONLY=1 (only the CPU figure), IM_BENCH_TRACED=1 (every send
+# passes a 32-hex trace id, as the gateway does: send_traced.sql).
 # About 3-4 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,6 +44,8 @@ CPU_ROUNDS=${IM_BENCH_CPU_ROUNDS:-5}
 [ -n "$CPU_ONLY" ] && SEND_ONLY=1
 NCONV_MANY=1000
 D=test/bench/send_fanout
+SEND=$D/send.sql
+[ -n "${IM_BENCH_TRACED:-}" ] && SEND=$D/send_traced.sql
 
 im_bench_cluster_start "im_sync.fanout_paused = on" "im_sync.fanout_workers = 2" >/dev/null || exit 1
 trap im_cluster_destroy EXIT
@@ -73,7 +76,7 @@ for set in 1 2; do
   nconv=$([ $set = 1 ] && echo 1 || echo $NCONV_MANY)
   ev0=$(q im_test "SELECT pg_catalog.count(*) FROM im.inbox")
   ts0=$(date +%s.%N)
-  ON_TPS[$set]=$(tps im_test $D/send.sql 8 $set $nconv)
+  ON_TPS[$set]=$(tps im_test $SEND 8 $set $nconv)
   ON_BACKLOG[$set]=$(q im_test "SELECT pg_catalog.count(*) FROM im.outbox WHERE state = 'pending'")
   # Let the workers catch up (at most 30 s): their rate is measured over
   # the run plus the catch-up, since a batch's events land at its commit.
@@ -143,7 +146,7 @@ for set in 1 2; do
   for _ in $(seq 1 "$CPU_ROUNDS"); do
     # both sides at the same time (no lock in common): whatever else runs
     # on the machine then slows both alike
-    cpu_us_per_tx $D/send.sql $set $nconv >"$IM_TMP/cpu.api" & cpu_us_per_tx $D/floor_send.sql $set $nconv >"$IM_TMP/cpu.floor"
+    cpu_us_per_tx $SEND $set $nconv >"$IM_TMP/cpu.api" & cpu_us_per_tx $D/floor_send.sql $set $nconv >"$IM_TMP/cpu.floor"
     wait; x=$(cat "$IM_TMP/cpu.api"); y=$(cat "$IM_TMP/cpu.floor")
     a+=("$x"); f+=("$y")
     r+=("$(ratio "${x%% *}" "${y%% *}")"); ru+=("$(ratio "${x##* }" "${y##* }")")
@@ -176,17 +179,17 @@ cpu_report() {
 declare -A API FLOOR
 for set in 1 2; do
   nconv=$([ $set = 1 ] && echo 1 || echo $NCONV_MANY)
-  TT=$TR tps im_test $D/send.sql 8 $set $nconv >/dev/null
+  TT=$TR tps im_test $SEND 8 $set $nconv >/dev/null
   TT=$TR tps im_test $D/floor_send.sql 8 $set $nconv >/dev/null
   for c in 1 8; do
     a=(); f=()
     for r in $(seq 1 "$ROUNDS"); do
       if [ $((r % 2)) = 1 ]; then
-        a+=("$(TT=$TR tps im_test $D/send.sql $c $set $nconv)")
+        a+=("$(TT=$TR tps im_test $SEND $c $set $nconv)")
         f+=("$(TT=$TR tps im_test $D/floor_send.sql $c $set $nconv)")
       else
         f+=("$(TT=$TR tps im_test $D/floor_send.sql $c $set $nconv)")
-        a+=("$(TT=$TR tps im_test $D/send.sql $c $set $nconv)")
+        a+=("$(TT=$TR tps im_test $SEND $c $set $nconv)")
       fi
     done
     API[$set,$c]=$(median "${a[@]}")
@@ -202,7 +205,7 @@ declare -A WAL
 for set in 1 2; do
   nconv=$([ $set = 1 ] && echo 1 || echo $NCONV_MANY)
   for side in API floor; do
-    script=$([ $side = API ] && echo $D/send.sql || echo $D/floor_send.sql)
+    script=$([ $side = API ] && echo $SEND || echo $D/floor_send.sql)
     q im_test CHECKPOINT >/dev/null
     w0=$(wal_now)
     "$PGBIN/pgbench" -n -d im_test -f "$script" -c 1 -t "$WAL_TX" -D set=$set -D nconv=$nconv >/dev/null 2>"$IM_TMP/pgbench.err" \

@@ -498,7 +498,7 @@ def roles_and_commits():
     # the application role: granted send_message on the router and on every
     # node (extension/doc/sharding.md, "Roles through the router"); the nodes see the calling role, not the router's owner
     grant = ("GRANT USAGE ON SCHEMA im TO im_app; "
-             "GRANT EXECUTE ON FUNCTION im.send_message(bigint, bigint, text, jsonb, text, bigint) TO im_app")
+             "GRANT EXECUTE ON FUNCTION im.send_message(bigint, bigint, text, jsonb, text, bigint, text) TO im_app")
     q(grant)
     for _, conninfo in nodes:
         nc = connect(conninfo)
