@@ -34,6 +34,8 @@ The test fails when a step errors, a pattern does not match, a step has no
 pattern at all, or one of the five anchors the alert rules point at is
 missing.
 """
+import hashlib
+import hmac
 import os
 import re
 import subprocess
@@ -48,7 +50,8 @@ DB = os.environ.get("PGDATABASE", "im_runbook")
 PGBIN = os.environ.get("PGBIN") or subprocess.run(["pg_config", "--bindir"], capture_output=True,
                                                   text=True).stdout.strip()
 VERBOSE = bool(os.environ.get("IM_RUNBOOK_VERBOSE"))  # print every step's output
-SECTION = "A user says a message is missing"
+# the sections whose marked steps run, in this order
+SECTIONS = ("Before you start", "A user says a message is missing")
 # the headings the alert rules' runbook annotations point at (runbook.md#…)
 ANCHORS = {
     "a-user-says-a-message-is-missing": "A user says a message is missing",
@@ -296,12 +299,18 @@ def main():
     text = open(RUNBOOK).read()
     say(f"--- runbook: {os.path.relpath(RUNBOOK, ROOT) if RUNBOOK.startswith(ROOT) else RUNBOOK}")
     check_anchors(text)
-    lines, offset = section_lines(text, SECTION)
-    if lines is None:
-        fail(f"no section '## {SECTION}'")
+    steps = []
+    for title in SECTIONS:
+        lines, offset = section_lines(text, title)
+        if lines is None:
+            fail(f"no section '## {title}'")
+            continue
+        found = parse_steps(lines, offset)
+        say(f"--- {len(found)} marked steps in '{title}'")
+        steps += found
+    if not any(s["name"] for s in steps):
+        fail("no marked steps")
         return finish(0, 0)
-    steps = parse_steps(lines, offset)
-    say(f"--- {len(steps)} marked steps in '{SECTION}'")
     for s in steps:
         if not s["patterns"]:
             fail(f"step {s['name']} (line {s['line']}) says nothing it prints")
@@ -317,6 +326,14 @@ def main():
                              "AND NOT attisdropped"),
     }
     scen = setup(conn, have)
+    # the gateway's --log-key and the user's hash with it (gateway/doc/README.md "Logs")
+    key_file = os.path.join(os.environ.get("IM_TMP", "/tmp"), "runbook-log.key")
+    key = b"0123456789abcdef0123456789abcdef"
+    with open(key_file, "wb") as f:
+        f.write(key + b"\n")
+    for v in scen.values():
+        v["log_key_file"] = key_file
+        v["user_hash"] = "h:" + hmac.new(key, b"u:%d" % v["user_id"], hashlib.sha256).hexdigest()[:16]
     ran = skipped = 0
     for case in CASES:
         vars_ = scen[case]

@@ -15,5 +15,6 @@ PY=/usr/bin/python3
 trap im_cluster_destroy EXIT
 im_cluster_start "im_sync.database = 'im_runbook'" "im_sync.fanout_workers = 0" \
   "logging_collector = on" "log_destination = 'jsonlog'" "log_directory = 'log'" || exit 1
+PGOPTIONS="-c client_min_messages=warning" im_createdb im_runbook || exit 1
 export PGBIN PGDATABASE=im_runbook
 "$PY" test/runbook/check_runbook.py
