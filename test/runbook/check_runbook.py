@@ -45,7 +45,7 @@ import psycopg2
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RUNBOOK = os.environ.get("IM_RUNBOOK", os.path.join(ROOT, "extension", "doc", "runbook.md"))
-ALERTS = os.path.join(ROOT, "extension", "monitoring", "im_sync_alerts.yml")
+ALERTS = os.environ.get("IM_ALERTS", os.path.join(ROOT, "extension", "monitoring", "im_sync_alerts.yml"))
 DB = os.environ.get("PGDATABASE", "im_runbook")
 PGBIN = os.environ.get("PGBIN") or subprocess.run(["pg_config", "--bindir"], capture_output=True,
                                                   text=True).stdout.strip()
@@ -163,7 +163,7 @@ def check_anchors(text):
         if anchor not in headings:
             fail(f"an alert rule points at runbook.md#{anchor}, which is no heading")
     for n in sorted(set(names)):
-        if alerts_text is None or not any(n in line for line in alerts_text):
+        if alerts_text is None or not any(f"`{n}`" in line for line in alerts_text):
             fail(f"alert {n} of the rules is not in the runbook's Alerts section")
     say(f"--- alert rules: {len(set(names))} alerts, {len(set(links))} runbook anchors, checked")
 
