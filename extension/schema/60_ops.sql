@@ -75,7 +75,7 @@ BEGIN
              COALESCE((SELECT e.trace_id FROM e), (SELECT o.trace_id FROM o)) AS trace_id),
     u AS (SELECT DISTINCT w.u AS user_id FROM pg_catalog.unnest(user_ids) w(u)),
     i AS (
-      SELECT b.user_id, b.sync_seq, b.delivery_scope, b.outbox_id, b.created_at
+      SELECT b.user_id, b.sync_seq, b.delivery_scope, b.outbox_id, b.created_at, b.kind
         FROM im.inbox b JOIN u ON u.user_id OPERATOR(pg_catalog.=) b.user_id
        WHERE b.source_event_id OPERATOR(pg_catalog.=) m),
     -- per user without an inbox row: why (first match wins)
@@ -106,12 +106,18 @@ BEGIN
                           d.acked_sync_seq, d.acked_at, d.device_id) AS rn
         FROM f JOIN im.device d ON d.user_id OPERATOR(pg_catalog.=) f.user_id
        WHERE d.state OPERATOR(pg_catalog.<>) 'REVOKED'
-         AND d.acked_sync_seq OPERATOR(pg_catalog.>=) f.sync_seq),
+         AND d.acked_sync_seq OPERATOR(pg_catalog.>=) f.sync_seq
+         AND NOT (SELECT ev.shared FROM ev)),
     rows AS (
-      -- fanout: one row per inbox row of the event
+      -- fanout: one row per inbox row of the event (in shared_log mode the
+      -- one a marker going dirty writes)
       SELECT 'fanout'::text AS stage, i.created_at AS at, i.user_id,
              pg_catalog.jsonb_build_object('sync_seq', i.sync_seq, 'membership_period_id', i.delivery_scope,
-                                           'outbox_id', i.outbox_id, 'trace_id', ev.trace_id) AS detail
+                                           'outbox_id', i.outbox_id, 'trace_id', ev.trace_id)
+             OPERATOR(pg_catalog.||)
+             CASE WHEN ev.shared THEN pg_catalog.jsonb_build_object('shared_log', true, 'inbox_kind', i.kind,
+                 'reason', 'shared_log conversation: no per-user event for a message; this row is the dirty marker that sends the devices to fetch_messages, so no synced row')
+                  ELSE '{}'::jsonb END AS detail
         FROM i CROSS JOIN ev
       UNION ALL
       -- fanout of a user without a row: why
@@ -131,7 +137,7 @@ BEGIN
                                   THEN 'dead letter: fanout gave up (im.repair_fanout(retry_dead => true) after the cause is fixed)'
                                   ELSE 'not fanned out yet' END)
                WHEN 'shared_log' THEN pg_catalog.jsonb_build_object('shared_log', true,
-                   'reason', 'shared_log conversation: the position is read from the conversation''s log (fetch_messages), the user''s log has no row for it, so no synced row either')
+                   'reason', 'shared_log conversation: the position is read from the conversation''s log (fetch_messages); the user''s marker was already dirty, so the log has no row for it and there is no synced row')
                WHEN 'gone' THEN pg_catalog.jsonb_build_object('gone', true, 'gc_floor', w.gc_floor,
                    'reason', 'the user''s log was collected past it (gc_inbox): its sync_seq and delivery time are gone')
                ELSE pg_catalog.jsonb_build_object('missing', true,
