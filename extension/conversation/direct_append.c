@@ -129,6 +129,7 @@ static const DirectColumn event_columns[] = {
 	{"created_at", FILL_NOW, TIMESTAMPTZOID, NULL, 0},
 	{"reply_to_message_id", FILL_NULL, INT8OID, NULL, 0},
 	{"pin_message_id", FILL_NULL, INT8OID, NULL, 0},
+	{"trace_id", FILL_NULL, TEXTOID, NULL, 0},
 	{NULL}
 };
 
@@ -146,6 +147,7 @@ static const DirectColumn outbox_columns[] = {
 	{"next_attempt_at", FILL_NOW, TIMESTAMPTZOID, NULL, 0},
 	{"created_at", FILL_NOW, TIMESTAMPTZOID, NULL, 0},
 	{"processed_at", FILL_NULL, TIMESTAMPTZOID, NULL, 0},
+	{"trace_id", FILL_NULL, TEXTOID, NULL, 0},
 	{NULL}
 };
 

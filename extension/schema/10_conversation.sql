@@ -86,6 +86,7 @@ CREATE TABLE im.event (
     created_at        timestamptz NOT NULL DEFAULT now(),
     reply_to_message_id bigint,       -- a message's reply target
     pin_message_id    bigint,         -- a pin's target; NULL for the list change a recall makes
+    trace_id          text,           -- the request's trace id (contract §21), NULL when none
     UNIQUE (conversation_id, msg_seq),
     -- which kinds carry an idempotency key, a target, a reply or pin target
     -- (one CHECK, its rule in C: row_rules.c)

@@ -25,6 +25,7 @@ CREATE TABLE im.outbox (
     next_attempt_at  timestamptz NOT NULL DEFAULT now(),
     created_at       timestamptz NOT NULL DEFAULT now(),
     processed_at     timestamptz,
+    trace_id         text,              -- its event's trace id (contract §21), NULL when none
     UNIQUE (source_event_id)
 );
 CREATE INDEX outbox_pending_idx ON im.outbox (conversation_id, msg_seq) WHERE state = 'pending';
