@@ -10,6 +10,7 @@ is missing" section so it can be run here:
     <!-- prints: REGEX -->            must match the output (every case)
     <!-- prints[CASE]: REGEX -->      must match in that case only
     <!-- prints-not[CASE]: REGEX -->  must not match
+    <!-- prints[+WHAT]: REGEX -->      only where WHAT (see needs=) is installed
 
 A REGEX is Python's, searched in the whole output (re.MULTILINE); a
 :name in it stands for the scenario's value of that variable.  SQL runs
@@ -77,7 +78,7 @@ def fail(msg):
 # ---- the markdown --------------------------------------------------------
 
 STEP_RE = re.compile(r"^<!--\s*runbook-step:\s*([\w.-]+)((?:\s+[\w-]+=[\w.-]+)*)\s*-->\s*$")
-PRINTS_RE = re.compile(r"^<!--\s*prints(-not)?(?:\[([\w,]+)\])?:\s?(.*?)\s*-->\s*$")
+PRINTS_RE = re.compile(r"^<!--\s*prints(-not)?(?:\[([\w,+]+)\])?:\s?(.*?)\s*-->\s*$")
 FENCE_RE = re.compile(r"^```(\w+)\s*$")
 
 
@@ -321,9 +322,12 @@ def main():
     conn = connect()
     have = {
         "trace_message": q1(conn, "SELECT to_regprocedure('im.trace_message(bigint)') IS NOT NULL"),
+        # the columns, and send_message's trailing trace_id argument that fills them
         "trace_id": q1(conn, "SELECT count(*) = 2 FROM pg_attribute WHERE attname = 'trace_id' "
                              "AND attrelid IN ('im.event'::regclass, 'im.outbox'::regclass) "
-                             "AND NOT attisdropped"),
+                             "AND NOT attisdropped")
+                    and q1(conn, "SELECT bool_or('trace_id' = ANY (proargnames)) FROM pg_proc "
+                                 "WHERE oid = 'im.send_message'::regproc"),
     }
     scen = setup(conn, have)
     # the gateway's --log-key and the user's hash with it (gateway/doc/README.md "Logs")
@@ -355,8 +359,12 @@ def main():
             bad = []
             if rc != 0:
                 bad.append(f"exit status {rc}")
-            for negated, pcases, pattern in s["patterns"]:
+            for negated, tokens, pattern in s["patterns"]:
+                pcases = [t for t in tokens or () if not t.startswith("+")]
+                pneeds = [t[1:] for t in tokens or () if t.startswith("+")]
                 if pcases and case not in pcases:
+                    continue
+                if not all(have.get(n, False) for n in pneeds):
                     continue
                 found = re.search(expand(pattern, vars_), out, re.M) is not None
                 if found == negated:
