@@ -7,7 +7,8 @@
 -- trigger, a column it cannot fill or one of another type) sends through
 -- the general path, which obeys it; so does an owner short of a column
 -- privilege the general path's statements need (a grant on another column
--- does not stand in for it).
+-- does not stand in for it).  A request's trace id (contract §21) is kept
+-- on the event and its outbox item by both paths alike.
 CREATE DATABASE im_h1_send_direct;
 \c im_h1_send_direct
 SET client_min_messages = warning;
@@ -32,14 +33,15 @@ CREATE VIEW written AS
          e.pin_message_id, pg_catalog.length(e.request_digest) AS digest_bytes,
          e.created_at = o.created_at AS same_created, o.conversation_id = e.conversation_id AS o_conv,
          o.msg_seq = e.msg_seq AS o_seq, o.private_user_id, o.state, o.attempts,
-         o.transient_failures, o.last_error, o.next_attempt_at = o.created_at AS o_due, o.processed_at
+         o.transient_failures, o.last_error, o.next_attempt_at = o.created_at AS o_due, o.processed_at,
+         e.trace_id AS e_trace, o.trace_id AS o_trace
     FROM im.event e JOIN im.outbox o ON o.source_event_id = e.message_id
    WHERE e.kind = 'message' ORDER BY e.msg_seq;
 
 -- the direct path: one head update, one key probe
 SELECT pg_catalog.pg_stat_force_next_flush();
 BEGIN;
-SELECT * FROM im.send_message(1, 1, 'direct-1', '{"text": "direct"}');
+SELECT * FROM im.send_message(1, 1, 'direct-1', '{"text": "direct"}', 'text', NULL, 'tr-direct_1');
 SELECT * FROM send_writes;
 COMMIT;
 
@@ -50,7 +52,7 @@ BEGIN INSERT INTO public.fired VALUES (NEW.message_id); RETURN NEW; END $$;
 CREATE TRIGGER note_event AFTER INSERT ON im.event FOR EACH ROW EXECUTE FUNCTION note_event();
 SELECT pg_catalog.pg_stat_force_next_flush();
 BEGIN;
-SELECT * FROM im.send_message(1, 1, 'general-1', '{"text": "general"}');
+SELECT * FROM im.send_message(1, 1, 'general-1', '{"text": "general"}', trace_id => 'tr-general_1');
 SELECT * FROM send_writes;
 COMMIT;
 SELECT f.message_id = e.message_id AS fired_for_it FROM fired f, im.event e WHERE e.client_msg_id = 'general-1';
@@ -132,9 +134,37 @@ SELECT client_msg_id FROM im.event WHERE client_msg_id IN
   ('direct-columns', 'no-outbox-column', 'no-event-column', 'no-period-column');
 ROLLBACK;
 
+-- a traced send needs INSERT on both trace_id columns, as the general
+-- path's traced statement names them: with them the direct path writes
+-- (one key probe); without the outbox's, the general path runs and is
+-- refused (42501), nothing written
+SELECT pg_catalog.pg_stat_force_next_flush();
+BEGIN;
+CREATE ROLE im_h27_owner NOLOGIN;
+SELECT im.set_extension_owner('im_h27_owner') > 0 AS handed_over;
+REVOKE ALL ON im.event, im.outbox, im.membership_period FROM im_h27_owner;
+GRANT SELECT (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_id, request_digest),
+      INSERT (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_id, request_digest,
+              content_type, body, target_message_id, subject_user_id, mode, trace_id)
+   ON im.event TO im_h27_owner;
+GRANT INSERT (conversation_id, msg_seq, source_event_id, trace_id) ON im.outbox TO im_h27_owner;
+GRANT SELECT (conversation_id, user_id, leave_seq) ON im.membership_period TO im_h27_owner;
+SELECT msg_seq, created FROM im.send_message(1, 1, 'traced-columns', '{"text": "y"}', 'text', NULL, 't2');
+SELECT key_index_scans FROM send_writes WHERE relname = 'event';
+REVOKE INSERT (trace_id) ON im.outbox FROM im_h27_owner;
+SELECT try_sql($$SELECT * FROM im.send_message(1, 1, 'traced-no-column', '{"text": "x"}', 'text', NULL, 't1')$$);
+SELECT client_msg_id, trace_id FROM im.event WHERE client_msg_id IN ('traced-no-column', 'traced-columns');
+ROLLBACK;
+
 -- the direct path's refusals write nothing: a non-member (42501), a retry
--- (the original), a key reused for another request (IS409)
+-- (the original), a key reused for another request (IS409), a trace id
+-- that is not 1-64 of [A-Za-z0-9_-] (22023)
 SELECT try_sql($$SELECT * FROM im.send_message(3, 1, 'x-1', '{"text": "not a member"}')$$);
+SELECT try_sql($$SELECT * FROM im.send_message(1, 1, 'x-2', '{"text": "bad trace"}', 'text', NULL, 'a b')$$);
+SELECT try_sql($$SELECT * FROM im.send_message(1, 1, 'x-3', '{"text": "bad trace"}', 'text', NULL, '')$$);
+SELECT try_sql(format($$SELECT * FROM im.send_message(1, 1, 'x-4', '{"text": "bad trace"}', 'text', NULL, '%s')$$, repeat('a', 65)));
+SELECT msg_seq, created FROM im.send_message(1, 1, 'x-5', '{"text": "longest trace"}', 'text', NULL, repeat('Az09_-', 10) || 'abcd');
+SELECT pg_catalog.length(trace_id) AS longest FROM im.event WHERE client_msg_id = 'x-5';
 SELECT msg_seq, created FROM im.send_message(1, 1, 'direct-1', '{"text": "direct"}');
 SELECT try_sql($$SELECT * FROM im.send_message(1, 1, 'direct-1', '{"text": "other"}')$$);
 SELECT head_msg_seq FROM im.conversation WHERE conversation_id = 1;

@@ -23,21 +23,21 @@ FROM im.fetch_messages(1, :c, 0) f, jsonb_array_elements(f.messages) m WHERE m -
 
 ALTER EXTENSION im_sync UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'im_sync';
--- one send_message, 6 arguments, SECURITY DEFINER with the pinned search_path
+-- one send_message, 7 arguments (contract §21 added trace_id), SECURITY DEFINER with the pinned search_path
 SELECT p.oid::regprocedure, p.prosecdef, p.proconfig, pg_get_function_result(p.oid) AS result,
        pg_get_function_arguments(p.oid) AS arguments
 FROM pg_proc p WHERE p.proname = 'send_message' AND p.pronamespace = 'im'::regnamespace;
 -- the grant is carried over, PUBLIC still has none; the extension's initial
 -- privileges are the fresh install's (no grant recorded as initial)
-SELECT has_function_privilege('im_h11_app', 'im.send_message(bigint, bigint, text, jsonb, text, bigint)', 'EXECUTE') AS app,
-       (SELECT proacl FROM pg_proc WHERE oid = 'im.send_message(bigint, bigint, text, jsonb, text, bigint)'::regprocedure)::text
+SELECT has_function_privilege('im_h11_app', 'im.send_message(bigint, bigint, text, jsonb, text, bigint, text)', 'EXECUTE') AS app,
+       (SELECT proacl FROM pg_proc WHERE oid = 'im.send_message(bigint, bigint, text, jsonb, text, bigint, text)'::regprocedure)::text
          LIKE '%im_h11_app=X/%' AS acl_names_app,
-       (SELECT proacl FROM pg_proc WHERE oid = 'im.send_message(bigint, bigint, text, jsonb, text, bigint)'::regprocedure)::text
+       (SELECT proacl FROM pg_proc WHERE oid = 'im.send_message(bigint, bigint, text, jsonb, text, bigint, text)'::regprocedure)::text
          NOT LIKE '%{=X%' AND
-       (SELECT proacl FROM pg_proc WHERE oid = 'im.send_message(bigint, bigint, text, jsonb, text, bigint)'::regprocedure)::text
+       (SELECT proacl FROM pg_proc WHERE oid = 'im.send_message(bigint, bigint, text, jsonb, text, bigint, text)'::regprocedure)::text
          NOT LIKE '%,=X%' AS public_has_none,
        (SELECT initprivs::text FROM pg_init_privs
-        WHERE objoid = 'im.send_message(bigint, bigint, text, jsonb, text, bigint)'::regprocedure) NOT LIKE '%im_h11_app%' AS initprivs_clean;
+        WHERE objoid = 'im.send_message(bigint, bigint, text, jsonb, text, bigint, text)'::regprocedure) NOT LIKE '%im_h11_app%' AS initprivs_clean;
 SELECT message_id AS before_1 FROM im.event WHERE client_msg_id = 'before-1' \gset
 -- old callers: 4 and 5 arguments, positional and named, as the granted role
 SET ROLE im_h11_app;
@@ -47,11 +47,13 @@ SELECT msg_seq, created FROM im.send_message(sender_id => 2, conversation_id => 
                                              body => '{"text": "named"}', content_type => 'text');
 -- a retry of the send accepted on 1.1: the same message, not IS409
 SELECT msg_seq, created FROM im.send_message(1, :c, 'before-1', '{"text": "sent on 1.1"}');
--- and the new argument
+-- and the new arguments
 SELECT msg_seq, created FROM im.send_message(2, :c, 'after-reply', '{"text": "reply"}', 'text', :before_1);
+SELECT msg_seq, created FROM im.send_message(2, :c, 'after-trace', '{"text": "traced"}', 'text', NULL, 'trace-26');
 -- the role was granted nothing else
 SELECT try_sql(format($$SELECT * FROM im.react(1, %s, %s, 'x', true, 'no')$$, :c, :before_1));
 RESET ROLE;
+SELECT client_msg_id, trace_id FROM im.event WHERE conversation_id = :c AND trace_id IS NOT NULL;
 SELECT count(*) AS positions FROM im.event WHERE conversation_id = :c;
 SELECT (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(m) k) AS keys_on_1_3
 FROM im.fetch_messages(1, :c, 0) f, jsonb_array_elements(f.messages) m

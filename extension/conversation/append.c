@@ -50,15 +50,15 @@ enum
  * position and queue its outbox item, both only if `ins` wrote a row (the
  * append statements of both paths end with it).
  */
-#define APPEND_OUTBOX_SQL \
+#define APPEND_OUTBOX_SQL(ob_cols, ob_vals) \
 	" ob AS (" \
-	"  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id)" \
-	"  SELECT $1, ins.msg_seq, ins.message_id FROM ins RETURNING 1)"
-#define APPEND_HEAD_OUTBOX_SQL \
+	"  INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id" ob_cols ")" \
+	"  SELECT $1, ins.msg_seq, ins.message_id" ob_vals " FROM ins RETURNING 1)"
+#define APPEND_HEAD_OUTBOX_SQL(ob_cols, ob_vals) \
 	" head AS (" \
 	"  UPDATE im.conversation c SET head_msg_seq = ins.msg_seq FROM ins" \
 	"  WHERE c.conversation_id" EQ "$1 RETURNING 1)," \
-	APPEND_OUTBOX_SQL
+	APPEND_OUTBOX_SQL(ob_cols, ob_vals)
 
 /*
  * Parameters $1..$8, the same in both append statements: conversation,
@@ -105,10 +105,11 @@ append_written(ImConversation *conv, int heads_moved_col, int outbox_items_col)
 
 /*
  * The append statement; extra_cols/extra_vals: the reply and pin target
- * columns; id: the parameter holding the new message_id, which carries its
+ * (and trace id) columns of the event, ob_cols/ob_vals: the outbox item's
+ * trace id; id: the parameter holding the new message_id, which carries its
  * conversation's bucket (im_shard_next_placed_id, shard_map.h).
  */
-#define APPEND_SQL(extra_cols, extra_vals, id) \
+#define APPEND_SQL(extra_cols, extra_vals, id, ob_cols, ob_vals) \
 	"WITH ins AS (" \
 	"  INSERT INTO im.event (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_id," \
 	"                        request_digest, content_type, body, target_message_id," \
@@ -116,7 +117,7 @@ append_written(ImConversation *conv, int heads_moved_col, int outbox_items_col)
 	"  VALUES (" id ", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11" extra_vals ")" \
 	"  ON CONFLICT (sender_id, client_msg_id) WHERE request_digest IS NOT NULL DO NOTHING" \
 	"  RETURNING message_id, msg_seq)," \
-	APPEND_HEAD_OUTBOX_SQL \
+	APPEND_HEAD_OUTBOX_SQL(ob_cols, ob_vals) \
 	"SELECT ins.message_id, ins.msg_seq, (SELECT pg_catalog.count(*) FROM head)," \
 	"       (SELECT pg_catalog.count(*) FROM ob) FROM ins"
 
@@ -126,30 +127,41 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 {
 	static SPIPlanPtr plan;
 	static SPIPlanPtr relation_plan;
+	static SPIPlanPtr traced_plan;
 	SPIPlanPtr	p;
-	Datum		args[14];
-	char		nulls[14];
+	Datum		args[15];
+	char		nulls[15];
 	int			id_arg;
 
 	/*
 	 * One statement: if the event insert is suppressed by the idempotency
 	 * key, the head and outbox CTEs see no row and change nothing, so a
-	 * suppressed append leaves no gap.  A reply or pin also
-	 * writes its target column; every other append keeps the statement a
-	 * pre-1.3 catalog understands (the library may run on one until
-	 * ALTER EXTENSION UPDATE).
+	 * suppressed append leaves no gap.  A reply or pin also writes its
+	 * target column, a traced request the trace id of event and outbox item
+	 * (a trace id comes only through the signatures of a catalog with the
+	 * column); every other append keeps the statement a pre-1.3 catalog
+	 * understands (the library may run on one until ALTER EXTENSION UPDATE).
 	 */
-	if (ev->reply_to_message_id != 0 || ev->pin_message_id != 0)
+	if (ev->trace_id != NULL)
+	{
+		p = im_prepare(&traced_plan,
+					   APPEND_SQL(", reply_to_message_id, pin_message_id, trace_id", ", $12, $13, $15",
+								  "$14", ", trace_id", ", $15"),
+					   15, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
+					   JSONBOID, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID, INT8OID, TEXTOID);
+		id_arg = 13;
+	}
+	else if (ev->reply_to_message_id != 0 || ev->pin_message_id != 0)
 	{
 		p = im_prepare(&relation_plan,
-					   APPEND_SQL(", reply_to_message_id, pin_message_id", ", $12, $13", "$14"),
+					   APPEND_SQL(", reply_to_message_id, pin_message_id", ", $12, $13", "$14", "", ""),
 					   14, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
 					   JSONBOID, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID, INT8OID);
 		id_arg = 13;
 	}
 	else
 	{
-		p = im_prepare(&plan, APPEND_SQL("", "", "$12"),
+		p = im_prepare(&plan, APPEND_SQL("", "", "$12", "", ""),
 					   12, INT8OID, INT8OID, TEXTOID, INT8OID, TEXTOID, BYTEAOID, TEXTOID,
 					   JSONBOID, INT8OID, INT8OID, TEXTOID, INT8OID);
 		id_arg = 11;
@@ -172,6 +184,8 @@ im_append_event(ImConversation *conv, const ImNewEvent *ev,
 	/* a suppressed append uses up its id, as nextval in the statement did */
 	args[id_arg] = Int64GetDatum(im_shard_next_placed_id("event_id_seq", conv->conversation_id));
 	nulls[id_arg] = ' ';
+	if (ev->trace_id != NULL)
+		args[14] = CStringGetTextDatum(ev->trace_id);
 
 	if (im_exec(p, args, nulls, 0) == 0)
 		return false;

@@ -36,6 +36,7 @@ typedef struct ImNewEvent
 	int64		subject_user_id;
 	int64		reply_to_message_id;	/* a message's reply target */
 	int64		pin_message_id; /* a pin's target */
+	const char *trace_id;		/* the request's trace id (contract §21); NULL: none */
 } ImNewEvent;
 
 /*
@@ -60,7 +61,9 @@ extern void im_give_back_position(const ImConversation *conv);
  * The fast path of a member's message (ev->kind 'message', no target;
  * direct_append.c).  im_direct_append_begin, before the lock, opens and
  * checks what the writes need; NULL when this catalog's tables are not the
- * layout the direct path writes (then take the general path).  After
+ * layout the direct path writes (then take the general path); traced: the
+ * request has a trace id (the privileges checked are those of the general
+ * path's traced statement).  After
  * im_take_next_position, im_append_member_message checks the sender's open
  * period and the idempotency key and writes event and outbox item at the
  * taken position.  False: nothing written (no member, or the key exists),
@@ -68,7 +71,7 @@ extern void im_give_back_position(const ImConversation *conv);
  * right answer or error.  Wakes the workers at commit when true.
  */
 typedef struct ImDirectAppend ImDirectAppend;
-extern ImDirectAppend *im_direct_append_begin(void);
+extern ImDirectAppend *im_direct_append_begin(bool traced);
 extern bool im_append_member_message(ImDirectAppend *da, ImConversation *conv,
 									 const ImNewEvent *ev, int64 *message_id, int64 *msg_seq);
 extern void im_direct_append_end(ImDirectAppend *da);
@@ -103,9 +106,11 @@ extern void im_relation_check_reply(int64 conversation_id, int64 user_id, int64 
 /*
  * A recall of target_message_id was just appended (send.c, under the
  * conversation lock): if the target is pinned, append a `pin` position
- * with the list without it, in the same transaction.
+ * with the list without it, in the same transaction (with the recall's
+ * trace id, NULL for none).
  */
-extern void im_relation_recalled(ImConversation *conv, int64 target_message_id);
+extern void im_relation_recalled(ImConversation *conv, int64 target_message_id,
+								 const char *trace_id);
 
 /*
  * Kinds fanned out through the dirty marker in a shared_log conversation

@@ -83,7 +83,8 @@ typedef enum DirectFill
 	FILL_FALSE,
 	FILL_ZERO,
 	FILL_NOW,
-	FILL_PENDING
+	FILL_PENDING,
+	FILL_TRACE_ID				/* the request's trace id, NULL when it has none */
 } DirectFill;
 
 /*
@@ -92,6 +93,7 @@ typedef enum DirectFill
  */
 #define STMT_READ	0x01		/* read: key lookup, ON CONFLICT arbiter, RETURNING */
 #define STMT_WRITE	0x02		/* named in the INSERT (the others take defaults) */
+#define STMT_TRACED	0x04		/* named in the INSERT of a traced request */
 
 /*
  * A known column: its name, what fills it, its type and what the general
@@ -111,7 +113,11 @@ typedef struct DirectColumn
 
 #define RW	(STMT_READ | STMT_WRITE)
 
-/* im.event's columns at every catalog version (1.3 added the last two). */
+/*
+ * im.event's columns at every catalog version (1.3 added reply and pin
+ * targets, 1.10 the trace id).  The general path names trace_id only in
+ * the statement of a traced request (STMT_TRACED).
+ */
 static const DirectColumn event_columns[] = {
 	{"message_id", FILL_MESSAGE_ID, INT8OID, NULL, RW},
 	{"conversation_id", FILL_CONVERSATION_ID, INT8OID, NULL, RW},
@@ -129,7 +135,7 @@ static const DirectColumn event_columns[] = {
 	{"created_at", FILL_NOW, TIMESTAMPTZOID, NULL, 0},
 	{"reply_to_message_id", FILL_NULL, INT8OID, NULL, 0},
 	{"pin_message_id", FILL_NULL, INT8OID, NULL, 0},
-	{"trace_id", FILL_NULL, TEXTOID, NULL, 0},
+	{"trace_id", FILL_TRACE_ID, TEXTOID, NULL, STMT_TRACED},
 	{NULL}
 };
 
@@ -147,7 +153,7 @@ static const DirectColumn outbox_columns[] = {
 	{"next_attempt_at", FILL_NOW, TIMESTAMPTZOID, NULL, 0},
 	{"created_at", FILL_NOW, TIMESTAMPTZOID, NULL, 0},
 	{"processed_at", FILL_NULL, TIMESTAMPTZOID, NULL, 0},
-	{"trace_id", FILL_NULL, TEXTOID, NULL, 0},
+	{"trace_id", FILL_TRACE_ID, TEXTOID, NULL, STMT_TRACED},
 	{NULL}
 };
 
@@ -258,7 +264,7 @@ read_layout(Relation rel, const DirectColumn *cols, Oid nsp, DirectTable *t)
 			if (strcmp(NameStr(att->attname), c->name) == 0)
 				break;
 		if (c->name == NULL || !column_type_ok(att, c, nsp) ||
-			(c->fill == FILL_NULL && att->atthasdef) || att->attgenerated)
+			((c->fill == FILL_NULL || c->fill == FILL_TRACE_ID) && att->atthasdef) || att->attgenerated)
 			return false;
 		t->fill[i] = c->fill;
 	}
@@ -271,7 +277,7 @@ read_layout(Relation rel, const DirectColumn *cols, Oid nsp, DirectTable *t)
  * statement would name it and fail).
  */
 static Bitmapset *
-stmt_columns(Relation rel, const DirectColumn *cols, int bit, bool *ok)
+stmt_columns(Relation rel, const DirectColumn *cols, int bits, bool *ok)
 {
 	Bitmapset  *set = NULL;
 
@@ -279,7 +285,7 @@ stmt_columns(Relation rel, const DirectColumn *cols, int bit, bool *ok)
 	{
 		AttrNumber	attno;
 
-		if (!(c->stmt & bit))
+		if (!(c->stmt & bits))
 			continue;
 		attno = get_attnum(RelationGetRelid(rel), c->name);
 		if (attno == InvalidAttrNumber)
@@ -292,12 +298,13 @@ stmt_columns(Relation rel, const DirectColumn *cols, int bit, bool *ok)
 
 /*
  * rel's range table entry as the general path's statements would plan it:
- * perms on the columns they read and name in their INSERT, so a grant on
- * some other column does not stand in for them (with empty column sets
- * the executor would accept any column's grant).
+ * perms on the columns they read and name in their INSERT (a traced
+ * request's INSERT names trace_id too), so a grant on some other column
+ * does not stand in for them (with empty column sets the executor would
+ * accept any column's grant).
  */
 static RangeTblEntry *
-table_rte(Relation rel, AclMode perms, const DirectColumn *cols, bool *ok)
+table_rte(Relation rel, AclMode perms, const DirectColumn *cols, bool traced, bool *ok)
 {
 	RangeTblEntry *rte = makeNode(RangeTblEntry);
 
@@ -309,7 +316,7 @@ table_rte(Relation rel, AclMode perms, const DirectColumn *cols, bool *ok)
 	if (perms & ACL_SELECT)
 		rte->selectedCols = stmt_columns(rel, cols, STMT_READ, ok);
 	if (perms & ACL_INSERT)
-		rte->insertedCols = stmt_columns(rel, cols, STMT_WRITE, ok);
+		rte->insertedCols = stmt_columns(rel, cols, traced ? STMT_WRITE | STMT_TRACED : STMT_WRITE, ok);
 	return rte;
 }
 
@@ -478,7 +485,7 @@ open_table(EState *estate, Relation rel, Index rti, const DirectColumn *cols, Oi
 }
 
 ImDirectAppend *
-im_direct_append_begin(void)
+im_direct_append_begin(bool traced)
 {
 	ImDirectAppend *da = palloc0(sizeof(ImDirectAppend));
 	Oid			nsp = get_namespace_oid("im", false);
@@ -517,9 +524,9 @@ im_direct_append_begin(void)
 	 */
 	da->estate = CreateExecutorState();
 	ExecInitRangeTable(da->estate,
-					   list_make3(table_rte(event, ACL_INSERT | ACL_SELECT, event_columns, &ok),
-								  table_rte(outbox, ACL_INSERT, outbox_columns, &ok),
-								  table_rte(da->period.heap, ACL_SELECT, period_columns, &ok)));
+					   list_make3(table_rte(event, ACL_INSERT | ACL_SELECT, event_columns, traced, &ok),
+								  table_rte(outbox, ACL_INSERT, outbox_columns, traced, &ok),
+								  table_rte(da->period.heap, ACL_SELECT, period_columns, false, &ok)));
 	ok = ok && ExecCheckRTPerms(da->estate->es_range_table, false);
 
 	open_table(da->estate, event, 1, event_columns, nsp, &da->event, &ok);
@@ -644,6 +651,12 @@ fill_row(DirectTable *t, const ImConversation *conv, const ImNewEvent *ev,
 				break;
 			case FILL_PENDING:
 				v = CStringGetTextDatum("pending");
+				break;
+			case FILL_TRACE_ID:
+				if (ev->trace_id != NULL)
+					v = CStringGetTextDatum(ev->trace_id);
+				else
+					isnull = true;
 				break;
 		}
 		slot->tts_values[i] = v;

@@ -30,6 +30,7 @@
 #include "core/im_sync.h"
 #include "core/common.h"
 #include "core/locks.h"
+#include "core/shmem.h"
 #include "core/version_check.h"
 #include "core/im_sql.h"
 #include "conversation/conversation.h"
@@ -258,6 +259,7 @@ typedef struct RelationRequest
 	const char *detail;
 	const char *body_text;
 	bytea	   *digest;
+	const char *trace_id;		/* contract §21; NULL: none */
 	ImConversation conv;		/* locked when begin_relation returns true */
 	RelationTarget target;		/* checks 1-3 passed, previous state read */
 	int64		message_id;		/* the answer */
@@ -280,7 +282,10 @@ begin_relation(FunctionCallInfo fcinfo, RelationRequest *rq)
 	if (im_request_lookup(rq->kind, rq->user_id, rq->conversation_id, rq->client_msg_id,
 						  rq->target_message_id, rq->detail, rq->body_text, &rq->digest,
 						  &rq->message_id, &rq->msg_seq))
+	{
+		im_counter_add(IM_COUNTER_IDEMPOTENT_RETRIES, 1);
 		return false;
+	}
 	im_lock_conversation(rq->conversation_id, &rq->conv);
 	rq->target = check_target(rq->conversation_id, rq->user_id, rq->target_message_id, rq->kind);
 	return true;
@@ -298,6 +303,7 @@ append_relation(RelationRequest *rq, ImNewEvent *ev)
 	ev->sender_id = rq->user_id;
 	ev->client_msg_id = rq->client_msg_id;
 	ev->request_digest = rq->digest;
+	ev->trace_id = rq->trace_id;
 	if (im_append_event(&rq->conv, ev, &rq->message_id, &rq->msg_seq))
 	{
 		rq->created = true;
@@ -307,6 +313,7 @@ append_relation(RelationRequest *rq, ImNewEvent *ev)
 							 &rq->message_id, &rq->msg_seq))
 		elog(ERROR, "im_sync: idempotency key conflict but no row for client_msg_id \"%s\"",
 			 rq->client_msg_id);
+	im_counter_add(IM_COUNTER_IDEMPOTENT_RETRIES, 1);
 }
 
 /* Leaves SPI and returns the (message_id, msg_seq, created) row. */
@@ -360,7 +367,7 @@ check_reaction_key(const char *key)
 
 /*
  * im.react(user_id, conversation_id, target_message_id, reaction, present,
- *          client_msg_id) -> (message_id, msg_seq, created)
+ *          client_msg_id, trace_id DEFAULT NULL) -> (message_id, msg_seq, created)
  */
 IM_SENSITIVE_FUNCTION(im_react)
 {
@@ -374,6 +381,7 @@ IM_SENSITIVE_FUNCTION(im_react)
 	key = arg_reaction(fcinfo, 3);
 	present = arg_bool(fcinfo, 4, "present");
 	rq.client_msg_id = im_arg_text(fcinfo, 5, "client_msg_id", IM_MAX_CLIENT_MSG_ID);
+	rq.trace_id = im_arg_trace_id(fcinfo, 6);
 	rq.detail = key;
 	rq.body_text = present ? "true" : "false";
 
@@ -461,7 +469,7 @@ pin_body(char **ids, int n, const char *add, const char *drop)
 
 /*
  * im.pin_message(user_id, conversation_id, target_message_id, pinned,
- *                client_msg_id) -> (message_id, msg_seq, created)
+ *                client_msg_id, trace_id DEFAULT NULL) -> (message_id, msg_seq, created)
  * Pinning a pinned message keeps the list as it is (its place is its first
  * pin's); unpinning one that is not pinned appends the unchanged list.
  */
@@ -475,6 +483,7 @@ IM_SENSITIVE_FUNCTION(im_pin_message)
 	rq.target_message_id = im_arg_id(fcinfo, 2, "target_message_id");
 	pinned = arg_bool(fcinfo, 3, "pinned");
 	rq.client_msg_id = im_arg_text(fcinfo, 4, "client_msg_id", IM_MAX_CLIENT_MSG_ID);
+	rq.trace_id = im_arg_trace_id(fcinfo, 5);
 	rq.body_text = pinned ? "true" : "false";
 
 	if (begin_relation(fcinfo, &rq))
@@ -505,7 +514,7 @@ IM_SENSITIVE_FUNCTION(im_pin_message)
 }
 
 void
-im_relation_recalled(ImConversation *conv, int64 target_message_id)
+im_relation_recalled(ImConversation *conv, int64 target_message_id, const char *trace_id)
 {
 	char	  **ids;
 	int			nids = current_pins(conv->conversation_id, &ids);
@@ -521,6 +530,7 @@ im_relation_recalled(ImConversation *conv, int64 target_message_id)
 	memset(&ev, 0, sizeof(ev));
 	ev.kind = "pin";
 	ev.body = im_jsonb_from_cstring(pin_body(ids, nids, NULL, target));
+	ev.trace_id = trace_id;
 	if (!im_append_event(conv, &ev, &message_id, &msg_seq))
 		elog(ERROR, "im_sync: the pin list change of the recall of " INT64_FORMAT " was not appended",
 			 target_message_id);

@@ -18,6 +18,7 @@
 #include "core/im_sync.h"
 #include "core/common.h"
 #include "core/locks.h"
+#include "core/shmem.h"
 #include "core/im_sql.h"
 #include "conversation/conversation.h"
 
@@ -48,6 +49,7 @@ typedef struct SendRequest
 	Datum		body;			/* jsonb, 0 for recall */
 	char	   *body_text;		/* canonical jsonb text */
 	bytea	   *digest;
+	char	   *trace_id;		/* contract §21; NULL: none */
 } SendRequest;
 
 /*
@@ -281,6 +283,7 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 	ev.body = req->body;
 	ev.target_message_id = req->target_message_id;
 	ev.reply_to_message_id = req->reply_to_message_id;
+	ev.trace_id = req->trace_id;
 
 	/*
 	 * A message that is not a reply takes the fast path: lock the
@@ -293,7 +296,7 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 	 * order.
 	 */
 	if (req->target_message_id == 0 && req->reply_to_message_id == 0 &&
-		(direct = im_direct_append_begin()) != NULL)
+		(direct = im_direct_append_begin(req->trace_id != NULL)) != NULL)
 	{
 		created = im_take_next_position(req->conversation_id, &conv) &&
 			im_append_member_message(direct, &conv, &ev, &message_id, &msg_seq);
@@ -317,7 +320,7 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 			{
 				tombstone_target(req->target_message_id);
 				/* a pinned target leaves the pin list at a new position */
-				im_relation_recalled(&conv, req->target_message_id);
+				im_relation_recalled(&conv, req->target_message_id, req->trace_id);
 			}
 			else if (strcmp(req->kind, "edit") == 0)
 				replace_target_body(req->target_message_id, req->body);
@@ -331,6 +334,8 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 		}
 	}
 	SPI_finish();
+	if (!created)				/* answered with the original */
+		im_counter_add(IM_COUNTER_IDEMPOTENT_RETRIES, 1);
 
 	values[0] = Int64GetDatum(message_id);
 	values[1] = Int64GetDatum(msg_seq);
@@ -351,8 +356,9 @@ common_args(FunctionCallInfo fcinfo, SendRequest *req, const char *kind)
 
 /*
  * im.send_message(sender_id, conversation_id, client_msg_id, body,
- *                 content_type DEFAULT 'text', reply_to_message_id DEFAULT NULL)
- * A 1.1 catalog (5 arguments) may still call this library before
+ *                 content_type DEFAULT 'text', reply_to_message_id DEFAULT NULL,
+ *                 trace_id DEFAULT NULL)
+ * An older catalog (5 or 6 arguments) may still call this library before
  * ALTER EXTENSION UPDATE: PG_NARGS tells.
  */
 IM_SENSITIVE_FUNCTION(im_send_message)
@@ -364,20 +370,28 @@ IM_SENSITIVE_FUNCTION(im_send_message)
 	req.content_type = im_arg_text(fcinfo, 4, "content_type", IM_MAX_CONTENT_TYPE);
 	if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
 		req.reply_to_message_id = im_arg_id(fcinfo, 5, "reply_to_message_id");
+	req.trace_id = im_arg_trace_id(fcinfo, 6);
 	return do_send(fcinfo, &req);
 }
 
-/* im.recall_message(sender_id, conversation_id, client_msg_id, target_message_id) */
+/*
+ * im.recall_message(sender_id, conversation_id, client_msg_id, target_message_id,
+ *                   trace_id DEFAULT NULL)
+ */
 IM_SENSITIVE_FUNCTION(im_recall_message)
 {
 	SendRequest req;
 
 	common_args(fcinfo, &req, "recall");
 	req.target_message_id = im_arg_id(fcinfo, 3, "target_message_id");
+	req.trace_id = im_arg_trace_id(fcinfo, 4);
 	return do_send(fcinfo, &req);
 }
 
-/* im.edit_message(sender_id, conversation_id, client_msg_id, target_message_id, body) */
+/*
+ * im.edit_message(sender_id, conversation_id, client_msg_id, target_message_id, body,
+ *                 trace_id DEFAULT NULL)
+ */
 IM_SENSITIVE_FUNCTION(im_edit_message)
 {
 	SendRequest req;
@@ -385,5 +399,6 @@ IM_SENSITIVE_FUNCTION(im_edit_message)
 	common_args(fcinfo, &req, "edit");
 	req.target_message_id = im_arg_id(fcinfo, 3, "target_message_id");
 	check_body(fcinfo, 4, &req);
+	req.trace_id = im_arg_trace_id(fcinfo, 5);
 	return do_send(fcinfo, &req);
 }

@@ -226,6 +226,42 @@ im_arg_device_id(FunctionCallInfo fcinfo, int argno)
 	return s;
 }
 
+char *
+im_arg_trace_id(FunctionCallInfo fcinfo, int argno)
+{
+	text	   *t;
+	const char *p;
+	int			len;
+	char	   *s;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	t = PG_GETARG_TEXT_PP(argno);
+	p = VARDATA_ANY(t);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len < 1 || len > IM_MAX_TRACE_ID)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("trace_id must be 1 to %d characters long, got %d bytes", IM_MAX_TRACE_ID, len),
+				 errhint("A trace id is 1 to %d of A-Z a-z 0-9 _ -, or NULL.", IM_MAX_TRACE_ID)));
+	for (int i = 0; i < len; i++)
+	{
+		char		c = p[i];
+
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '-'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("trace_id may contain only A-Z a-z 0-9 _ -"),
+					 errdetail("Byte %d is not allowed.", i + 1),
+					 errhint("A trace id is 1 to %d of A-Z a-z 0-9 _ -, or NULL.", IM_MAX_TRACE_ID)));
+	}
+	s = palloc(len + 1);
+	memcpy(s, p, len);
+	s[len] = '\0';
+	return s;
+}
+
 int32
 im_arg_int32(FunctionCallInfo fcinfo, int argno, const char *name, int32 min, int32 max)
 {

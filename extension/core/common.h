@@ -49,6 +49,16 @@ extern char *im_arg_device_id(FunctionCallInfo fcinfo, int argno);
 extern int32 im_arg_int32(FunctionCallInfo fcinfo, int argno, const char *name, int32 min, int32 max);
 
 /*
+ * The trailing trace_id argument of a write (contract §21): NULL when the
+ * call has no such argument (an older catalog's signature) or passes NULL;
+ * otherwise 1..IM_MAX_TRACE_ID characters of [A-Za-z0-9_-], else 22023
+ * (the value itself is never echoed: it is caller input).  Checked in C,
+ * byte by byte: it runs on every send.
+ */
+#define IM_MAX_TRACE_ID 64
+extern char *im_arg_trace_id(FunctionCallInfo fcinfo, int argno);
+
+/*
  * API functions whose arguments carry a message body or a token: every error
  * they raise (also inside SPI) leaves the statement and context out of the
  * server log (im_call_hiding_statement).  Use instead of PG_FUNCTION_INFO_V1:

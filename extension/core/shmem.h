@@ -49,6 +49,7 @@ typedef enum ImCounter
 	IM_COUNTER_PUSH_TARGETS_DISABLED,	/* targets disabled after 3 rejections */
 	IM_COUNTER_GAPS_REPAIRED_MISSING,	/* missing deliveries repair_fanout requeued */
 	IM_COUNTER_GAPS_REPAIRED_DEAD,	/* dead items repair_fanout requeued */
+	IM_COUNTER_IDEMPOTENT_RETRIES,	/* writes answered with the original (created false) */
 	IM_COUNTER__COUNT
 } ImCounter;
 

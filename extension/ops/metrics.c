@@ -463,6 +463,9 @@ im_metrics(PG_FUNCTION_ARGS)
 			   "ACKs refused with STALE_GENERATION since server start.");
 	metric_row(fcinfo, "im_auth_failures_total", (double) im_counter_get(IM_COUNTER_AUTH_FAILURES),
 			   "Failed device authentications since server start.");
+	if (im_catalog_at_least(1, 10))	/* an older catalog's answer has no such row */
+		metric_row(fcinfo, "im_idempotent_retries_total", (double) im_counter_get(IM_COUNTER_IDEMPOTENT_RETRIES),
+				   "Sends, recalls, edits, reactions and pins answered with the original (created false) since server start.");
 
 	if (metrics_typed(fcinfo))
 		emit_repair_metrics(fcinfo);

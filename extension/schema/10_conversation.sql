@@ -86,7 +86,7 @@ CREATE TABLE im.event (
     created_at        timestamptz NOT NULL DEFAULT now(),
     reply_to_message_id bigint,       -- a message's reply target
     pin_message_id    bigint,         -- a pin's target; NULL for the list change a recall makes
-    trace_id          text,           -- the request's trace id (contract §21), NULL when none
+    trace_id          text,           -- the request's trace id (contract §21); NULL: none
     UNIQUE (conversation_id, msg_seq),
     -- which kinds carry an idempotency key, a target, a reply or pin target
     -- (one CHECK, its rule in C: row_rules.c)
@@ -136,6 +136,7 @@ COMMENT ON TABLE im.conversation IS 'One row per conversation; head_msg_seq is t
 COMMENT ON TABLE im.event IS 'Every conversation position: messages and control events, gap-free msg_seq per conversation; a recall tombstones its target (contract §1, §3)';
 COMMENT ON COLUMN im.event.reply_to_message_id IS 'A message''s reply target, a message of the same conversation (contract §14)';
 COMMENT ON COLUMN im.event.pin_message_id IS 'A pin position''s target; NULL for the list change a recall makes (contract §14)';
+COMMENT ON COLUMN im.event.trace_id IS 'The trace id of the request that wrote this position, NULL for none (contract §21)';
 COMMENT ON INDEX im.event_sender_id_client_msg_id_key IS 'The idempotency key (sender, client_msg_id) of the events this node accepted; copies carry no digest (contract §3, §15)';
 COMMENT ON TABLE im.membership_period IS 'Membership periods [join_seq, leave_seq] of a user in a conversation, never overlapping, at most one open (contract §2)';
 
@@ -178,29 +179,31 @@ $$;
 -- §3 sending
 CREATE FUNCTION im.send_message(sender_id bigint, conversation_id bigint, client_msg_id text,
                                 body jsonb, content_type text DEFAULT 'text',
-                                reply_to_message_id bigint DEFAULT NULL)
+                                reply_to_message_id bigint DEFAULT NULL,
+                                trace_id text DEFAULT NULL)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 AS 'MODULE_PATHNAME', 'im_send_message' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 CREATE FUNCTION im.recall_message(sender_id bigint, conversation_id bigint, client_msg_id text,
-                                  target_message_id bigint)
+                                  target_message_id bigint, trace_id text DEFAULT NULL)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 AS 'MODULE_PATHNAME', 'im_recall_message' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 CREATE FUNCTION im.edit_message(sender_id bigint, conversation_id bigint, client_msg_id text,
-                                target_message_id bigint, body jsonb)
+                                target_message_id bigint, body jsonb, trace_id text DEFAULT NULL)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 AS 'MODULE_PATHNAME', 'im_edit_message' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 
 -- §14 reactions and pins
 CREATE FUNCTION im.react(user_id bigint, conversation_id bigint, target_message_id bigint,
-                         reaction text, present boolean, client_msg_id text)
+                         reaction text, present boolean, client_msg_id text,
+                         trace_id text DEFAULT NULL)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 AS 'MODULE_PATHNAME', 'im_react' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 CREATE FUNCTION im.pin_message(user_id bigint, conversation_id bigint, target_message_id bigint,
-                               pinned boolean, client_msg_id text)
+                               pinned boolean, client_msg_id text, trace_id text DEFAULT NULL)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 AS 'MODULE_PATHNAME', 'im_pin_message' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
@@ -212,8 +215,8 @@ COMMENT ON FUNCTION im.leave_conversation(bigint, bigint) IS 'Closes the user''s
 COMMENT ON FUNCTION im.conversation_members(bigint) IS 'Lists the active members of a conversation with their open periods (contract §2)';
 COMMENT ON FUNCTION im.set_conversation_mode(bigint, text) IS 'Switches a conversation between fanout and shared_log delivery at a mode position (contract §2, §7)';
 COMMENT ON FUNCTION im.members_among(bigint, bigint[]) IS 'Which of the given users are active members: the gateway''s shared_log hints without listing members (contract §2, §12)';
-COMMENT ON FUNCTION im.send_message(bigint, bigint, text, jsonb, text, bigint) IS 'Appends a message (optionally a reply) at the next msg_seq, idempotent per (sender, client_msg_id): SEND_ACK (contract §3, §14)';
-COMMENT ON FUNCTION im.recall_message(bigint, bigint, text, bigint) IS 'Recalls the sender''s message: a recall position and a tombstone (contract §3)';
-COMMENT ON FUNCTION im.edit_message(bigint, bigint, text, bigint, jsonb) IS 'Appends an edit of the sender''s message (contract §3)';
-COMMENT ON FUNCTION im.react(bigint, bigint, bigint, text, boolean, text) IS 'Sets or clears one reaction key of the caller on a message: a reaction position carrying the caller''s whole set (contract §14)';
-COMMENT ON FUNCTION im.pin_message(bigint, bigint, bigint, boolean, text) IS 'Pins or unpins a message for the conversation: a pin position carrying the whole list (contract §14)';
+COMMENT ON FUNCTION im.send_message(bigint, bigint, text, jsonb, text, bigint, text) IS 'Appends a message (optionally a reply) at the next msg_seq, idempotent per (sender, client_msg_id): SEND_ACK (contract §3, §14)';
+COMMENT ON FUNCTION im.recall_message(bigint, bigint, text, bigint, text) IS 'Recalls the sender''s message: a recall position and a tombstone (contract §3)';
+COMMENT ON FUNCTION im.edit_message(bigint, bigint, text, bigint, jsonb, text) IS 'Appends an edit of the sender''s message (contract §3)';
+COMMENT ON FUNCTION im.react(bigint, bigint, bigint, text, boolean, text, text) IS 'Sets or clears one reaction key of the caller on a message: a reaction position carrying the caller''s whole set (contract §14)';
+COMMENT ON FUNCTION im.pin_message(bigint, bigint, bigint, boolean, text, text) IS 'Pins or unpins a message for the conversation: a pin position carrying the whole list (contract §14)';

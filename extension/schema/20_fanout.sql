@@ -25,7 +25,7 @@ CREATE TABLE im.outbox (
     next_attempt_at  timestamptz NOT NULL DEFAULT now(),
     created_at       timestamptz NOT NULL DEFAULT now(),
     processed_at     timestamptz,
-    trace_id         text,              -- its event's trace id (contract §21), NULL when none
+    trace_id         text,              -- the request's trace id, for the workers' log lines (contract §21)
     UNIQUE (source_event_id)
 );
 CREATE INDEX outbox_pending_idx ON im.outbox (conversation_id, msg_seq) WHERE state = 'pending';
@@ -46,6 +46,7 @@ CREATE TABLE im.fanout_quarantine (
 SELECT pg_catalog.pg_extension_config_dump('im.fanout_quarantine', '');
 
 COMMENT ON TABLE im.outbox IS 'Transactional outbox: one item per conversation position or private event; done items stay as fanout evidence until retention (contract §4)';
+COMMENT ON COLUMN im.outbox.trace_id IS 'The trace id of the request that queued this item, NULL for none; the workers log it (contract §21)';
 COMMENT ON TABLE im.fanout_quarantine IS 'Outbox items covered by two membership periods of one user: kept and reported, never delivered (contract §4, §8)';
 
 -- §4 fanout

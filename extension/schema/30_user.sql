@@ -236,12 +236,13 @@ AS 'MODULE_PATHNAME', 'im_fetch_messages' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 
 -- §7 read state, large groups, message status
-CREATE FUNCTION im.report_read(user_id bigint, conversation_id bigint, read_to_seq bigint)
+CREATE FUNCTION im.report_read(user_id bigint, conversation_id bigint, read_to_seq bigint,
+                               trace_id text DEFAULT NULL)
 RETURNS TABLE(read_msg_seq bigint, unread_count bigint)
 AS 'MODULE_PATHNAME', 'im_report_read' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 CREATE FUNCTION im.clear_dirty(user_id bigint, conversation_id bigint, observed_version bigint,
-                               saved_last_msg_seq bigint)
+                               saved_last_msg_seq bigint, trace_id text DEFAULT NULL)
 RETURNS TABLE(cleared boolean, dirty_target_msg_seq bigint, dirty_version bigint)
 AS 'MODULE_PATHNAME', 'im_clear_dirty' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
@@ -253,7 +254,8 @@ RETURNS TABLE(conversation_id bigint, kind text, mode text,
               head_msg_seq bigint)
 AS 'MODULE_PATHNAME', 'im_conversation_list' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
-CREATE FUNCTION im.delete_for_me(user_id bigint, conversation_id bigint, message_id bigint)
+CREATE FUNCTION im.delete_for_me(user_id bigint, conversation_id bigint, message_id bigint,
+                                 trace_id text DEFAULT NULL)
 RETURNS boolean AS 'MODULE_PATHNAME', 'im_delete_for_me' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 CREATE FUNCTION im.message_status(message_id bigint)
@@ -293,10 +295,10 @@ COMMENT ON FUNCTION im.begin_snapshot(bigint, text) IS 'Builds a snapshot for a 
 COMMENT ON FUNCTION im.fetch_snapshot(bigint, text, text, integer) IS 'Returns one page of a device''s snapshot (contract §6)';
 COMMENT ON FUNCTION im.ack_snapshot(bigint, text, text, text) IS 'Installs a snapshot on its device once the manifest digest matches (contract §6)';
 COMMENT ON FUNCTION im.fetch_messages(bigint, bigint, bigint, integer, bigint) IS 'Conversation history a member may see, after a position, page by page (contract §6)';
-COMMENT ON FUNCTION im.report_read(bigint, bigint, bigint) IS 'Moves the user''s read cursor forward and recounts unread (contract §7)';
-COMMENT ON FUNCTION im.clear_dirty(bigint, bigint, bigint, bigint) IS 'Clears a large-group dirty marker the client has caught up with (contract §7)';
+COMMENT ON FUNCTION im.report_read(bigint, bigint, bigint, text) IS 'Moves the user''s read cursor forward and recounts unread (contract §7)';
+COMMENT ON FUNCTION im.clear_dirty(bigint, bigint, bigint, bigint, text) IS 'Clears a large-group dirty marker the client has caught up with (contract §7)';
 COMMENT ON FUNCTION im.conversation_list(bigint, integer, bigint) IS 'The user''s conversations with positions, unread counts and dirty markers (contract §7)';
-COMMENT ON FUNCTION im.delete_for_me(bigint, bigint, bigint) IS 'Deletes a message for the calling user only (contract §7)';
+COMMENT ON FUNCTION im.delete_for_me(bigint, bigint, bigint, text) IS 'Deletes a message for the calling user only (contract §7)';
 COMMENT ON FUNCTION im.message_status(bigint) IS 'Per user and device: accepted, in sync scope, synced, read for one message (contract §7)';
 COMMENT ON FUNCTION im.message_facts(bigint, bigint) IS 'For the sender of a message: per recipient user accepted, in sync scope, synced on any device, read (contract §16)';
 COMMENT ON FUNCTION im.issue_device_token(bigint, text, interval) IS 'Issues a signed device token bound to the device''s registration (contract §8, §12)';

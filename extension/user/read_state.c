@@ -30,15 +30,28 @@
 
 /*
  * The private event and its outbox item; its id carries the bucket of
- * id_key (see im_enqueue_private_event and the hand-off below).
+ * id_key (see im_enqueue_private_event and the hand-off below).  The
+ * request's trace id (NULL: none) is kept on the outbox item only: fanout
+ * reads it there, and the private event row is read by nothing that logs.
  */
+#define PRIVATE_EVENT_SQL(ob_cols, ob_vals) \
+	"WITH pe AS (" \
+	"  INSERT INTO im.private_event (private_event_id, user_id, conversation_id, kind, read_msg_seq, message_id) " \
+	"  VALUES ($6, $7, $2, $3, $4, $5) RETURNING private_event_id, user_id, conversation_id) " \
+	"INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id, private_user_id" ob_cols ") " \
+	"SELECT pe.conversation_id, NULL, pe.private_event_id, pe.user_id" ob_vals " FROM pe " \
+	"RETURNING source_event_id"
+
 static int64
 enqueue_private_event_keyed(int64 user_id, int64 conversation_id, const char *kind,
-							int64 read_msg_seq, int64 message_id, int64 id_key)
+							int64 read_msg_seq, int64 message_id, int64 id_key,
+							const char *trace_id)
 {
 	static SPIPlanPtr plan;
-	Datum		args[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	static SPIPlanPtr traced_plan;
+	SPIPlanPtr	p;
+	Datum		args[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	/*
 	 * One statement: the event and its outbox item cannot come apart.
@@ -46,16 +59,18 @@ enqueue_private_event_keyed(int64 user_id, int64 conversation_id, const char *ki
 	 * the user's, or for a deletion handed off to the user's node the
 	 * conversation's — a bucket this node owns, so it never equals a copied
 	 * event's id (those carry other nodes' buckets) in the outbox's
-	 * source_event_id key.
+	 * source_event_id key.  A trace id comes only through the signatures
+	 * of a catalog with the outbox column (else the older statement).
 	 */
-	im_prepare(&plan,
-			   "WITH pe AS ("
-			   "  INSERT INTO im.private_event (private_event_id, user_id, conversation_id, kind, read_msg_seq, message_id) "
-			   "  VALUES ($6, $7, $2, $3, $4, $5) RETURNING private_event_id, user_id, conversation_id) "
-			   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id, private_user_id) "
-			   "SELECT pe.conversation_id, NULL, pe.private_event_id, pe.user_id FROM pe "
-			   "RETURNING source_event_id",
-			   7, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID, INT8OID, INT8OID);
+	if (trace_id != NULL)
+	{
+		p = im_prepare(&traced_plan, PRIVATE_EVENT_SQL(", trace_id", ", $8"),
+					   8, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID, INT8OID, INT8OID, TEXTOID);
+		args[7] = CStringGetTextDatum(trace_id);
+	}
+	else
+		p = im_prepare(&plan, PRIVATE_EVENT_SQL("", ""),
+					   7, INT8OID, INT8OID, TEXTOID, INT8OID, INT8OID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(id_key);
 	args[1] = Int64GetDatum(conversation_id);
 	args[2] = CStringGetTextDatum(kind);
@@ -67,7 +82,7 @@ enqueue_private_event_keyed(int64 user_id, int64 conversation_id, const char *ki
 		nulls[3] = 'n';
 	if (message_id == 0)
 		nulls[4] = 'n';
-	if (im_exec(plan, args, nulls, 0) != 1)
+	if (im_exec(p, args, nulls, 0) != 1)
 		elog(ERROR, "im_sync: private event was not recorded");
 	im_wake_fanout_at_commit();
 	return im_get_int64(0, 1, NULL);
@@ -75,10 +90,11 @@ enqueue_private_event_keyed(int64 user_id, int64 conversation_id, const char *ki
 
 int64
 im_enqueue_private_event(int64 user_id, int64 conversation_id,
-						 const char *kind, int64 read_msg_seq, int64 message_id)
+						 const char *kind, int64 read_msg_seq, int64 message_id,
+						 const char *trace_id)
 {
 	return enqueue_private_event_keyed(user_id, conversation_id, kind, read_msg_seq,
-									   message_id, user_id);
+									   message_id, user_id, trace_id);
 }
 
 /* IM_UNREAD_RECOUNT_SQL for one user and conversation at read cursor `read`. */
@@ -117,12 +133,14 @@ im_report_read(PG_FUNCTION_ARGS)
 	bool		nulls[2] = {false, false};
 	int64		read_msg_seq = 0;
 	int64		unread_count = 0;
+	char	   *trace_id;
 
 	if (PG_ARGISNULL(2) || PG_GETARG_INT64(2) < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("read_to_seq must be a non-negative msg_seq")));
 	read_to_seq = PG_GETARG_INT64(2);
+	trace_id = im_arg_trace_id(fcinfo, 3);
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
@@ -177,7 +195,7 @@ im_report_read(PG_FUNCTION_ARGS)
 			im_exec(update_plan, args, NULL, 0);
 
 			im_enqueue_private_event(user_id, conversation_id, "read_cursor",
-									 read_msg_seq, 0);
+									 read_msg_seq, 0, trace_id);
 		}
 	}
 
@@ -197,7 +215,8 @@ im_report_read(PG_FUNCTION_ARGS)
  * changes: idempotent).
  */
 static bool
-record_deletion(int64 user_id, int64 conversation_id, int64 message_id, bool local_event)
+record_deletion(int64 user_id, int64 conversation_id, int64 message_id, bool local_event,
+				const char *trace_id)
 {
 	static SPIPlanPtr insert_plan;
 	static SPIPlanPtr recount_plan;
@@ -243,7 +262,8 @@ record_deletion(int64 user_id, int64 conversation_id, int64 message_id, bool loc
 	}
 
 	if (local_event)
-		im_enqueue_private_event(user_id, conversation_id, "delete_for_me", 0, message_id);
+		im_enqueue_private_event(user_id, conversation_id, "delete_for_me", 0, message_id,
+								 trace_id);
 	return true;
 }
 
@@ -261,7 +281,8 @@ record_deletion(int64 user_id, int64 conversation_id, int64 message_id, bool loc
  * node then changes nothing).
  */
 static void
-hand_off_deletion(int64 user_id, int64 conversation_id, int64 message_id, bool only_if_missing)
+hand_off_deletion(int64 user_id, int64 conversation_id, int64 message_id, bool only_if_missing,
+				  const char *trace_id)
 {
 	if (only_if_missing)
 	{
@@ -278,7 +299,7 @@ hand_off_deletion(int64 user_id, int64 conversation_id, int64 message_id, bool o
 			return;
 	}
 	(void) enqueue_private_event_keyed(user_id, conversation_id, "delete_for_me", 0,
-									   message_id, conversation_id);
+									   message_id, conversation_id, trace_id);
 }
 
 PG_FUNCTION_INFO_V1(im_delete_for_me);
@@ -305,6 +326,7 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
 	int64		message_id = im_arg_id(fcinfo, 2, "message_id");
+	char	   *trace_id = im_arg_trace_id(fcinfo, 3);
 	ImConversation conv;
 	Datum		args[3];
 	bool		user_here;
@@ -336,9 +358,9 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 				 errdetail("Only a message inside one of the user's membership periods can be deleted for the user.")));
 
 	user_here = im_shard_owns_bucket(im_shard_bucket(user_id));
-	done = record_deletion(user_id, conversation_id, message_id, user_here);
+	done = record_deletion(user_id, conversation_id, message_id, user_here, trace_id);
 	if (!user_here && im_shard_owns_bucket(im_shard_bucket(conversation_id)))
-		hand_off_deletion(user_id, conversation_id, message_id, !done);
+		hand_off_deletion(user_id, conversation_id, message_id, !done, trace_id);
 	SPI_finish();
 	PG_RETURN_BOOL(done);
 }
@@ -407,7 +429,7 @@ im_transfer_apply_deletion(Datum payload, int64 conversation_id)
 			   1, JSONBOID);
 	im_exec(event_plan, args, NULL, 0);
 
-	(void) record_deletion(user_id, conversation_id, message_id, true);
+	(void) record_deletion(user_id, conversation_id, message_id, true, NULL);
 }
 
 /*
@@ -751,6 +773,8 @@ im_clear_dirty(PG_FUNCTION_ARGS)
 				 errmsg("saved_last_msg_seq must be a non-negative number")));
 	observed_version = PG_GETARG_INT64(2);
 	saved = PG_GETARG_INT64(3);
+	/* checked like every write's; clear_dirty writes no event or item to keep it on */
+	(void) im_arg_trace_id(fcinfo, 4);
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();

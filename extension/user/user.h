@@ -136,11 +136,12 @@ extern const char *im_token_check(const char *token, char purpose, int64 user_id
  * or "delete_for_me" with message_id; the unused one 0) and its outbox item
  * (msg_seq NULL, private_user_id set) in the caller's transaction, and ask
  * the workers to wake at commit.  Fanout alone assigns its sync_seq.  The
- * caller holds the user's head lock.  Returns the private_event_id.
+ * caller holds the user's head lock.  trace_id (NULL: none) is kept on
+ * the outbox item.  Returns the private_event_id.
  */
 extern int64 im_enqueue_private_event(int64 user_id, int64 conversation_id,
 									  const char *kind, int64 read_msg_seq,
-									  int64 message_id);
+									  int64 message_id, const char *trace_id);
 
 /*
  * Apply a deletion handed off by the conversation's node: the payload of a

@@ -11,14 +11,14 @@ GRANT USAGE ON SCHEMA im TO im_gateway_e2e;
 GRANT EXECUTE ON FUNCTION
   im.authenticate(text), im.device_session(bigint, text, bigint),
   im.sync_changes(bigint, text, int, bigint, int, text), im.ack_sync(bigint, text, text, bigint),
-  im.send_message(bigint, bigint, text, jsonb, text, bigint), im.recall_message(bigint, bigint, text, bigint),
-  im.edit_message(bigint, bigint, text, bigint, jsonb), im.report_read(bigint, bigint, bigint),
+  im.send_message(bigint, bigint, text, jsonb, text, bigint, text), im.recall_message(bigint, bigint, text, bigint, text),
+  im.edit_message(bigint, bigint, text, bigint, jsonb, text), im.report_read(bigint, bigint, bigint, text),
   im.fetch_messages(bigint, bigint, bigint, int, bigint), im.conversation_list(bigint, int, bigint),
   im.members_among(bigint, bigint[]),
-  im.clear_dirty(bigint, bigint, bigint, bigint), im.delete_for_me(bigint, bigint, bigint),
+  im.clear_dirty(bigint, bigint, bigint, bigint, text), im.delete_for_me(bigint, bigint, bigint, text),
   im.begin_snapshot(bigint, text), im.fetch_snapshot(bigint, text, text, int),
   im.ack_snapshot(bigint, text, text, text), im.metrics(),
-  im.react(bigint, bigint, bigint, text, boolean, text), im.pin_message(bigint, bigint, bigint, boolean, text),
+  im.react(bigint, bigint, bigint, text, boolean, text, text), im.pin_message(bigint, bigint, bigint, boolean, text, text),
   im.message_facts(bigint, bigint)
 TO im_gateway_e2e;
 -- push: presence (contract §13)
