@@ -29,8 +29,10 @@ including its repair; a step marked fix=cause runs after the test removed
 the cause (the poison trigger), as the runbook tells the operator to.  At
 the end im.reconcile() must be empty.
 
-Steps that need a part not installed yet (needs=trace_message: the
-function; needs=trace_id: the trace_id columns) are reported as SKIP.
+Steps that need a part not installed yet are reported as SKIP:
+needs=trace_message (the function), needs=trace_id (the trace_id columns
+and send_message's trace_id argument), needs=trace_log (the fanout's log
+lines about an item carry trace_id=; probed on the dead letter's lines).
 The test fails when a step errors, a pattern does not match, a step has no
 pattern at all, or one of the five anchors the alert rules point at is
 missing.
@@ -41,6 +43,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import psycopg2
 
@@ -265,6 +268,24 @@ def setup(conn, have):
     return scen
 
 
+def item_lines_carry_trace(v):
+    """Whether the server log's lines about the dead letter's item carry its trace id."""
+    logdir = os.path.join(os.environ["PGDATA"], "log")
+    needle = f"fanout of outbox item {v['outbox_id']} "
+    lines = []
+    for _ in range(100):		# the logging collector writes a moment later
+        lines = []
+        for name in sorted(os.listdir(logdir)) if os.path.isdir(logdir) else ():
+            if name.endswith(".json"):
+                lines += [l for l in open(os.path.join(logdir, name), errors="replace") if needle in l]
+        if any("now a dead letter" in l for l in lines):
+            break
+        time.sleep(0.1)
+    if not lines:
+        fail(f"the server log has no line about outbox item {v['outbox_id']} (jsonlog not on?)")
+    return any(f"trace_id={v['trace_id']}" in l for l in lines)
+
+
 def fix_cause(conn, case):
     """What the operator fixes before a fix=cause step."""
     if case == "dead_letter":
@@ -330,6 +351,9 @@ def main():
                                  "WHERE oid = 'im.send_message'::regproc"),
     }
     scen = setup(conn, have)
+    # the workers' log lines name the item's trace id (h27-trace's part): probed
+    # on the dead letter's own lines, which the scenario just wrote
+    have["trace_log"] = have["trace_id"] and item_lines_carry_trace(scen["dead_letter"])
     # the gateway's --log-key and the user's hash with it (gateway/doc/README.md "Logs")
     key_file = os.path.join(os.environ.get("IM_TMP", "/tmp"), "runbook-log.key")
     key = b"0123456789abcdef0123456789abcdef"
@@ -348,7 +372,9 @@ def main():
                 continue
             need = s["attrs"].get("needs")
             if need and not have.get(need, False):
-                what = "im.trace_message" if need == "trace_message" else "trace ids (im.event.trace_id)"
+                what = {"trace_message": "im.trace_message",
+                        "trace_id": "trace ids (im.event.trace_id, send_message's trace_id)",
+                        "trace_log": "trace_id= in the fanout's log lines"}.get(need, need)
                 say(f"    SKIP  {s['name']} (line {s['line']}): SKIP ({what} not installed)")
                 skipped += 1
                 continue
