@@ -12,7 +12,7 @@ RESET client_min_messages;
 -- empty database: every gauge is 0, every histogram empty.  The *_total
 -- counters are cluster-wide shared memory (other tests move them): only
 -- their presence and sign are pinned here.
-SELECT name, value FROM im.metrics() WHERE name NOT LIKE 'im\_stage\_%' AND name NOT LIKE '%\_total' ORDER BY name;
+SELECT name, value FROM im.metrics() WHERE name NOT LIKE 'im\_stage\_%' AND name NOT LIKE '%\_total' AND type <> 'histogram' ORDER BY name;
 SELECT name, labels, value >= 0 AS counter_ok FROM im.metrics() WHERE name LIKE '%\_total' ORDER BY name, labels::text;
 SELECT count(*) AS rows_without_help FROM im.metrics() WHERE help IS NULL OR help = '';
 SELECT count(*) AS non_zero FROM im.metrics() WHERE value <> 0 AND name NOT LIKE '%\_total';
@@ -53,8 +53,11 @@ INSERT INTO im.snapshot (user_id, device_id, sync_generation, base_sync_seq, pag
 
 SELECT name, value FROM im.metrics()
 WHERE name NOT LIKE 'im\_stage\_%' AND name NOT LIKE '%age\_seconds' AND name <> 'im_fanout_lag_seconds'
-  AND name NOT LIKE '%\_total'
+  AND name NOT LIKE '%\_total' AND type <> 'histogram'
 ORDER BY name;
+-- fanout amplification: items 1 and 2 have two rows each
+SELECT name, labels, value FROM im.metrics() WITH ORDINALITY m(name, value, help, type, labels, ord)
+WHERE name LIKE 'im\_fanout\_amplification\_%' ORDER BY ord;
 -- ages are relative to now(): the oldest pending item is 100 s old; only
 -- item 3 is ready to run (item 4 waits for its backoff), so the lag is 100 s too
 SELECT name, value BETWEEN 100 AND 150 AS about_100s FROM im.metrics()
