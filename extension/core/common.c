@@ -226,6 +226,22 @@ im_arg_device_id(FunctionCallInfo fcinfo, int argno)
 	return s;
 }
 
+bool
+im_trace_id_valid(const char *s, int len)
+{
+	if (len < 1 || len > IM_MAX_TRACE_ID)
+		return false;
+	for (int i = 0; i < len; i++)
+	{
+		char		c = s[i];
+
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
 char *
 im_arg_trace_id(FunctionCallInfo fcinfo, int argno)
 {
@@ -244,22 +260,32 @@ im_arg_trace_id(FunctionCallInfo fcinfo, int argno)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("trace_id must be 1 to %d characters long, got %d bytes", IM_MAX_TRACE_ID, len),
 				 errhint("A trace id is 1 to %d of A-Z a-z 0-9 _ -, or NULL.", IM_MAX_TRACE_ID)));
-	for (int i = 0; i < len; i++)
+	if (!im_trace_id_valid(p, len))
 	{
-		char		c = p[i];
+		int			bad = 0;
 
-		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-			  (c >= '0' && c <= '9') || c == '_' || c == '-'))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("trace_id may contain only A-Z a-z 0-9 _ -"),
-					 errdetail("Byte %d is not allowed.", i + 1),
-					 errhint("A trace id is 1 to %d of A-Z a-z 0-9 _ -, or NULL.", IM_MAX_TRACE_ID)));
+		while (bad < len && im_trace_id_valid(p + bad, 1))
+			bad++;
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("trace_id may contain only A-Z a-z 0-9 _ -"),
+				 errdetail("Byte %d is not allowed.", bad + 1),
+				 errhint("A trace id is 1 to %d of A-Z a-z 0-9 _ -, or NULL.", IM_MAX_TRACE_ID)));
 	}
 	s = palloc(len + 1);
 	memcpy(s, p, len);
 	s[len] = '\0';
 	return s;
+}
+
+char *
+im_log_trace(const char *stage, const char *trace_id)
+{
+	if (trace_id == NULL || trace_id[0] == '\0')
+		return psprintf("stage=%s", stage);
+	if (!im_trace_id_valid(trace_id, (int) strlen(trace_id)))
+		return psprintf("stage=%s trace_id=(invalid)", stage);
+	return psprintf("stage=%s trace_id=%s", stage, trace_id);
 }
 
 int32

@@ -57,6 +57,15 @@ extern int32 im_arg_int32(FunctionCallInfo fcinfo, int argno, const char *name, 
  */
 #define IM_MAX_TRACE_ID 64
 extern char *im_arg_trace_id(FunctionCallInfo fcinfo, int argno);
+/* Whether s[0..len) is a trace id of that form. */
+extern bool im_trace_id_valid(const char *s, int len);
+/*
+ * The fields a worker's log line about an item ends with: "stage=<stage>"
+ * and, when the item has one, " trace_id=<id>" (palloc'd).  A stored value
+ * not of the trace id form (a row written by hand or by a forged payload)
+ * is shown as "(invalid)", never quoted: log lines carry no caller text.
+ */
+extern char *im_log_trace(const char *stage, const char *trace_id);
 
 /*
  * API functions whose arguments carry a message body or a token: every error

@@ -34,6 +34,7 @@
 #include "core/locks.h"
 #include "core/shard_map.h"
 #include "core/shmem.h"
+#include "core/version_check.h"
 #include "core/im_sql.h"
 #include "conversation/conversation.h"
 #include "push/push.h"
@@ -68,6 +69,9 @@
 /* Largest NOTIFY payload we send (PostgreSQL's limit is 8000 bytes). */
 #define IM_HINT_CHUNK 7000
 
+/* Trace ids a line about several items shows at most. */
+#define IM_CLAIM_TRACES 8
+
 typedef struct FanoutItem
 {
 	int64		outbox_id;
@@ -77,6 +81,7 @@ typedef struct FanoutItem
 	int64		private_user_id;	/* 0 for conversation positions */
 	char		kind[16];
 	bool		shared_log;		/* event.mode = 'shared_log' */
+	char		trace_id[IM_MAX_TRACE_ID + 1];	/* the outbox item's, "" for none */
 } FanoutItem;
 
 typedef struct FanoutBatch
@@ -102,13 +107,63 @@ im_fanout_claim_init(ImFanoutClaim *claim, MemoryContext cxt)
 	claim->max = 64;
 	claim->ids = MemoryContextAlloc(cxt, sizeof(int64) * claim->max);
 	claim->n = 0;
+	claim->traces = MemoryContextAlloc(cxt, sizeof(char *) * IM_CLAIM_TRACES);
+	claim->ntraces = 0;
 }
 
-/* repalloc keeps the array in claim->cxt, which outlives the batch */
+/*
+ * repalloc keeps the array in claim->cxt, which outlives the batch; so do
+ * the first IM_CLAIM_TRACES trace ids, for the line about a failed batch.
+ */
 static void
-note_claimed(ImFanoutClaim *claim, int64 outbox_id)
+note_claimed(ImFanoutClaim *claim, int64 outbox_id, const char *trace_id)
 {
 	im_int64_push(&claim->ids, &claim->n, &claim->max, outbox_id);
+	if (trace_id[0] != '\0' && claim->ntraces < IM_CLAIM_TRACES)
+		claim->traces[claim->ntraces++] = MemoryContextStrdup(claim->cxt, trace_id);
+}
+
+/*
+ * The trailing fields of a line about several items: "stage=<stage>" and
+ * their trace ids, at most n shown ("trace_ids=a,b,..." when more had one).
+ */
+static char *
+items_trace(const char *stage, char *const *ids, int n, bool more)
+{
+	StringInfoData buf;
+
+	if (n == 1 && !more)
+		return im_log_trace(stage, ids[0]);
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "stage=%s", stage);
+	for (int k = 0; k < n; k++)
+		appendStringInfo(&buf, "%s%s", k == 0 ? " trace_ids=" : ",",
+						 im_trace_id_valid(ids[k], (int) strlen(ids[k])) ? ids[k] : "(invalid)");
+	if (more)
+		appendStringInfoString(&buf, ",...");
+	return buf.data;
+}
+
+/* items_trace for a run of items */
+static char *
+run_trace(const FanoutItem *items, int count)
+{
+	char	   *ids[IM_CLAIM_TRACES];
+	int			n = 0;
+	bool		more = false;
+
+	for (int k = 0; k < count; k++)
+	{
+		if (items[k].trace_id[0] == '\0')
+			continue;
+		if (n == IM_CLAIM_TRACES)
+		{
+			more = true;
+			break;
+		}
+		ids[n++] = (char *) items[k].trace_id;
+	}
+	return items_trace("fanout", ids, n, more);
 }
 
 /* Result columns of a conversation's pending items (claim_items). */
@@ -120,7 +175,8 @@ enum
 	Anum_pending_private_user_id,
 	Anum_pending_due,
 	Anum_pending_kind,
-	Anum_pending_shared_log
+	Anum_pending_shared_log,
+	Anum_pending_trace_id
 };
 
 /*
@@ -143,7 +199,9 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 {
 	static SPIPlanPtr candidates;
 	static SPIPlanPtr trylock;
-	static SPIPlanPtr pending;
+	static SPIPlanPtr pending_traced;
+	static SPIPlanPtr pending_untraced;
+	SPIPlanPtr	pending;
 	static SPIPlanPtr members;
 	Datum		args[2];
 	int64	   *convs;
@@ -180,19 +238,25 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 	im_prepare(&trylock,
 			   "SELECT pg_catalog.pg_try_advisory_xact_lock($1, $2)",
 			   2, INT4OID, INT4OID);
-	/* columns: the Anum_pending_* enum above */
-	im_prepare(&pending,
-			   "SELECT o.outbox_id, o.msg_seq, o.source_event_id, o.private_user_id, "
-			   "       o.next_attempt_at" LE "pg_catalog.now(), "
-			   "       COALESCE(e.kind, pe.kind), e.mode" EQ "'shared_log' "
-			   "FROM im.outbox o "
-			   "LEFT JOIN im.event e ON o.private_user_id IS NULL AND e.message_id" EQ "o.source_event_id "
-			   "LEFT JOIN im.private_event pe ON o.private_user_id IS NOT NULL "
-			   "     AND pe.private_event_id" EQ "o.source_event_id "
-			   "WHERE o.conversation_id" EQ "$1 AND o.state" EQ "'pending' "
-			   "ORDER BY o.msg_seq NULLS LAST, o.outbox_id LIMIT $2 "
-			   "FOR UPDATE OF o",
-			   2, INT8OID, INT4OID);
+	/*
+	 * columns: the Anum_pending_* enum above; an older catalog's outbox has
+	 * no trace id (the library may serve one until ALTER EXTENSION UPDATE)
+	 */
+#define PENDING_SQL(trace) \
+			   "SELECT o.outbox_id, o.msg_seq, o.source_event_id, o.private_user_id, " \
+			   "       o.next_attempt_at" LE "pg_catalog.now(), " \
+			   "       COALESCE(e.kind, pe.kind), e.mode" EQ "'shared_log', " trace " " \
+			   "FROM im.outbox o " \
+			   "LEFT JOIN im.event e ON o.private_user_id IS NULL AND e.message_id" EQ "o.source_event_id " \
+			   "LEFT JOIN im.private_event pe ON o.private_user_id IS NOT NULL " \
+			   "     AND pe.private_event_id" EQ "o.source_event_id " \
+			   "WHERE o.conversation_id" EQ "$1 AND o.state" EQ "'pending' " \
+			   "ORDER BY o.msg_seq NULLS LAST, o.outbox_id LIMIT $2 " \
+			   "FOR UPDATE OF o"
+	if (im_catalog_at_least(1, 10))
+		pending = im_prepare(&pending_traced, PENDING_SQL("o.trace_id"), 2, INT8OID, INT4OID);
+	else
+		pending = im_prepare(&pending_untraced, PENDING_SQL("NULL::pg_catalog.text"), 2, INT8OID, INT4OID);
 
 	im_prepare(&members,
 			   "SELECT pg_catalog.count(*)" GT "$2 FROM ("
@@ -261,7 +325,9 @@ claim_items(FanoutBatch *b, int max_items, bool isolate_large, ImFanoutClaim *cl
 			kind = im_get_text(i, Anum_pending_kind);
 			strlcpy(it->kind, kind ? kind : "", sizeof(it->kind));
 			it->shared_log = im_get_bool(i, Anum_pending_shared_log, NULL);
-			note_claimed(claim, it->outbox_id);
+			kind = im_get_text(i, Anum_pending_trace_id);
+			strlcpy(it->trace_id, kind ? kind : "", sizeof(it->trace_id));
+			note_claimed(claim, it->outbox_id, it->trace_id);
 		}
 	}
 }
@@ -361,8 +427,8 @@ seen_sources(FanoutItem *items, int count, int *nseen)
  * conversation state once, from a CTE per_user (user_id, hw, last, delta),
  * and returns rows of the Anum_delivery_* columns: one per user delivered
  * to, or a single row with a NULL user when nobody was; dups is a query of one row, n: the
- * deliveries left out because the log already held them.  $2 is the
- * conversation.
+ * deliveries left out because the log already held them, q: the users
+ * quarantined now.  $2 is the conversation.
  */
 #define LOG_APPEND_SQL(src) \
 	" num AS (" \
@@ -387,7 +453,7 @@ seen_sources(FanoutItem *items, int count, int *nseen)
 	"  WHERE u.user_id" EQ "p.user_id AND u.conversation_id" EQ "$2" \
 	"  RETURNING 1)" \
 	/* data-modifying CTEs run whether read or not */ \
-	"SELECT p.user_id, (SELECT pg_catalog.count(*) FROM uc), p.doubled, d.n" \
+	"SELECT p.user_id, (SELECT pg_catalog.count(*) FROM uc), p.doubled, d.n, d.q" \
 	"  FROM (" dups ") d LEFT JOIN per_user p ON true"
 
 /* Result columns of the delivery statements (MOVE_USERS_SQL). */
@@ -396,7 +462,8 @@ enum
 	Anum_delivery_user_id = 1,
 	Anum_delivery_states_updated,
 	Anum_delivery_doubled,
-	Anum_delivery_duplicates
+	Anum_delivery_duplicates,
+	Anum_delivery_quarantined
 };
 
 /*
@@ -472,7 +539,7 @@ lean_run_plan(void)
 					  "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2"
 					  "  GROUP BY num.user_id),"
 					  /* no log holds any of the run's events (lean_run_possible) */
-					  MOVE_USERS_SQL("SELECT 0::pg_catalog.int8 AS n"),
+					  MOVE_USERS_SQL("SELECT 0::pg_catalog.int8 AS n, 0::pg_catalog.int8 AS q"),
 					  2, INT8ARRAYOID, INT8OID);
 }
 
@@ -541,7 +608,8 @@ general_run_plan(void)
 					  "  LEFT JOIN im.deleted_for_me dt"
 					  "    ON dt.user_id" EQ "num.user_id AND dt.message_id" EQ "num.target_message_id"
 					  "  GROUP BY num.user_id),"
-					  MOVE_USERS_SQL("SELECT pg_catalog.count(*) AS n FROM cand WHERE cand.held"),
+					  MOVE_USERS_SQL("SELECT pg_catalog.count(*) AS n, (SELECT pg_catalog.count(*) FROM quar) AS q"
+									 " FROM cand WHERE cand.held"),
 					  3, INT8ARRAYOID, INT8OID, INT8ARRAYOID);
 }
 
@@ -571,6 +639,13 @@ deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
 		elog(ERROR, "im_sync: delivery statement returned no row");
 	im_counter_add_at_commit(IM_COUNTER_DUPLICATE_DELIVERIES,
 							 im_get_int64(0, Anum_delivery_duplicates, NULL));
+	if (im_get_int64(0, Anum_delivery_quarantined, NULL) > 0)
+		ereport(LOG,
+				(errmsg("im_sync: fanout of %d outbox items of conversation " INT64_FORMAT " from msg_seq "
+						INT64_FORMAT " quarantined " INT64_FORMAT " users covered by two membership periods"
+						" (not delivered to them; reconcile reports fanout_quarantine); %s",
+						count, items[0].conversation_id, items[0].msg_seq,
+						im_get_int64(0, Anum_delivery_quarantined, NULL), run_trace(items, count))));
 	for (uint64 i = 0; i < n; i++)
 	{
 		bool		nobody;
@@ -742,11 +817,12 @@ mark_failed(FanoutItem *it, ErrorData *edata)
 
 	ereport(LOG,
 			(errmsg("im_sync: fanout of outbox item " INT64_FORMAT " (conversation " INT64_FORMAT
-					", msg_seq " INT64_FORMAT ") failed: %s%s",
+					", msg_seq " INT64_FORMAT ") failed: %s%s; %s",
 					it->outbox_id, it->conversation_id, it->msg_seq, failure_text(edata),
 					dead ? "; now a dead letter" :
 					im_fanout_error_is_transient(edata->sqlerrcode) ?
-					"; transient, not counted as an attempt: backing off" : "; will retry")));
+					"; transient, not counted as an attempt: backing off" : "; will retry",
+					im_log_trace("fanout", it->trace_id))));
 	return dead;
 }
 
@@ -763,11 +839,12 @@ im_fanout_batch_failed(const ImFanoutClaim *claim, ErrorData *edata)
 	dead = record_failure(claim->ids, claim->n, edata);
 	fanout_lock_timeout_pop(nest);
 	ereport(LOG,
-			(errmsg("im_sync: a fanout batch of %d outbox items failed outside any one item: %s; %s",
+			(errmsg("im_sync: a fanout batch of %d outbox items failed outside any one item: %s; %s; %s",
 					claim->n, failure_text(edata),
 					im_fanout_error_is_transient(edata->sqlerrcode) ?
 					"transient, not counted as an attempt: every item backs off" :
-					psprintf("an attempt was charged to every item (%d now dead letters)", dead))));
+					psprintf("an attempt was charged to every item (%d now dead letters)", dead),
+					items_trace("fanout", claim->traces, claim->ntraces, false))));
 }
 
 /*
@@ -910,10 +987,11 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 		else
 			ereport(LOG,
 					(errmsg("im_sync: fanout of %d items of conversation " INT64_FORMAT
-							" from msg_seq " INT64_FORMAT " failed as a run (%s: %.200s); retrying them one by one",
+							" from msg_seq " INT64_FORMAT " failed as a run (%s: %.200s); retrying them one by one; %s",
 							count, it->conversation_id, it->msg_seq,
 							unpack_sql_state(edata->sqlerrcode),
-							edata->message ? edata->message : "(no message)")));
+							edata->message ? edata->message : "(no message)",
+							run_trace(it, count))));
 		FreeErrorData(edata);
 		ok = false;
 	}
@@ -1140,7 +1218,8 @@ run_fanout_batch(int max_items, StringInfo hints, ImFanoutClaim *claim)
 		hints->data[hints_len] = '\0';
 		im_fanout_batch_failed(claim, edata);
 		ereport(WARNING,
-				(errmsg("im_sync: a fanout batch of %d items failed: %s", claim->n, failure_text(edata)),
+				(errmsg("im_sync: a fanout batch of %d items failed: %s; %s", claim->n, failure_text(edata),
+						items_trace("fanout", claim->traces, claim->ntraces, false)),
 				 errdetail(im_fanout_error_is_transient(edata->sqlerrcode) ?
 						   "The failure is transient: its items back off and are not charged an attempt." :
 						   "Every item of the batch was charged an attempt.")));

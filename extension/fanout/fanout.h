@@ -28,6 +28,8 @@ typedef struct ImFanoutClaim
 	int64	   *ids;
 	int			n;
 	int			max;
+	char	  **traces;			/* the first claimed items' trace ids, for its log line */
+	int			ntraces;
 } ImFanoutClaim;
 extern void im_fanout_claim_init(ImFanoutClaim *claim, MemoryContext cxt);
 /*

@@ -136,12 +136,14 @@ extern const char *im_ack_refusal(const char *self, const char *from, const char
 								  const char *applied_by);
 
 /*
- * A refused row: from a subscription a WARNING and an im.transfer_refused
- * row (the caller then drops the row); from a session an error.
+ * A refused row: from a subscription a WARNING (with the trace id of the
+ * row's item when known, else NULL) and an im.transfer_refused row (the
+ * caller then drops the row); from a session an error.
  */
 extern void im_transfer_refuse(ImArrival via, const char *kind, const char *from, const char *source,
 							   const char *dest, const char *applied_by, int64 transfer_id,
-							   bool has_conversation, int64 conversation_id, const char *reason);
+							   bool has_conversation, int64 conversation_id, const char *reason,
+							   const char *trace_id);
 
 /* ERROR (the apply fails: quarantined) unless every payload row is the conversation's */
 extern void im_transfer_check_payload(Datum payload, int64 conversation_id, int64 source_event_id);

@@ -64,7 +64,7 @@ ack_action(TriggerData *td, const char *self, const char *source, const char *ap
 		case IM_ROW_REFUSED:
 			break;
 	}
-	im_transfer_refuse(via, "ack", from, source, NULL, applied_by, transfer_id, false, 0, reason);
+	im_transfer_refuse(via, "ack", from, source, NULL, applied_by, transfer_id, false, 0, reason, NULL);
 	return ACK_DROP;
 }
 

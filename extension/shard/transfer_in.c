@@ -54,6 +54,7 @@
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
+#include "utils/numeric.h"
 #include "storage/proc.h"
 #include "utils/resowner.h"
 
@@ -122,6 +123,59 @@ judged_beyond_horizon(Datum *args)
 }
 
 /*
+ * The trace id of a transfer's own position: the "trace_id" of the event
+ * of its payload whose message_id is the transfer's source_event_id, NULL
+ * when there is none (a deletion's transfer, an older source).  Read from
+ * the jsonb in C, without SPI, and never failing on a malformed payload:
+ * it only feeds log lines (im_log_trace shows a value of another form as
+ * "(invalid)").
+ */
+static char *
+payload_trace_id(Datum payload, int64 source_event_id)
+{
+	Jsonb	   *jb = DatumGetJsonbP(payload);
+	JsonbValue *events;
+	Datum		want = NumericGetDatum(int64_to_numeric(source_event_id));
+
+	if (!JB_ROOT_IS_OBJECT(jb) ||
+		(events = getKeyJsonValueFromContainer(&jb->root, "events", 6, NULL)) == NULL ||
+		events->type != jbvBinary || !JsonContainerIsArray(events->val.binary.data))
+		return NULL;
+	for (uint32 i = 0; i < JsonContainerSize(events->val.binary.data); i++)
+	{
+		JsonbValue *ev = getIthJsonbValueFromContainer(events->val.binary.data, i);
+		JsonbValue *id;
+		JsonbValue *trace;
+
+		if (ev == NULL || ev->type != jbvBinary || !JsonContainerIsObject(ev->val.binary.data))
+			continue;
+		id = getKeyJsonValueFromContainer(ev->val.binary.data, "message_id", 10, NULL);
+		if (id == NULL || id->type != jbvNumeric ||
+			DatumGetInt32(DirectFunctionCall2(numeric_cmp, NumericGetDatum(id->val.numeric), want)) != 0)
+			continue;
+		trace = getKeyJsonValueFromContainer(ev->val.binary.data, "trace_id", 8, NULL);
+		if (trace == NULL || trace->type != jbvString)
+			return NULL;
+		return pnstrdup(trace->val.string.val, Min(trace->val.string.len, IM_MAX_TRACE_ID + 1));
+	}
+	return NULL;
+}
+
+/* payload_trace_id of an arriving row */
+static char *
+row_trace_id(TriggerData *td)
+{
+	bool		payload_null;
+	bool		id_null;
+	Datum		payload = row_value(td, "payload", &payload_null);
+	Datum		id = row_value(td, "source_event_id", &id_null);
+
+	if (payload_null || id_null)
+		return NULL;
+	return payload_trace_id(payload, DatumGetInt64(id));
+}
+
+/*
  * What to do with a row inserted into im.transfer_out (trust between
  * nodes, transfer_trust.c): store it — only this node's own fanout writing
  * to another node, never a replicated row —, record it as an arrival — it
@@ -165,7 +219,8 @@ arrival_action(TriggerData *td, const char *self, const char *dest)
 		case IM_ROW_REFUSED:
 			break;
 	}
-	im_transfer_refuse(via, "transfer", from, source, dest, NULL, transfer_id, true, conversation_id, reason);
+	im_transfer_refuse(via, "transfer", from, source, dest, NULL, transfer_id, true, conversation_id, reason,
+					   row_trace_id(td));
 	return ARRIVAL_DROP;
 }
 
@@ -340,6 +395,7 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 		static SPIPlanPtr periods;
 		static SPIPlanPtr states;
 		static SPIPlanPtr outbox;
+		static SPIPlanPtr outbox_traced;
 
 		im_prepare(&events,
 				   "INSERT INTO im.event"
@@ -422,11 +478,21 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 				   "ON CONFLICT (user_id, conversation_id) DO NOTHING",
 				   2, JSONBOID, INT8OID);
 		im_exec(states, args, NULL, 0);
-		im_prepare(&outbox,
-				   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id) VALUES ($1, $2, $3) "
-				   "ON CONFLICT (source_event_id) DO NOTHING",
-				   3, INT8OID, INT8OID, INT8OID);
-		im_exec(outbox, args + 1, NULL, 0);
+		/* the item keeps its event's trace id (the copy's), for the workers' log lines */
+		if (im_catalog_at_least(1, 10))
+			im_exec(im_prepare(&outbox_traced,
+							   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id, trace_id)"
+							   " VALUES ($1, $2, $3, (SELECT e.trace_id FROM im.event e"
+							   "                      WHERE e.message_id" EQ "$3)) "
+							   "ON CONFLICT (source_event_id) DO NOTHING",
+							   3, INT8OID, INT8OID, INT8OID),
+					args + 1, NULL, 0);
+		else
+			im_exec(im_prepare(&outbox,
+							   "INSERT INTO im.outbox (conversation_id, msg_seq, source_event_id) VALUES ($1, $2, $3) "
+							   "ON CONFLICT (source_event_id) DO NOTHING",
+							   3, INT8OID, INT8OID, INT8OID),
+					args + 1, NULL, 0);
 	}
 }
 
@@ -549,14 +615,15 @@ apply_one(const char *source, int64 transfer_id, Datum payload,
 	if (!ok)
 		ereport(WARNING,
 				(errmsg("im_sync: transfer " INT64_FORMAT " from node \"%s\" (conversation " INT64_FORMAT
-						", msg_seq " INT64_FORMAT ") is %s: %s%s",
+						", msg_seq " INT64_FORMAT ") is %s: %s%s; %s",
 						transfer_id, source, conversation_id, msg_seq,
 						strcmp(state, "dead") == 0 ? "dead" : "quarantined", error,
 						strcmp(state, "dead") == 0 ?
 						"; the later transfers of its conversation flow past it" :
 						!im_catalog_at_least(1, 7) ? "" :
 						transient ? "; transient, not counted as an attempt: backing off" :
-						"; will retry, holding the later transfers of its conversation")));
+						"; will retry, holding the later transfers of its conversation",
+						im_log_trace("transfer", payload_trace_id(payload, source_event_id)))));
 	return ok;
 }
 

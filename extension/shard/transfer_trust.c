@@ -150,7 +150,8 @@ im_ack_refusal(const char *self, const char *from, const char *source, const cha
 void
 im_transfer_refuse(ImArrival via, const char *kind, const char *from, const char *source,
 				   const char *dest, const char *applied_by, int64 transfer_id,
-				   bool has_conversation, int64 conversation_id, const char *reason)
+				   bool has_conversation, int64 conversation_id, const char *reason,
+				   const char *trace_id)
 {
 	static SPIPlanPtr plan;
 	Datum		args[9];
@@ -167,9 +168,9 @@ im_transfer_refuse(ImArrival via, const char *kind, const char *from, const char
 						 "Transfers and acks of other nodes arrive only through their subscription im_<node>_to_<this node>." :
 						 "The row fails the checks an arriving row must pass.")));
 	ereport(WARNING,
-			(errmsg("im_sync: refused %s " INT64_FORMAT " (source \"%s\", dest \"%s\", acker \"%s\") delivered by subscription \"%s\": %s",
+			(errmsg("im_sync: refused %s " INT64_FORMAT " (source \"%s\", dest \"%s\", acker \"%s\") delivered by subscription \"%s\": %s; %s",
 					kind, transfer_id, source ? source : "?", dest ? dest : "-", applied_by ? applied_by : "-",
-					sub ? sub : "?", reason),
+					sub ? sub : "?", reason, im_log_trace("transfer", trace_id)),
 			 errhint("Nothing of it was applied; reconcile lists it as transfer_refused.")));
 	if (!im_catalog_at_least(1, 9))
 		return;

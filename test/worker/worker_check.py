@@ -162,7 +162,9 @@ try:
     pids_before = workers()
     other = q1("SELECT im.create_conversation('group', %s::bigint[], %s)", ([BASE + 10, BASE + 11], BASE + 10))
     conv_ids.append(other)
-    q("SELECT * FROM im.send_message(%s, %s, 'w-poison', '{\"text\": \"poison\"}')", (members[0], small))
+    # sent with a trace id (contract §21): the workers' lines about the item carry it
+    q("SELECT * FROM im.send_message(%s, %s, 'w-poison', '{\"text\": \"poison\"}', 'text', NULL, 'trace-w-poison_27')",
+      (members[0], small))
     q("SELECT * FROM im.send_message(%s, %s, 'w-after-poison', '{\"text\": \"waits\"}')", (members[0], small))
     q("SELECT * FROM im.send_message(%s, %s, 'w-other', '{\"text\": \"other conversation\"}')", (BASE + 10, other))
     state = wait_for(lambda: q1("""SELECT o.state FROM im.outbox o JOIN im.event e ON e.message_id = o.source_event_id
@@ -178,6 +180,17 @@ try:
           "the dead letter wrote nothing")
     check(workers() == pids_before, "the workers survived the poison item (same pids)", f"{pids_before} -> {workers()}")
     check(q1("SELECT pg_catalog.pg_postmaster_start_time()") == start_time, "the cluster did not restart")
+    log = os.path.join(os.environ.get("IM_TMP", "/nonexistent"), "server.log")
+    if os.path.exists(log):
+        item_id = q1("SELECT o.outbox_id FROM im.outbox o JOIN im.event e ON e.message_id = o.source_event_id "
+                     "WHERE e.client_msg_id = 'w-poison'")
+        lines = [l for l in open(log, errors="replace").read().splitlines()
+                 if f"fanout of outbox item {item_id} " in l]
+        traced = [l for l in lines if l.rstrip().endswith("stage=fanout trace_id=trace-w-poison_27")]
+        check(len(lines) >= 2 and len(traced) == len(lines),
+              "every worker line about the poison item ends with its stage and trace id",
+              f"{len(traced)} of {len(lines)}: {lines[:2]}")
+        check(any("now a dead letter" in l for l in traced), "the dead-letter line carries the trace id")
     q("DROP TRIGGER im_worker_poison ON im.inbox")
     q("DROP FUNCTION public.im_worker_poison_trg()")
     q("DROP TABLE public.im_worker_poison")

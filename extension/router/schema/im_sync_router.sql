@@ -432,27 +432,29 @@ LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation
 
 CREATE FUNCTION im_router.send_message(sender_id bigint, conversation_id bigint, client_msg_id text,
                                        body jsonb, content_type text DEFAULT 'text',
-                                       reply_to_message_id bigint DEFAULT NULL)
+                                       reply_to_message_id bigint DEFAULT NULL,
+                                       trace_id text DEFAULT NULL)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.send_message; $$;
 
 CREATE FUNCTION im_router.recall_message(sender_id bigint, conversation_id bigint, client_msg_id text,
-                                         target_message_id bigint)
+                                         target_message_id bigint, trace_id text DEFAULT NULL)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.recall_message; $$;
 
 CREATE FUNCTION im_router.edit_message(sender_id bigint, conversation_id bigint, client_msg_id text,
-                                       target_message_id bigint, body jsonb)
+                                       target_message_id bigint, body jsonb, trace_id text DEFAULT NULL)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.edit_message; $$;
 
 CREATE FUNCTION im_router.react(user_id bigint, conversation_id bigint, target_message_id bigint,
-                                reaction text, present boolean, client_msg_id text)
+                                reaction text, present boolean, client_msg_id text,
+                                trace_id text DEFAULT NULL)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.react; $$;
 
 CREATE FUNCTION im_router.pin_message(user_id bigint, conversation_id bigint, target_message_id bigint,
-                                      pinned boolean, client_msg_id text)
+                                      pinned boolean, client_msg_id text, trace_id text DEFAULT NULL)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.pin_message; $$;
 
@@ -521,12 +523,13 @@ CREATE FUNCTION im_router.ack_snapshot(user_id bigint, device_id text, snapshot_
 RETURNS TABLE(status text, acked_sync_seq bigint)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.ack_snapshot; $$;
 
-CREATE FUNCTION im_router.report_read(user_id bigint, conversation_id bigint, read_to_seq bigint)
+CREATE FUNCTION im_router.report_read(user_id bigint, conversation_id bigint, read_to_seq bigint,
+                                      trace_id text DEFAULT NULL)
 RETURNS TABLE(read_msg_seq bigint, unread_count bigint)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.report_read; $$;
 
 CREATE FUNCTION im_router.clear_dirty(user_id bigint, conversation_id bigint, observed_version bigint,
-                                      saved_last_msg_seq bigint)
+                                      saved_last_msg_seq bigint, trace_id text DEFAULT NULL)
 RETURNS TABLE(cleared boolean, dirty_target_msg_seq bigint, dirty_version bigint)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.clear_dirty; $$;
 
@@ -882,7 +885,8 @@ $$;
  * So the call takes effect on both nodes or on neither, and a retry of a
  * failed call is the same single call.
  */
-CREATE FUNCTION im_router.delete_for_me(user_id bigint, conversation_id bigint, message_id bigint)
+CREATE FUNCTION im_router.delete_for_me(user_id bigint, conversation_id bigint, message_id bigint,
+                                        trace_id text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.delete_for_me; $$;
 
