@@ -1,7 +1,7 @@
 """check_runbook.py — the runbook's commands, run (suite 85-runbook).
 
-extension/doc/runbook.md marks each command of its "A user says a message
-is missing" section so it can be run here:
+extension/doc/runbook.md marks each command of its "Before you start" and
+"A user says a message is missing" sections so it can be run here:
 
     <!-- runbook-step: NAME [case=CASE] [needs=WHAT] [fix=cause] -->
     ```sql            (or ```sh)
@@ -35,9 +35,14 @@ and send_message's trace_id argument), needs=trace_log (the fanout's log
 lines about an item carry trace_id=; probed on the dead letter's lines).
 Each is part of the catalog the runbook documents, so a step whose part
 is missing fails (it is not skipped).
+
 The test fails when a step errors, a pattern does not match, a step has no
-pattern at all, or one of the five anchors the alert rules point at is
-missing.
+pattern at all, one of the five anchors the alert rules point at is
+missing, or (when extension/monitoring/im_sync_alerts.yml is there; IM_ALERTS
+names another copy) a rule's runbook link is no heading or an alert is not
+named in the Alerts section.  IM_RUNBOOK checks another copy of the runbook
+(a changed pattern must make the test fail); IM_RUNBOOK_VERBOSE=1 prints
+every step's output.
 """
 import hashlib
 import hmac
@@ -353,7 +358,7 @@ def main():
                                  "WHERE oid = 'im.send_message'::regproc"),
     }
     scen = setup(conn, have)
-    # the workers' log lines name the item's trace id (h27-trace's part): probed
+    # the fanout's log lines name the item's trace id: probed
     # on the dead letter's own lines, which the scenario just wrote
     have["trace_log"] = have["trace_id"] and item_lines_carry_trace(scen["dead_letter"])
     # the gateway's --log-key and the user's hash with it (gateway/doc/README.md "Logs")
