@@ -48,7 +48,8 @@ INSERT INTO user_arg VALUES
  ('message_facts',       'sender_id', $$SELECT * FROM im.message_facts(%1$s, :m)$$),
  ('shard_received_positions', 'user_ids[]', $$SELECT * FROM im.shard_received_positions(ARRAY[%1$s]::bigint[])$$),
  ('shard_message_status', 'user_ids[]', $$SELECT * FROM im.shard_message_status(:m, ARRAY[%1$s]::bigint[])$$),
- ('shard_message_facts', 'user_ids[]', $$SELECT * FROM im.shard_message_facts(:m, ARRAY[%1$s]::bigint[])$$);
+ ('shard_message_facts', 'user_ids[]', $$SELECT * FROM im.shard_message_facts(:m, ARRAY[%1$s]::bigint[])$$),
+ ('shard_trace_message', 'user_ids[]', $$SELECT * FROM im.shard_trace_message(:m, ARRAY[%1$s]::bigint[])$$);
 UPDATE user_arg SET q = replace(replace(q, ':c', :'c'), ':m', :'m');
 
 -- every im function with an argument that names a user is listed above

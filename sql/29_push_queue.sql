@@ -330,8 +330,8 @@ SELECT * FROM pg_temp.fails($$SELECT im.complete_push_job(1, 'r', 'delivered', 9
 SELECT * FROM pg_temp.fails($$SELECT im.complete_push_job(1, 'r', 'rate_limited', 429, -1)$$);
 SELECT * FROM pg_temp.fails($$SELECT im.complete_push_job(1, 'r', 'delivered', 200, NULL, repeat('x', 257))$$);
 -- the metrics of contract §13
-SELECT name FROM im.metrics() WHERE name LIKE 'im\_push\_%' ORDER BY 1;
-SELECT value > 0 AS counted FROM im.metrics() WHERE name IN ('im_push_suppressed_total', 'im_push_targets_disabled_total',
-  'im_push_results_total{result="rejected"}') ORDER BY name;
+SELECT name, type, labels FROM im.metrics() WHERE name LIKE 'im\_push\_%' ORDER BY name, labels::text;
+SELECT value > 0 AS counted FROM im.metrics() WHERE name IN ('im_push_suppressed_total', 'im_push_targets_disabled_total')
+  OR (name = 'im_push_results_total' AND labels = '{"result": "rejected"}') ORDER BY name;
 DELETE FROM im.push_job WHERE user_id BETWEEN 2901 AND 2999;
 RESET im_sync.push_public_key_file;

@@ -47,6 +47,8 @@ typedef enum ImCounter
 	IM_COUNTER_PUSH_PERMANENT,
 	IM_COUNTER_PUSH_SUPPRESSED,	/* jobs completed as suppressed at claim */
 	IM_COUNTER_PUSH_TARGETS_DISABLED,	/* targets disabled after 3 rejections */
+	IM_COUNTER_GAPS_REPAIRED_MISSING,	/* missing deliveries repair_fanout requeued */
+	IM_COUNTER_GAPS_REPAIRED_DEAD,	/* dead items repair_fanout requeued */
 	IM_COUNTER_IDEMPOTENT_RETRIES,	/* writes answered with the original (created false) */
 	IM_COUNTER__COUNT
 } ImCounter;

@@ -2,9 +2,15 @@
  * metrics.c — im.metrics(): Prometheus-style gauges, counters and per-stage
  * latency histograms (contract §8, design doc §18.1, §6.3).
  *
- * Rows are (name, value, help); a histogram is the usual family of rows
- * name_bucket{le="…"} (cumulative), name_sum and name_count.  The gateway's
- * GET /metrics prints them as Prometheus text.
+ * Rows are (name, value, help, type, labels) (contract §21): name is the
+ * bare series name, type `counter`, `gauge` or `histogram`, labels a jsonb
+ * object of strings (NULL for none).  A histogram is the usual family of
+ * rows name_bucket (cumulative, label le, the last one "+Inf" equal to
+ * _count), name_sum and name_count, all three of type `histogram`.  The
+ * gateway's GET /metrics prints them as Prometheus text.  On a catalog
+ * before 1.10 the function has the three columns (name, value, help) of its
+ * release: a label is then spelled inside the name (name{k="v"}) and the
+ * series added since are left out, so the answer stays that release's.
  *
  * Cost: a scrape never scans event-sized tables in full.  Outbox gauges use
  * the partial indexes on pending and dead items; per-user and per-device
@@ -32,10 +38,12 @@
 #include "core/im_sql.h"
 #include "push/push.h"
 #include "shard/shard.h"
+#include "ops/ops.h"
 
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/json.h"
 
 /* A device more than this many events behind its user's log is "behind". */
 #define IM_DEVICES_BEHIND_THRESHOLD 1000
@@ -51,7 +59,10 @@ static const double buckets[] = {
 #define STR(x) #x
 #define XSTR(x) STR(x)
 
-/* Gauges from tables: (name, value, help). */
+/*
+ * Gauges from tables: (name, value, help); metric_rows_from_spi adds their
+ * type and (no) labels.
+ */
 static const char *gauges_sql =
 "SELECT 'im_outbox_pending', (SELECT pg_catalog.count(*) FROM im.outbox o "
 "   WHERE o.state" EQ "'pending')::float8, "
@@ -139,58 +150,140 @@ static const Stage stages[] = {
 
 #define NUM_STAGES lengthof(stages)
 
-static void
-metric_row(FunctionCallInfo fcinfo, const char *name, double value, const char *help)
+/* The result has the 1.10 columns type and labels (a 1.10 catalog). */
+static bool
+metrics_typed(FunctionCallInfo fcinfo)
 {
-	Datum		values[3];
-	bool		nulls[3] = {false, false, false};
+	return ((ReturnSetInfo *) fcinfo->resultinfo)->setDesc->natts >= 5;
+}
 
+/*
+ * One row.  label_key/label_value: at most one label (NULL: none); on the
+ * three-column result of an older catalog it is spelled into the name as
+ * that release did (name{key="value"}).
+ */
+void
+im_metric_row(FunctionCallInfo fcinfo, const char *name, double value, const char *help,
+			  const char *type, const char *label_key, const char *label_value)
+{
+	Datum		values[5];
+	bool		nulls[5] = {false, false, false, false, false};
+
+	if (!metrics_typed(fcinfo))
+	{
+		if (label_key != NULL)
+			name = psprintf("%s{%s=\"%s\"}", name, label_key, label_value);
+		values[0] = CStringGetTextDatum(name);
+		values[1] = Float8GetDatum(value);
+		values[2] = CStringGetTextDatum(help);
+		im_srf_row(fcinfo, values, nulls);
+		return;
+	}
 	values[0] = CStringGetTextDatum(name);
 	values[1] = Float8GetDatum(value);
 	values[2] = CStringGetTextDatum(help);
+	values[3] = CStringGetTextDatum(type);
+	if (label_key == NULL)
+		nulls[4] = true;
+	else
+	{
+		StringInfoData j;
+
+		/* escape_json quotes and escapes: a slot name is the DBA's text */
+		initStringInfo(&j);
+		appendStringInfoChar(&j, '{');
+		escape_json(&j, label_key);
+		appendStringInfoChar(&j, ':');
+		escape_json(&j, label_value);
+		appendStringInfoChar(&j, '}');
+		values[4] = DirectFunctionCall1(jsonb_in, CStringGetDatum(j.data));
+	}
 	im_srf_row(fcinfo, values, nulls);
 }
 
 /*
- * One histogram: cumulative bucket counts, +Inf equal to _count, _sum.
- * Negative samples (clock steps, a redelivered item) count in the lowest
- * bucket rather than vanish.
+ * The rows of the last SPI result: columns name, value, help, then
+ * optionally type (default_type when absent), label_key, label_value.
+ */
+void
+im_metric_rows_from_spi(FunctionCallInfo fcinfo, const char *default_type)
+{
+	SPITupleTable *tt = SPI_tuptable;
+	uint64		n = SPI_processed;
+	int			ncols = tt->tupdesc->natts;
+
+	for (uint64 r = 0; r < n; r++)
+	{
+		bool		isnull;
+		char	   *name = SPI_getvalue(tt->vals[r], tt->tupdesc, 1);
+		double		value = DatumGetFloat8(SPI_getbinval(tt->vals[r], tt->tupdesc, 2, &isnull));
+		char	   *help = SPI_getvalue(tt->vals[r], tt->tupdesc, 3);
+		const char *type = ncols >= 4 ? SPI_getvalue(tt->vals[r], tt->tupdesc, 4) : default_type;
+		char	   *key = ncols >= 6 ? SPI_getvalue(tt->vals[r], tt->tupdesc, 5) : NULL;
+		char	   *val = ncols >= 6 ? SPI_getvalue(tt->vals[r], tt->tupdesc, 6) : NULL;
+
+		if (isnull)
+			value = 0;
+		im_metric_row(fcinfo, name, value, help, type ? type : default_type,
+					  key && val ? key : NULL, val);
+	}
+}
+
+/* An unlabelled counter (its name ends in _total) or gauge. */
+static void
+metric_row(FunctionCallInfo fcinfo, const char *name, double value, const char *help)
+{
+	size_t		len = strlen(name);
+	bool		counter = len > 6 && strcmp(name + len - 6, "_total") == 0;
+
+	im_metric_row(fcinfo, name, value, help, counter ? "counter" : "gauge", NULL, NULL);
+}
+
+/*
+ * One histogram over samples: cumulative bucket counts (label le), +Inf
+ * equal to _count, _sum.  Negative samples (clock steps, a redelivered
+ * item) count in the lowest bucket rather than vanish.
  */
 static void
-emit_histogram(FunctionCallInfo fcinfo, const Stage *stage, SPIPlanPtr *plan)
+emit_histogram_samples(FunctionCallInfo fcinfo, const char *name, const char *help,
+					   const double *bounds, int nbounds, uint64 n)
 {
-	uint64		n;
-	uint64		counts[NUM_BUCKETS];
+	uint64	   *counts = palloc0(sizeof(uint64) * nbounds);
 	double		sum = 0;
 
-	im_prepare(plan, stage->sample_sql, 0);
-	n = im_exec(*plan, NULL, NULL, 0);
-	memset(counts, 0, sizeof(counts));
 	for (uint64 r = 0; r < n; r++)
 	{
 		bool		isnull;
 		Datum		d = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull);
-		double		secs;
+		double		x;
 
 		if (isnull)
 			continue;
-		secs = DatumGetFloat8(d);
-		if (secs < 0)
-			secs = 0;
-		sum += secs;
-		for (int b = 0; b < (int) NUM_BUCKETS; b++)
-			if (secs <= buckets[b])
+		x = DatumGetFloat8(d);
+		if (x < 0)
+			x = 0;
+		sum += x;
+		for (int b = 0; b < nbounds; b++)
+			if (x <= bounds[b])
 				counts[b]++;
 	}
-	for (int b = 0; b < (int) NUM_BUCKETS; b++)
-	{
-		char	   *name = psprintf("%s_bucket{le=\"%g\"}", stage->name, buckets[b]);
+	for (int b = 0; b < nbounds; b++)
+		im_metric_row(fcinfo, psprintf("%s_bucket", name), (double) counts[b], help,
+					  "histogram", "le", psprintf("%g", bounds[b]));
+	im_metric_row(fcinfo, psprintf("%s_bucket", name), (double) n, help,
+				  "histogram", "le", "+Inf");
+	im_metric_row(fcinfo, psprintf("%s_sum", name), sum, help, "histogram", NULL, NULL);
+	im_metric_row(fcinfo, psprintf("%s_count", name), (double) n, help, "histogram", NULL, NULL);
+}
 
-		metric_row(fcinfo, name, (double) counts[b], stage->help);
-	}
-	metric_row(fcinfo, psprintf("%s_bucket{le=\"+Inf\"}", stage->name), (double) n, stage->help);
-	metric_row(fcinfo, psprintf("%s_sum", stage->name), sum, stage->help);
-	metric_row(fcinfo, psprintf("%s_count", stage->name), (double) n, stage->help);
+static void
+emit_histogram(FunctionCallInfo fcinfo, const Stage *stage, SPIPlanPtr *plan)
+{
+	uint64		n;
+
+	im_prepare(plan, stage->sample_sql, 0);
+	n = im_exec(*plan, NULL, NULL, 0);
+	emit_histogram_samples(fcinfo, stage->name, stage->help, buckets, NUM_BUCKETS, n);
 }
 
 /* Offline push (contract §13): the queue's gauges (1.4 catalog) and the relay results. */
@@ -216,14 +309,107 @@ emit_push_metrics(FunctionCallInfo fcinfo)
 				   "Age of the oldest push job waiting to be claimed.");
 	}
 	for (int r = 0; r < IM_PUSH_RESULTS; r++)
-		metric_row(fcinfo, psprintf("im_push_results_total{result=\"%s\"}", im_push_result_name(r)),
-				   (double) im_counter_get(IM_COUNTER_PUSH_DELIVERED + r),
-				   "Push relay results reported through complete_push_job, since server start.");
+		im_metric_row(fcinfo, "im_push_results_total",
+					  (double) im_counter_get(IM_COUNTER_PUSH_DELIVERED + r),
+					  "Push relay results reported through complete_push_job, since server start.",
+					  "counter", "result", im_push_result_name(r));
 	metric_row(fcinfo, "im_push_suppressed_total", (double) im_counter_get(IM_COUNTER_PUSH_SUPPRESSED),
 			   "Push jobs completed as suppressed at claim (device online or caught up, message recalled, muted), since server start.");
 	metric_row(fcinfo, "im_push_targets_disabled_total", (double) im_counter_get(IM_COUNTER_PUSH_TARGETS_DISABLED),
 			   "Push targets disabled after 3 consecutive rejections, since server start.");
 
+}
+
+/*
+ * Repairs and refusals (1.10 catalog).  im_gaps_repaired_total counts, at
+ * commit, what im.repair_fanout put back into fanout: kind
+ * "missing_delivery" one per (item, user, period) whose missing event it
+ * requeued, kind "dead_letter" one per dead item it requeued (retry_dead).
+ * A dry run or a requeue that found the item changed counts nothing.
+ */
+static void
+emit_repair_metrics(FunctionCallInfo fcinfo)
+{
+	static SPIPlanPtr refused_plan;
+	bool		isnull;
+
+	im_metric_row(fcinfo, "im_gaps_repaired_total",
+				  (double) im_counter_get(IM_COUNTER_GAPS_REPAIRED_MISSING),
+				  "Deliveries im.repair_fanout put back into fanout, committed, since server start: "
+				  "kind missing_delivery one per (outbox item, user, period) whose missing inbox event it requeued, "
+				  "kind dead_letter one per dead outbox item it requeued (retry_dead).",
+				  "counter", "kind", "missing_delivery");
+	im_metric_row(fcinfo, "im_gaps_repaired_total",
+				  (double) im_counter_get(IM_COUNTER_GAPS_REPAIRED_DEAD),
+				  "Deliveries im.repair_fanout put back into fanout, committed, since server start: "
+				  "kind missing_delivery one per (outbox item, user, period) whose missing inbox event it requeued, "
+				  "kind dead_letter one per dead outbox item it requeued (retry_dead).",
+				  "counter", "kind", "dead_letter");
+	im_prepare(&refused_plan,
+			   "SELECT pg_catalog.count(*)::pg_catalog.float8 FROM im.transfer_refused", 0);
+	im_exec(refused_plan, NULL, NULL, 0);
+	metric_row(fcinfo, "im_transfers_refused", DatumGetFloat8(im_get_datum_copy(0, 1, &isnull)),
+			   "Replicated transfers and acks refused at arrival and kept in im.transfer_refused until an operator "
+			   "deletes them (extension/doc/trust_between_nodes.md; 0 on an unsharded node).");
+}
+
+/*
+ * WAL every replication slot of the server holds back, one row per slot
+ * (label slot): the alert on a slot that stopped consuming.  A standby
+ * has no current WAL insert position (pg_current_wal_lsn fails in
+ * recovery): no rows there.
+ */
+static void
+emit_slot_metrics(FunctionCallInfo fcinfo)
+{
+	static SPIPlanPtr plan;
+
+	if (RecoveryInProgress())
+		return;
+	im_prepare(&plan,
+			   "SELECT 'im_replication_slot_retained_bytes', "
+			   "  COALESCE(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.restart_lsn), 0)::pg_catalog.float8, "
+			   "  'WAL this replication slot holds back: current WAL insert position minus its restart_lsn "
+			   "(0 for a slot that holds none).', "
+			   "  'gauge', 'slot', s.slot_name::pg_catalog.text "
+			   "FROM pg_catalog.pg_replication_slots s ORDER BY s.slot_name", 0);
+	im_exec(plan, NULL, NULL, 0);
+	im_metric_rows_from_spi(fcinfo, "gauge");
+}
+
+/*
+ * Fanout amplification: inbox rows written per event, over the newest
+ * IM_AMPLIFICATION_SAMPLE processed items of conversation events.  Taken
+ * from the tables like the stage histograms rather than counted by fanout
+ * itself: it costs the send and fanout paths nothing and survives a
+ * restart.  An item with no row left is not a sample (shared_log
+ * positions, and items whose every row gc_inbox collected: a 0 would mix
+ * "nobody" with "collected").
+ */
+#define IM_AMPLIFICATION_SAMPLE 1000
+
+static const double amplification_buckets[] = {
+	1, 2, 5, 10, 20, 50, 100, 200, 500, 1000
+};
+
+static void
+emit_amplification(FunctionCallInfo fcinfo)
+{
+	static SPIPlanPtr plan;
+	uint64		n;
+
+	im_prepare(&plan,
+			   "SELECT x.n::pg_catalog.float8 FROM ("
+			   "  SELECT (SELECT pg_catalog.count(*) FROM im.inbox b "
+			   "           WHERE b.source_event_id" EQ "o.source_event_id) AS n "
+			   "  FROM im.outbox o WHERE o.state" EQ "'done' AND o.private_user_id IS NULL "
+			   "  ORDER BY o.outbox_id DESC LIMIT " XSTR(IM_AMPLIFICATION_SAMPLE) ") x "
+			   "WHERE x.n" GT "0", 0);
+	n = im_exec(plan, NULL, NULL, 0);
+	emit_histogram_samples(fcinfo, "im_fanout_amplification_rows",
+						   "Inbox rows (recipient events) one conversation event fanned out to, over the newest "
+						   XSTR(IM_AMPLIFICATION_SAMPLE) " processed items that still have rows in the logs.",
+						   amplification_buckets, lengthof(amplification_buckets), n);
 }
 
 PG_FUNCTION_INFO_V1(im_metrics);
@@ -238,7 +424,7 @@ im_metrics(PG_FUNCTION_ARGS)
 
 	im_prepare(&gauges_plan, gauges_sql, 0);
 	im_exec(gauges_plan, NULL, NULL, 0);
-	im_srf_rows_from_spi(fcinfo, 3);
+	im_metric_rows_from_spi(fcinfo, "gauge");
 
 	/*
 	 * Every row above and below only reads, so im.metrics() also answers on
@@ -281,11 +467,20 @@ im_metrics(PG_FUNCTION_ARGS)
 		metric_row(fcinfo, "im_idempotent_retries_total", (double) im_counter_get(IM_COUNTER_IDEMPOTENT_RETRIES),
 				   "Sends, recalls, edits, reactions and pins answered with the original (created false) since server start.");
 
+	if (metrics_typed(fcinfo))
+		emit_repair_metrics(fcinfo);
+
 	emit_push_metrics(fcinfo);
 	im_shard_metrics(fcinfo);	/* transfers and slots */
 
 	for (int s = 0; s < (int) NUM_STAGES; s++)
 		emit_histogram(fcinfo, &stages[s], &stage_plans[s]);
+
+	if (metrics_typed(fcinfo))
+	{
+		emit_slot_metrics(fcinfo);
+		emit_amplification(fcinfo);
+	}
 
 	SPI_finish();
 	PG_RETURN_NULL();

@@ -732,7 +732,10 @@ requeue_missing(FunctionCallInfo fcinfo, bool dry_run)
 				action = dry_run ? "would_requeue" : (done ? "requeued" : "skipped_changed");
 			detail = repair_detail(&rows[r], reason, done);
 			if (done)
+			{
 				audit_requeue(&rows[r], detail);
+				im_counter_add_at_commit(IM_COUNTER_GAPS_REPAIRED_MISSING, 1);
+			}
 			repair_row(fcinfo, action, rows[r].outbox_id, rows[r].conversation_id,
 					   false, rows[r].user_id, detail);
 		}
@@ -816,6 +819,7 @@ retry_dead_letters(FunctionCallInfo fcinfo, bool retry_dead, bool dry_run)
 			{
 				action = "requeued";
 				requeued_any = true;
+				im_counter_add_at_commit(IM_COUNTER_GAPS_REPAIRED_DEAD, 1);
 			}
 			else
 				action = "skipped_changed";

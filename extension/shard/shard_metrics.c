@@ -10,8 +10,9 @@
 #include "core/shard_map.h"
 #include "core/im_sql.h"
 #include "shard/shard.h"
+#include "ops/ops.h"
 
-/* (name, value, help) rows; per-slot rows carry the slot as a label */
+/* gauges (name, value, help) */
 static const char *shard_gauges_sql =
 "SELECT 'im_shard_transfers_unacked', (SELECT pg_catalog.count(*) FROM im.transfer_out)::float8, "
 "  'Transfers this node sent whose applied record has not come back (lag in records).' "
@@ -34,24 +35,34 @@ static const char *shard_gauges_sql =
 "UNION ALL SELECT 'im_shard_apply_lag_seconds', "
 "  COALESCE((SELECT EXTRACT(epoch FROM pg_catalog.now()" MINUS "pg_catalog.min(t.sent_at)) "
 "     FROM im.transfer_in t WHERE t.state" EQ "'pending'), 0)::float8, "
-"  'Now minus the sending time of the oldest received transfer not yet applied (0 when none).' "
-"UNION ALL SELECT 'im_shard_slot_retained_wal_bytes{slot=\"' " OP_CONCAT " s.slot_name " OP_CONCAT " '\"}', "
+"  'Now minus the sending time of the oldest received transfer not yet applied (0 when none).'";
+
+/* per slot of this node's subscribers (name, value, help, type, label slot) */
+static const char *shard_slots_sql =
+"SELECT 'im_shard_slot_retained_wal_bytes', "
 "  COALESCE(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.restart_lsn), 0)::float8, "
-"  'WAL this replication slot holds back (max_slot_wal_keep_size bounds it).' "
+"  'WAL this replication slot holds back (max_slot_wal_keep_size bounds it).', "
+"  'gauge', 'slot', s.slot_name::text "
 "FROM pg_catalog.pg_replication_slots s WHERE s.slot_name LIKE 'im\\_%' "
-"UNION ALL SELECT 'im_shard_slot_lost{slot=\"' " OP_CONCAT " s.slot_name " OP_CONCAT " '\"}', "
+"UNION ALL SELECT 'im_shard_slot_lost', "
 "  (s.wal_status" EQ "'lost')::int::float8, "
-"  '1 when the slot lost WAL it still needed (repair: extension/doc/sharding.md).' "
-"FROM pg_catalog.pg_replication_slots s WHERE s.slot_name LIKE 'im\\_%'";
+"  '1 when the slot lost WAL it still needed (repair: extension/doc/sharding.md).', "
+"  'gauge', 'slot', s.slot_name::text "
+"FROM pg_catalog.pg_replication_slots s WHERE s.slot_name LIKE 'im\\_%' "
+"ORDER BY 1, 6";
 
 void
 im_shard_metrics(FunctionCallInfo fcinfo)
 {
 	static SPIPlanPtr plan;
+	static SPIPlanPtr slots_plan;
 
 	if (!im_shard_configured())
 		return;
 	im_prepare(&plan, shard_gauges_sql, 0);
 	im_exec(plan, NULL, NULL, 0);
-	im_srf_rows_from_spi(fcinfo, 3);
+	im_metric_rows_from_spi(fcinfo, "gauge");
+	im_prepare(&slots_plan, shard_slots_sql, 0);
+	im_exec(slots_plan, NULL, NULL, 0);
+	im_metric_rows_from_spi(fcinfo, "gauge");
 }

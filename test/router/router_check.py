@@ -13,6 +13,7 @@ Usage: router_check.py ROUTER_CONNINFO SHARDS_DIR
 
 Every figure is read through the router's API; the nodes are touched only to
 stage faults (a stopped node, a disabled subscription, a raising function)."""
+import json
 import os
 import subprocess
 import sys
@@ -223,6 +224,38 @@ def read_state_and_message_status_7_16():
           f"{synced_b}")
 
 
+# ------------------------------------------------- trace_message (§21)
+@section
+def trace_message_21():
+    global g, groups, m1, reply, rc, gen, acked, au, batches, sc, toks, k2
+    # the trace id as the conversation node stores it; the users' copies
+    # on the other nodes do not carry it: the router fills it in
+    conv_node = bucket_node[g % 64]
+    nc = connect(dict(nodes)[conv_node])
+    q("UPDATE im.event SET trace_id = 'trace-router-1' WHERE message_id = %s", (m1[0],), conn=nc)
+    nc.close()
+    tr = q("SELECT stage, at, user_id, detail FROM im.trace_message(%s)", (m1[0],))
+    acc = [r for r in tr if r[0] == "accepted"]
+    check(len(acc) == 1 and acc[0][2] is None and acc[0][3]["node"] == conv_node
+          and acc[0][3]["msg_seq"] == m1[1], "trace_message: accepted from the conversation node", f"{acc}")
+    fan = {r[2]: r for r in tr if r[0] == "fanout" and r[2] is not None}
+    check(sorted(fan) == sorted([a, b, c])
+          and all(fan[u][1] is not None and fan[u][3]["node"] == bucket_node[u % 64]
+                  and fan[u][3]["sync_seq"] >= 1 for u in fan),
+          "trace_message: fanout of each recipient from that recipient's node, with its sync_seq", f"{fan}")
+    syn = [r for r in tr if r[0] == "synced" and r[2] == b]
+    check(len(syn) == 1 and syn[0][3]["node"] == bucket_node[b % 64]
+          and syn[0][3]["sync_seq"] == fan[b][3]["sync_seq"],
+          "trace_message: synced from the ACK on the user's node", f"{syn}")
+    check(all(r[3].get("trace_id") == "trace-router-1" for r in tr),
+          "trace_message: every row carries the trace id", f"{[r[3].get('trace_id') for r in tr]}")
+    timed = [r[1] for r in tr if r[1] is not None]
+    check(timed == sorted(timed) and all(r[1] is None for r in tr[len(timed):]),
+          "trace_message: in time order, rows without a time last")
+    expect_error("trace_message of an unknown message", "P0002",
+                 "SELECT * FROM im.trace_message(%s)", (64 * 10**9 + 1,))
+
+
 # ------------------------------------------------ read state and deletions
 @section
 def read_state_and_deletions():
@@ -311,7 +344,7 @@ def push_jobs_over_every_node():
               f"register_push_target on {bucket_node[u % 64]}")
     q("SELECT * FROM im.send_message(%s, %s, 'push-1', '{\"text\":\"ping\"}')", (a, pc))
     q1("SELECT im.run_fanout()")
-    pending = "SELECT coalesce(sum(value), 0) FROM im.metrics() WHERE name LIKE 'im_push_pending{%%'"
+    pending = "SELECT coalesce(sum(value), 0) FROM im.metrics() WHERE name = 'im_push_pending'"
     check(wait_for(lambda: q1(pending) == len(targets), 30), "a push job queued on every user node",
           f"{q1(pending)}")
     first = q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 2)")
@@ -336,15 +369,20 @@ def operations_8():
           "(a user placed elsewhere is not missing on the conversation node)", f"{rf[:4]}")
     rec = q("SELECT * FROM im.reconcile()")
     check(rec == [], "reconcile is empty on a healthy installation", f"{rec}")
-    met = q("SELECT name, value FROM im.metrics()")
+    met = q("SELECT name, value, type, labels FROM im.metrics()")
     for n in names:
-        check(any(m[0] == f'im_outbox_pending{{node="{n}"}}' for m in met), f"metrics: im_outbox_pending of {n}")
-        check((f'im_router_node_up{{node="{n}"}}', 1.0) in met, f"metrics: {n} up")
-    check(all('node="' in m[0] for m in met if m[0] != "im_router_cluster_version"),
+        check(any(m[0] == "im_outbox_pending" and m[3] == {"node": n} for m in met),
+              f"metrics: im_outbox_pending of {n}")
+        check(("im_router_node_up", 1.0, "gauge", {"node": n}) in met, f"metrics: {n} up")
+    check(all(m[3] and "node" in m[3] for m in met if m[0] != "im_router_cluster_version"),
           "metrics: every node series carries its node label")
-    labelled = [m[0] for m in met if m[0].startswith("im_push_results_total{")]
-    check(all(x.startswith('im_push_results_total{node="') and x.count("{") == 1 for x in labelled),
+    check(all("{" not in m[0] and m[2] in ("counter", "gauge", "histogram") for m in met),
+          "metrics: bare names with a type, labels apart")
+    labelled = [m[3] for m in met if m[0] == "im_push_results_total"]
+    check(labelled and all(set(x) == {"node", "result"} for x in labelled),
           "metrics: the node label joins existing labels", f"{labelled[:3]}")
+    series = [(m[0], json.dumps(m[3], sort_keys=True)) for m in met]
+    check(len(series) == len(set(series)), "metrics: one row per series (name, labels)")
     check(q1("SELECT im.set_extension_owner(%s)", ("postgres",)) is not None, "set_extension_owner on every node")
 
     # tokens: one key id everywhere, retired everywhere
@@ -671,8 +709,8 @@ def a_stopped_node():
           and all(stale[x] is (bucket_node[x % 64] == down) for x in stale),
           "conversation_list: every row still listed, head_stale for the stopped node's conversations only",
           f"{cl}")
-    met = q("SELECT name, value FROM im.metrics()")
-    check((f'im_router_node_up{{node="{down}"}}', 0.0) in met and (f'im_router_node_up{{node="{names[0]}"}}', 1.0) in met,
+    met = q("SELECT name, value, labels FROM im.metrics()")
+    check(("im_router_node_up", 0.0, {"node": down}) in met and ("im_router_node_up", 1.0, {"node": names[0]}) in met,
           "metrics: the stopped node is down, the others report")
     rec = q("SELECT check_name, node_name FROM im.reconcile()")
     check(("node_unreachable", down) in rec, "reconcile names the unreachable node", f"{rec}")

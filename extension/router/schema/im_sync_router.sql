@@ -574,8 +574,24 @@ CREATE FUNCTION im_router.on_node_self(part int) RETURNS text
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route(part); SELECT im.shard_self(); $$;
 
 CREATE FUNCTION im_router.on_node_metrics(part int)
-RETURNS TABLE(name text, value double precision, help text)
-LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route(part); SELECT m.name, m.value, m.help FROM im.metrics() m; $$;
+RETURNS TABLE(name text, value double precision, help text, type text, labels jsonb)
+LANGUAGE plproxy AS $$
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
+    SELECT m.name, m.value, m.help, m.type, m.labels FROM im.metrics() m;
+$$;
+
+-- trace_message's parts: the conversation node's answer (its accepted row
+-- and what it knows of the item) and each user node's rows of its users
+CREATE FUNCTION im_router.conversation_trace_message(message_id bigint)
+RETURNS TABLE(stage text, at timestamptz, user_id bigint, detail jsonb)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(message_id); TARGET im.trace_message; $$;
+
+CREATE FUNCTION im_router.on_node_trace_message(part int, message_id bigint, user_ids bigint[])
+RETURNS TABLE(stage text, at timestamptz, user_id bigint, detail jsonb)
+LANGUAGE plproxy AS $$
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
+    SELECT t.stage, t.at, t.user_id, t.detail FROM im.shard_trace_message(message_id, user_ids) t;
+$$;
 
 CREATE FUNCTION im_router.on_node_reconcile(part int)
 RETURNS TABLE(check_name text, severity text, conversation_id bigint, user_id bigint, detail jsonb)
@@ -1139,11 +1155,13 @@ AS $$
 $$;
 
 /*
- * metrics: every node's series, each labelled node="<name>", plus the
+ * metrics: every node's series, each with the label node="<name>" added
+ * to its labels (contract §21: name, value, help, type, labels), plus the
  * router's own: im_router_node_up{node} (0 when unreachable; its series are
- * then missing) and im_router_cluster_version.
+ * then missing) and im_router_cluster_version.  The nodes must be at 1.10.
  */
-CREATE FUNCTION im_router.metrics() RETURNS TABLE(name text, value double precision, help text)
+CREATE FUNCTION im_router.metrics()
+RETURNS TABLE(name text, value double precision, help text, type text, labels jsonb)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, im_router, pg_temp
 AS $$
@@ -1154,7 +1172,8 @@ BEGIN
     FOR n IN SELECT * FROM im_router.node_parts() LOOP
         up := 1;
         BEGIN
-            RETURN QUERY SELECT im_router.with_node_label(m.name, n.node_name), m.value, m.help
+            RETURN QUERY SELECT m.name, m.value, m.help, m.type,
+                                COALESCE(m.labels, '{}'::jsonb) || jsonb_build_object('node', n.node_name)
                            FROM im_router.on_node_metrics(n.part) m;
         EXCEPTION WHEN OTHERS THEN
             IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
@@ -1162,11 +1181,54 @@ BEGIN
             END IF;
             up := 0;
         END;
-        RETURN QUERY SELECT im_router.with_node_label('im_router_node_up', n.node_name), up,
-                            'Whether the router reached the node for this scrape'::text;
+        RETURN QUERY SELECT 'im_router_node_up'::text, up,
+                            'Whether the router reached the node for this scrape'::text, 'gauge'::text,
+                            jsonb_build_object('node', n.node_name);
     END LOOP;
     RETURN QUERY SELECT 'im_router_cluster_version'::text, im_router.cluster_version()::double precision,
-                        'Version of the node map (bumped by im_router.configure)'::text;
+                        'Version of the node map (bumped by im_router.configure)'::text, 'gauge'::text,
+                        NULL::jsonb;
+END $$;
+
+/*
+ * trace_message (contract §21): the conversation node answers P0002 for an
+ * unknown id and gives the accepted row and the item's rows (user_id
+ * NULL); every recipient's rows come from that recipient's node
+ * (message_audience, then shard_trace_message per node), each with the
+ * node in its detail and the event's trace id where the copy has none.
+ * Same order as one node's answer.
+ */
+CREATE FUNCTION im_router.trace_message(message_id bigint)
+RETURNS TABLE(stage text, at timestamptz, user_id bigint, detail jsonb)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, im_router, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    m bigint := trace_message.message_id;
+    conv_node text := (SELECT b.node_name FROM im_router.bucket b WHERE b.bucket = im_router.bucket(m));
+    conv jsonb;
+    tid text;
+    users bigint[];
+BEGIN
+    conv := (SELECT jsonb_agg(to_jsonb(t)) FROM im_router.conversation_trace_message(m) t
+              WHERE t.user_id IS NULL);
+    tid := (SELECT e->'detail'->>'trace_id' FROM jsonb_array_elements(conv) e WHERE e->>'stage' = 'accepted');
+    users := ARRAY(SELECT a.user_id FROM im_router.message_audience(m) a);
+    RETURN QUERY
+        WITH x AS (
+            SELECT c.stage, c.at, c.user_id, c.detail || jsonb_build_object('node', conv_node) AS detail
+              FROM jsonb_to_recordset(conv) AS c(stage text, at timestamptz, user_id bigint, detail jsonb)
+            UNION ALL
+            SELECT s.stage, s.at, s.user_id,
+                   s.detail || jsonb_build_object('node', g.node_name,
+                                                  'trace_id', COALESCE(s.detail->>'trace_id', tid))
+              FROM im_router.group_by_node(users) g,
+                   LATERAL im_router.on_node_trace_message(g.part, m, g.node_ids) s)
+        SELECT x.stage, x.at, x.user_id, x.detail FROM x
+         ORDER BY x.at NULLS LAST,
+                  array_position(ARRAY['accepted', 'fanout', 'hinted', 'synced', 'read', 'pushed'], x.stage),
+                  x.user_id NULLS FIRST, (x.detail->>'sync_seq')::bigint, x.detail::text;
 END $$;
 
 -- ---------------------------------------------------------------- the API
@@ -1213,6 +1275,8 @@ BEGIN
                -- §4, §8 operations
                'run_fanout', 'repair_fanout', 'gc_inbox', 'reconcile', 'metrics',
                'set_extension_owner',
+               -- §21 operators
+               'trace_message',
                -- §5, §6 devices, sync, snapshots
                'register_device', 'revoke_device', 'device_session', 'sync_changes',
                'ack_sync', 'begin_snapshot', 'fetch_snapshot', 'ack_snapshot',
