@@ -241,8 +241,10 @@ def facts(conv_node, message_id):
     return audience, out
 
 
-def metric(n, name):
-    return node[n].q1("SELECT value FROM im.metrics() WHERE name = %s", (name,))
+def metric(n, name, labels=None):
+    """The value of one series of im.metrics() (labels: a dict, None for none)."""
+    return node[n].q1("SELECT value FROM im.metrics() WHERE name = %s AND labels IS NOT DISTINCT FROM %s::jsonb",
+                      (name, None if labels is None else json.dumps(labels)))
 
 
 def sub_name(src, dst):
@@ -525,7 +527,9 @@ def drill_slot_limit():
     check(wait_for(lost, 120, step=0.2), f"slot_limit: slot {slot} lost its WAL (max_slot_wal_keep_size)")
     names = [r[0] for r in node[a].q("SELECT check_name FROM im.reconcile()")]
     check("replication_slot_lost" in names, f"slot_limit: {a}'s reconcile reports the lost slot", str(names))
-    check(metric(a, f'im_shard_slot_lost{{slot="{slot}"}}') == 1, "slot_limit: im.metrics shows the lost slot")
+    check(metric(a, "im_shard_slot_lost", {"slot": slot}) == 1, "slot_limit: im.metrics shows the lost slot")
+    check(metric(a, "im_replication_slot_retained_bytes", {"slot": slot}) == 0,
+          "slot_limit: the lost slot retains no WAL (im_replication_slot_retained_bytes)")
     check(node[a].q1("SELECT count(*) FROM im.transfer_out WHERE dest_node = %s", (b,)) >= held,
           "slot_limit: the transfers it held are still there, unacknowledged")
     check(node[a].q1("SELECT transfers_unacked FROM im.shard_pending()") >= held,
