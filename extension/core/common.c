@@ -226,20 +226,11 @@ im_arg_device_id(FunctionCallInfo fcinfo, int argno)
 	return s;
 }
 
+/* the one trace id rule of the extension, the gateway and the relay (im_sync/trace_id.h) */
 bool
 im_trace_id_valid(const char *s, int len)
 {
-	if (len < 1 || len > IM_MAX_TRACE_ID)
-		return false;
-	for (int i = 0; i < len; i++)
-	{
-		char		c = s[i];
-
-		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-			  (c >= '0' && c <= '9') || c == '_' || c == '-'))
-			return false;
-	}
-	return true;
+	return len >= 0 && im_trace_id_ok(s, (size_t) len);
 }
 
 char *

@@ -55,7 +55,8 @@ extern int32 im_arg_int32(FunctionCallInfo fcinfo, int argno, const char *name, 
  * (the value itself is never echoed: it is caller input).  Checked in C,
  * byte by byte: it runs on every send.
  */
-#define IM_MAX_TRACE_ID 64
+#include "im_sync/trace_id.h"
+#define IM_MAX_TRACE_ID IM_TRACE_ID_MAX
 extern char *im_arg_trace_id(FunctionCallInfo fcinfo, int argno);
 /* Whether s[0..len) is a trace id of that form. */
 extern bool im_trace_id_valid(const char *s, int len);

@@ -4,7 +4,7 @@
  * files offer each other (conversation/conversation.h, user/user.h,
  * push/push.h, fanout/fanout.h, shard/shard.h, ops/ops.h); core/ keeps one
  * header per job (common.h, shmem.h, shard_map.h, log_privacy.h,
- * version_check.h, im_sql.h), and include/im_sync/token_layout.h is shared
+ * version_check.h, im_sql.h), and include/im_sync/token_layout.h and trace_id.h are shared
  * with the gateway.  Which folder may include which:
  * extension/doc/architecture.md, "Layers".
  */

@@ -19,7 +19,6 @@
 #define IM_MAX_NESTING 32
 #define IM_MAX_PARAMS  8
 /* longest trace_id a frame may carry: the one form (im_sync/trace_id.h) */
-#define IM_TRACE_MAX   IM_TRACE_ID_MAX
 
 typedef enum im_op
 {
@@ -90,7 +89,7 @@ typedef struct im_request
 	 * frame is INVALID_ARGUMENT), "" when it has none; trace_param: the
 	 * index of the write's trailing trace_id parameter, -1 for reads.
 	 */
-	char		trace_id[IM_TRACE_MAX + 1];
+	char		trace_id[IM_TRACE_ID_MAX + 1];
 	int			trace_param;
 	int64_t		conversation_id;	/* the frame's, 0 when none (logs only) */
 } im_request;

@@ -12,7 +12,7 @@
 #include <openssl/rand.h>
 
 void
-im_trace_new(char out[IM_TRACE_MAX + 1])
+im_trace_new(char out[IM_TRACE_ID_MAX + 1])
 {
 	unsigned char b[16];
 	int			i,

@@ -23,11 +23,11 @@ typedef struct im_reqinfo
 	int64_t		conversation_id;	/* 0: none */
 	int64_t		msg_seq;		/* from the reply, -1: none */
 	int64_t		sync_seq;		/* from the reply, -1: none */
-	char		trace_id[IM_TRACE_MAX + 1];
+	char		trace_id[IM_TRACE_ID_MAX + 1];
 } im_reqinfo;
 
 /* A new trace id: 32 lower-case hex digits from RAND_bytes (a W3C trace-id, never all zero). */
-extern void im_trace_new(char out[IM_TRACE_MAX + 1]);
+extern void im_trace_new(char out[IM_TRACE_ID_MAX + 1]);
 
 /*
  * Starts rq for a decoded frame (req may be NULL: a frame not read, op -1):

@@ -96,7 +96,7 @@ typedef struct im_job
 	 * the reply says for the request's log line (db_reply.c): msg_seq and
 	 * sync_seq (-1: none), events in a sync page (-1: not a sync page).
 	 */
-	char		trace_id[IM_TRACE_MAX + 1];
+	char		trace_id[IM_TRACE_ID_MAX + 1];
 	int64_t		msg_seq;
 	int64_t		sync_seq;
 	long		page_events;
