@@ -5,7 +5,9 @@ Against a gateway started with --log-format json (IM_GW_LOG: its log file):
 a frame's trace_id comes back in its reply (results, pong, welcome, errors),
 a frame without one gets a W3C trace-id, a bad trace_id is INVALID_ARGUMENT
 and writes nothing, a write's trace id is stored with its event, and each
-request has one JSON log line with every field.  /metrics after that traffic
+request has one JSON log line with every field, and one trace id is followed
+from a frame to the event, a failing item's server log line (IM_SERVER_LOG)
+and im.trace_message.  /metrics after that traffic
 passes `promtool check metrics` (IM_PROMTOOL, default /usr/bin/promtool).
 Without IM_GW_LOG the log checks are skipped (the wss:// run)."""
 import asyncio
@@ -338,8 +340,59 @@ def test_metrics_families():
     assert "embedded labels" not in old
 
 
+SERVER_LOG = os.environ.get("IM_SERVER_LOG")
+
+
+async def test_trace_chain():
+    """One trace id from a client frame to every place contract §21 names:
+    the gateway's JSON line, the event, the worker's line about the item
+    when its fanout fails (a trigger refuses the recipients' inbox rows for
+    this one event), and im.trace_message's rows once it is repaired."""
+    if not (LOG and SERVER_LOG):
+        print("  (no IM_GW_LOG / IM_SERVER_LOG: skipped)")
+        return
+    tid = "chain-%d" % os.getpid()
+    a, b, conv, ca = await pair()
+    sql("CREATE OR REPLACE FUNCTION public.im_test_refuse_traced() RETURNS trigger LANGUAGE plpgsql AS $f$ "
+        "BEGIN IF (SELECT e.trace_id FROM im.event e WHERE e.event_id = NEW.source_event_id) = '%s' "
+        "THEN RAISE EXCEPTION 'refused for the trace test'; END IF; RETURN NEW; END $f$" % tid)
+    sql("CREATE TRIGGER im_test_refuse_traced BEFORE INSERT ON im.inbox "
+        "FOR EACH ROW EXECUTE FUNCTION public.im_test_refuse_traced()")
+    try:
+        r = await ca.req({"type": "send", "conversation_id": conv, "client_msg_id": "chain",
+                          "body": {"text": BODY_MARK}, "trace_id": tid})
+        assert r["type"] == "send_result" and r["trace_id"] == tid, r
+        mid = r["message_id"]
+        # the event and its outbox item keep it
+        assert sql("SELECT e.trace_id, o.trace_id FROM im.event e JOIN im.outbox o ON o.source_event_id = e.event_id "
+                   "WHERE e.event_id = %s", mid) == [(tid, tid)]
+        # the gateway's request line
+        _, by_trace = log_requests()
+        rec = by_trace[tid][0]
+        assert rec["type"] == "send" and rec["result"] == "ok" and rec["conversation_id"] == conv, rec
+        # the worker's line about the failing item names its stage and the trace id
+        wait_until("a server log line with stage=fanout trace_id=%s" % tid,
+                   lambda: ("stage=fanout trace_id=%s" % tid) in open(SERVER_LOG, errors="replace").read())
+        line = [x for x in open(SERVER_LOG, errors="replace") if "trace_id=%s" % tid in x][0]
+        assert BODY_MARK not in line, line
+    finally:
+        sql("DROP TRIGGER IF EXISTS im_test_refuse_traced ON im.inbox")
+        sql("DROP FUNCTION IF EXISTS public.im_test_refuse_traced()")
+    # repaired: the retry comes now rather than after its backoff
+    sql("UPDATE im.outbox SET next_attempt_at = now() WHERE source_event_id = %s AND state = 'pending'", mid)
+    wait_until("the repaired item fanned out",
+               lambda: sql("SELECT state FROM im.outbox WHERE source_event_id = %s", mid)[0][0] == "done")
+    rows = sql("SELECT stage, user_id, detail->>'trace_id' FROM im.trace_message(%s)", mid)
+    stages = [x[0] for x in rows]
+    assert stages[0] == "accepted" and rows[0][2] == tid, rows
+    fanned = sorted(x[1] for x in rows if x[0] == "fanout")
+    assert fanned == sorted([a, b]), rows
+    assert all(x[2] == tid for x in rows), rows
+    await ca.close()
+
+
 if __name__ == "__main__":
     sys.exit(run_tests([test_trace_ids_in_replies, test_bad_trace_id_writes_nothing,
                         test_writes_store_trace_id, test_json_log_lines, test_promtool_check_metrics,
-                        test_metrics_families],
+                        test_metrics_families, test_trace_chain],
                        label="trace"))

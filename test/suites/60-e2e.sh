@@ -65,7 +65,7 @@ logj="$IM_TMP/gateway-json.log"
     --db "host=$PGHOST port=$PGPORT user=$PGUSER dbname=im_test" >"$logj" 2>&1 &
 gwj=$!
 for _ in $(seq 50); do curl -fs "http://127.0.0.1:$portj/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
-IM_GW_URL="ws://127.0.0.1:$portj/" IM_GW_LOG="$logj" IM_GW_BIN=./gateway/im_gateway "$py" test/e2e/test_trace.py || rc=1
+IM_GW_URL="ws://127.0.0.1:$portj/" IM_GW_LOG="$logj" IM_SERVER_LOG="$IM_TMP/server.log" IM_GW_BIN=./gateway/im_gateway "$py" test/e2e/test_trace.py || rc=1
 kill -TERM "$gwj"; wait "$gwj" || { echo "json gateway exit status $? after SIGTERM"; rc=1; }
 if grep -v '^{' "$logj" | grep -q .; then echo "non-JSON lines in the JSON log:"; grep -v '^{' "$logj" | head -3; rc=1; fi
 if grep -Eq 'token=|"token"|"text"|hello bob|RAAAA|TRACE-BODY' "$logj"; then echo "JSON log leaks tokens or bodies"; rc=1; fi
