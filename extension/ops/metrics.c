@@ -287,6 +287,22 @@ emit_histogram(FunctionCallInfo fcinfo, const Stage *stage, SPIPlanPtr *plan)
 }
 
 /* Offline push (contract §13): the queue's gauges (1.4 catalog) and the relay results. */
+/* the transfer and slot gauges of a sharded node (shard/shard_metrics.c) */
+static void
+emit_shard_metrics(FunctionCallInfo fcinfo)
+{
+	static SPIPlanPtr plans[IM_SHARD_METRIC_QUERIES];
+	const char *queries[IM_SHARD_METRIC_QUERIES];
+	int			n = im_shard_metric_queries(queries);
+
+	for (int q = 0; q < n; q++)
+	{
+		im_prepare(&plans[q], queries[q], 0);
+		im_exec(plans[q], NULL, NULL, 0);
+		im_metric_rows_from_spi(fcinfo, "gauge");
+	}
+}
+
 static void
 emit_push_metrics(FunctionCallInfo fcinfo)
 {
@@ -471,7 +487,7 @@ im_metrics(PG_FUNCTION_ARGS)
 		emit_repair_metrics(fcinfo);
 
 	emit_push_metrics(fcinfo);
-	im_shard_metrics(fcinfo);	/* transfers and slots */
+	emit_shard_metrics(fcinfo);	/* transfers and slots */
 
 	for (int s = 0; s < (int) NUM_STAGES; s++)
 		emit_histogram(fcinfo, &stages[s], &stage_plans[s]);

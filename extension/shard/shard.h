@@ -160,7 +160,12 @@ extern void im_shard_reconcile_rows_from_spi(FunctionCallInfo fcinfo);
 /* the transfer checks; nothing on an unsharded node */
 extern void im_shard_reconcile(FunctionCallInfo fcinfo);
 
-/* the transfer rows of im.metrics() (shard_metrics.c); nothing unsharded */
-extern void im_shard_metrics(FunctionCallInfo fcinfo);
+/*
+ * The queries behind the transfer rows of im.metrics() (shard_metrics.c):
+ * each returns name, value, help[, type, label_key, label_value] of gauges.
+ * Fills queries and returns how many; 0 on an unsharded node.
+ */
+#define IM_SHARD_METRIC_QUERIES 2
+extern int	im_shard_metric_queries(const char *queries[IM_SHARD_METRIC_QUERIES]);
 
 #endif							/* IM_SHARD_H */

@@ -4,13 +4,14 @@
  * received / applied / pending / quarantined / duplicates, apply lag, and
  * per replication slot the WAL it retains and whether it lost WAL.  The
  * router labels every row with its node.  Nothing on an unsharded node.
+ * This file only says what to ask; ops/metrics.c runs the queries and
+ * turns their rows into im.metrics() rows (ops sits above shard).
  */
 #include "core/im_sync.h"
 #include "core/common.h"
 #include "core/shard_map.h"
 #include "core/im_sql.h"
 #include "shard/shard.h"
-#include "ops/ops.h"
 
 /* gauges (name, value, help) */
 static const char *shard_gauges_sql =
@@ -51,18 +52,12 @@ static const char *shard_slots_sql =
 "FROM pg_catalog.pg_replication_slots s WHERE s.slot_name LIKE 'im\\_%' "
 "ORDER BY 1, 6";
 
-void
-im_shard_metrics(FunctionCallInfo fcinfo)
+int
+im_shard_metric_queries(const char *queries[IM_SHARD_METRIC_QUERIES])
 {
-	static SPIPlanPtr plan;
-	static SPIPlanPtr slots_plan;
-
 	if (!im_shard_configured())
-		return;
-	im_prepare(&plan, shard_gauges_sql, 0);
-	im_exec(plan, NULL, NULL, 0);
-	im_metric_rows_from_spi(fcinfo, "gauge");
-	im_prepare(&slots_plan, shard_slots_sql, 0);
-	im_exec(slots_plan, NULL, NULL, 0);
-	im_metric_rows_from_spi(fcinfo, "gauge");
+		return 0;
+	queries[0] = shard_gauges_sql;
+	queries[1] = shard_slots_sql;
+	return IM_SHARD_METRIC_QUERIES;
 }
