@@ -354,7 +354,7 @@ async def test_trace_chain():
     tid = "chain-%d" % os.getpid()
     a, b, conv, ca = await pair()
     sql("CREATE OR REPLACE FUNCTION public.im_test_refuse_traced() RETURNS trigger LANGUAGE plpgsql AS $f$ "
-        "BEGIN IF (SELECT e.trace_id FROM im.event e WHERE e.event_id = NEW.source_event_id) = '%s' "
+        "BEGIN IF (SELECT e.trace_id FROM im.event e WHERE e.message_id = NEW.source_event_id) = '%s' "
         "THEN RAISE EXCEPTION 'refused for the trace test'; END IF; RETURN NEW; END $f$" % tid)
     sql("CREATE TRIGGER im_test_refuse_traced BEFORE INSERT ON im.inbox "
         "FOR EACH ROW EXECUTE FUNCTION public.im_test_refuse_traced()")
@@ -364,8 +364,8 @@ async def test_trace_chain():
         assert r["type"] == "send_result" and r["trace_id"] == tid, r
         mid = r["message_id"]
         # the event and its outbox item keep it
-        assert sql("SELECT e.trace_id, o.trace_id FROM im.event e JOIN im.outbox o ON o.source_event_id = e.event_id "
-                   "WHERE e.event_id = %s", mid) == [(tid, tid)]
+        assert sql("SELECT e.trace_id, o.trace_id FROM im.event e JOIN im.outbox o ON o.source_event_id = e.message_id "
+                   "WHERE e.message_id = %s", mid) == [(tid, tid)]
         # the gateway's request line
         _, by_trace = log_requests()
         rec = by_trace[tid][0]
