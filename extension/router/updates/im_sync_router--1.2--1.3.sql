@@ -1,0 +1,2 @@
+\echo Use "ALTER EXTENSION im_sync_router UPDATE TO '1.3'" to load this file. \quit
+
