@@ -69,12 +69,16 @@ for db in $dbs; do q postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABA
 
 # --- 2. the release, configured, then updated
 q im_router_up -c "CREATE EXTENSION im_sync_router VERSION '$release' CASCADE" -c "$configure" >/dev/null
-# a DBA's grant on every write the update replaces (contract §21 added trace_id)
-writes="im.send_message(bigint, bigint, text, jsonb, text, bigint), im.recall_message(bigint, bigint, text, bigint),
-  im.edit_message(bigint, bigint, text, bigint, jsonb), im.react(bigint, bigint, bigint, text, boolean, text),
-  im.pin_message(bigint, bigint, bigint, boolean, text), im.report_read(bigint, bigint, bigint),
-  im.clear_dirty(bigint, bigint, bigint, bigint), im.delete_for_me(bigint, bigint, bigint)"
-q im_router_up -c "GRANT EXECUTE ON FUNCTION $writes TO im_router_nobody"
+# a DBA's grant on each of the eight writes, in the signature the release has
+# (the trace_id update replaced them; later updates must carry grants too)
+writes="'send_message','recall_message','edit_message','react','pin_message','report_read','clear_dirty','delete_for_me'"
+each_write() {  # each_write DB GRANT|REVOKE
+  q "$1" -c "DO \$\$ DECLARE f regprocedure; BEGIN
+    FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = 'im'::regnamespace AND p.proname IN ($writes) LOOP
+      EXECUTE format('$2 EXECUTE ON FUNCTION %s ${3:-TO} im_router_nobody', f);
+    END LOOP; END \$\$"
+}
+each_write im_router_up GRANT
 # the base release stored conninfos unescaped: its map must show the flaw the update repairs
 [ "$release" != "$base_release" ] || [ "$(q im_router_up -c "SELECT count(*) FROM pg_foreign_server s, unnest(s.srvoptions) o
      WHERE s.srvname = 'im_sync' AND o LIKE '%user=%'")" -gt 0 ] \
@@ -89,8 +93,8 @@ granted=$(q im_router_up -c "SELECT string_agg(p.proname, ',' ORDER BY p.proname
      AND has_function_privilege('im_router_nobody', p.oid, 'EXECUTE')")
 [ "$granted" = "clear_dirty,delete_for_me,edit_message,pin_message,react,recall_message,report_read,send_message" ] \
   || fail "the grants on the replaced writes were not carried over (granted: '$granted')"
-q im_router_up -c "REVOKE EXECUTE ON FUNCTION $(echo "$writes" | sed 's/)/, text)/g') FROM im_router_nobody"
-echo "ok   a grant on each write the update replaces is carried over to its trace_id signature"
+each_write im_router_up REVOKE FROM
+echo "ok   a grant on each of the eight writes is carried over by the update (trace_id last)"
 
 # --- 3. fresh installs of the latest version, configured the same
 q im_router_fresh -c "CREATE EXTENSION im_sync_router CASCADE" -c "$configure" >/dev/null
