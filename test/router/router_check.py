@@ -12,7 +12,9 @@ Usage: router_check.py ROUTER_CONNINFO SHARDS_DIR
 (test/router/router_check.sh brings the installation up and down.)
 
 Every figure is read through the router's API; the nodes are touched only to
-stage faults (a stopped node, a disabled subscription, a raising function)."""
+stage faults (a stopped node, a disabled subscription, a raising function)
+and to read the trace ids that writes through the router left in their
+im.event and im.outbox rows (contract §21)."""
 import json
 import os
 import subprocess
