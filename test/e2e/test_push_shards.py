@@ -9,7 +9,10 @@ NOTIFY: the nodes' long-running fanout workers keep their own settings),
 claims through the router
 (claim_push_jobs: a total over the nodes), sends to the stub push gateway
 and completes each job through the router (complete_push_job routes by
-the job id's bucket).
+the job id's bucket).  The message is sent with a trace id (contract §21):
+each recipient's node keeps it on the push job, the router's
+claim_push_jobs hands it to the relay, and the relay's line about each
+job's delivery names it.
 
 Run by test/suites/70-shards.sh (libpq's environment names the router,
 IM_SHARDS_DIR is test/harness/shards.sh's).  Settings go to every node through
@@ -79,8 +82,9 @@ def main():
         keys[u] = "ok-shards-%d" % u
         sql("SELECT im.register_push_target(%s, 'phone', 'fcm', 'app', %s)", u, keys[u])
     conv = sql("SELECT im.create_conversation('group', %s::bigint[], %s)", [sender, r2, r3], sender)[0][0]
-    sql("SELECT * FROM im.send_message(%s, %s, 'push-shards', %s::jsonb)", sender, conv,
-        json.dumps({"text": "to the other nodes"}))
+    trace = "push-shards-%d" % base
+    sql("SELECT * FROM im.send_message(%s, %s, 'push-shards', %s::jsonb, trace_id => %s)", sender, conv,
+        json.dumps({"text": "to the other nodes"}), trace)
     # the nodes' fanout workers carry it (no run_fanout: the wait below is on the push itself)
 
     def received():
@@ -91,6 +95,15 @@ def main():
     print("ok   the stub received a push for each recipient (users on node2 and node%d)" % (3 if n >= 3 else 2))
     wait_for("both jobs completed through the router", lambda: log().count("state=delivered") >= 2)
     print("ok   both jobs completed through the router (complete_push_job routed by id)")
+    # the trace id reached the relay with each job: both jobs' delivery
+    # lines name it (the trace id is this test's own: no other job's line
+    # can; without it the lines say trace_id=- and the wait runs out)
+    def traced():
+        return [ln for ln in log().splitlines()
+                if (" trace_id=%s " % trace) in ln and "event=completed" in ln and "state=delivered" in ln]
+    wait_for("both jobs' delivery lines with the message's trace id", lambda: len(traced()) >= 2)
+    assert len({ln.split(" job=")[1].split()[0] for ln in traced()}) == 2, traced()
+    print("ok   each job claimed through the router carries the message's trace id to the relay's lines")
     return 0
 
 

@@ -12,7 +12,9 @@ Usage: router_check.py ROUTER_CONNINFO SHARDS_DIR
 (test/router/router_check.sh brings the installation up and down.)
 
 Every figure is read through the router's API; the nodes are touched only to
-stage faults (a stopped node, a disabled subscription, a raising function)."""
+stage faults (a stopped node, a disabled subscription, a raising function)
+and to read the trace ids that writes through the router left in their
+im.event and im.outbox rows (contract §21)."""
 import json
 import os
 import subprocess
@@ -256,6 +258,50 @@ def trace_message_21():
                  "SELECT * FROM im.trace_message(%s)", (64 * 10**9 + 1,))
 
 
+# -------------------------------------- trace ids through the router (§21)
+@section
+def trace_ids_through_the_router_21():
+    # send, react and report_read with a trace id through the router: each
+    # write's node keeps it with what it wrote (the conversation node's
+    # event and outbox item, the reader's node's outbox item), nothing set
+    # by hand; trace_message through the router shows it on every row
+    gt = q1("SELECT im.create_conversation('group', %s, %s)", ([a, b, c], a))
+    conv_node = bucket_node[gt % 64]
+    sent = q("SELECT * FROM im.send_message(%s, %s, 'kt1', '{\"text\":\"traced\"}', 'text', NULL, "
+             "'trace-router-send')", (a, gt))[0]
+    reacted = q("SELECT * FROM im.react(%s, %s, %s, 'y', true, 'kt2', 'trace-router-react')",
+                (b, gt, sent[0]))[0]
+    check(sent[2] is True and reacted[2] is True, "send_message and react with a trace id", f"{sent} {reacted}")
+    nc = connect(dict(nodes)[conv_node])
+    want = {sent[0]: "trace-router-send", reacted[0]: "trace-router-react"}
+    ev = dict(q("SELECT message_id, trace_id FROM im.event WHERE message_id = ANY(%s)",
+                (list(want),), conn=nc))
+    check(ev == want, "send_message, react: the conversation node's im.event rows hold the trace ids", f"{ev}")
+    ob = dict(q("SELECT source_event_id, trace_id FROM im.outbox WHERE source_event_id = ANY(%s)",
+                (list(want),), conn=nc))
+    check(ob == want, "send_message, react: the conversation node's im.outbox items hold the trace ids", f"{ob}")
+    nc.close()
+    q1("SELECT im.run_fanout()")
+    # the reader on another node than the conversation's: report_read is
+    # routed by the user, and its item is queued on the user's node
+    reader = next(u for u in (b, c) if bucket_node[u % 64] != conv_node)
+    rr = q("SELECT * FROM im.report_read(%s, %s, %s, 'trace-router-read')", (reader, gt, sent[1]))
+    check(rr and rr[0][0] == sent[1], "report_read with a trace id", f"{rr}")
+    rn = connect(dict(nodes)[bucket_node[reader % 64]])
+    rd = q("SELECT o.trace_id FROM im.outbox o JOIN im.private_event pe ON pe.private_event_id = o.source_event_id "
+           " WHERE pe.user_id = %s AND pe.conversation_id = %s AND pe.kind = 'read_cursor'", (reader, gt), conn=rn)
+    check(rd == [("trace-router-read",)], "report_read: the reader's node's im.outbox item holds the trace id",
+          f"{rd}")
+    rn.close()
+    tr = q("SELECT stage, at, user_id, detail FROM im.trace_message(%s)", (sent[0],))
+    stages = {(r[0], r[2]) for r in tr}
+    check({("accepted", None), ("fanout", a), ("fanout", b), ("fanout", c), ("read", reader)} <= stages,
+          "trace_message of the traced message: accepted, each recipient's fanout, the read", f"{sorted(stages, key=str)}")
+    check(all(r[3].get("trace_id") == "trace-router-send" for r in tr),
+          "trace_message: every row carries the trace id given to send_message",
+          f"{[(r[0], r[2], r[3].get('trace_id')) for r in tr]}")
+
+
 # ------------------------------------------------ read state and deletions
 @section
 def read_state_and_deletions():
@@ -342,15 +388,18 @@ def push_jobs_over_every_node():
         q("SELECT * FROM im.register_device(%s, 'p1')", (u,))
         check(q1("SELECT im.register_push_target(%s, 'p1', 'fcm', 'app', %s)", (u, f"tok-{u}")) is not None,
               f"register_push_target on {bucket_node[u % 64]}")
-    q("SELECT * FROM im.send_message(%s, %s, 'push-1', '{\"text\":\"ping\"}')", (a, pc))
+    q("SELECT * FROM im.send_message(%s, %s, 'push-1', '{\"text\":\"ping\"}', 'text', NULL, 'trace-router-push')",
+      (a, pc))
     q1("SELECT im.run_fanout()")
     pending = "SELECT coalesce(sum(value), 0) FROM im.metrics() WHERE name = 'im_push_pending'"
     check(wait_for(lambda: q1(pending) == len(targets), 30), "a push job queued on every user node",
           f"{q1(pending)}")
-    first = q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 2)")
+    first = q("SELECT job_id, trace_id FROM im.claim_push_jobs('relay-t', 2)")
     check(len(first) == 2, "claim_push_jobs: max_jobs is a total over the nodes", f"{len(first)}")
-    rest = q("SELECT job_id, notification FROM im.claim_push_jobs('relay-t', 100)")
+    rest = q("SELECT job_id, trace_id FROM im.claim_push_jobs('relay-t', 100)")
     jobs = [j for j, _ in first + rest]
+    check([t for _, t in first + rest] == ["trace-router-push"] * len(jobs),
+          "claim_push_jobs: every node's job carries its message's trace id", f"{first + rest}")
     check(len(jobs) == len(targets) and len(set(jobs)) == len(jobs),
           "claim_push_jobs hands out every node's jobs, none twice", f"{jobs}")
     check({bucket_node[j % 64] for j in jobs} == set(names), "push jobs come from every user node")

@@ -79,6 +79,8 @@ each_write() {  # each_write DB GRANT|REVOKE
     END LOOP; END \$\$"
 }
 each_write im_router_up GRANT
+# and a relay role's grant on claim_push_jobs (its result gained trace_id)
+q im_router_up -c "GRANT EXECUTE ON FUNCTION im.claim_push_jobs(text, int, interval) TO im_router_nobody"
 # the base release stored conninfos unescaped: its map must show the flaw the update repairs
 [ "$release" != "$base_release" ] || [ "$(q im_router_up -c "SELECT count(*) FROM pg_foreign_server s, unnest(s.srvoptions) o
      WHERE s.srvname = 'im_sync' AND o LIKE '%user=%'")" -gt 0 ] \
@@ -95,6 +97,14 @@ granted=$(q im_router_up -c "SELECT string_agg(p.proname, ',' ORDER BY p.proname
   || fail "the grants on the replaced writes were not carried over (granted: '$granted')"
 each_write im_router_up REVOKE FROM
 echo "ok   a grant on each of the eight writes is carried over by the update (trace_id last)"
+claim=$(q im_router_up -c "SELECT has_function_privilege('im_router_nobody', p.oid, 'EXECUTE') || ' ' || pg_get_function_result(p.oid)
+   FROM pg_proc p WHERE p.oid = 'im.claim_push_jobs(text, int, interval)'::regprocedure")
+case "$claim" in
+  "true TABLE(job_id bigint, push_target_id bigint, provider text, app_id text, sealed_token text, notification jsonb, trace_id text)") ;;
+  *) fail "im.claim_push_jobs after the update: '$claim' (a grant carried over, trace_id last expected)" ;;
+esac
+q im_router_up -c "REVOKE EXECUTE ON FUNCTION im.claim_push_jobs(text, int, interval) FROM im_router_nobody"
+echo "ok   a grant on im.claim_push_jobs is carried over by the update (trace_id last)"
 
 # --- 3. fresh installs of the latest version, configured the same
 q im_router_fresh -c "CREATE EXTENSION im_sync_router CASCADE" -c "$configure" >/dev/null

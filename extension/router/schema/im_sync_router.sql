@@ -641,12 +641,14 @@ LANGUAGE plproxy AS $$
       FROM im.shard_message_facts(message_id, user_ids) f;
 $$;
 
+-- the node's trace_id column last (nodes at 1.10): a relay logs each job
+-- with its message's trace id through the router too (contract §21)
 CREATE FUNCTION im_router.on_node_claim_push_jobs(part int, relay_id text, max_jobs int, lease interval)
 RETURNS TABLE(job_id bigint, push_target_id bigint, provider text, app_id text, sealed_token text,
-              notification jsonb)
+              notification jsonb, trace_id text)
 LANGUAGE plproxy AS $$
     CLUSTER 'im_sync'; RUN ON im_router.route(part);
-    SELECT j.job_id, j.push_target_id, j.provider, j.app_id, j.sealed_token, j.notification
+    SELECT j.job_id, j.push_target_id, j.provider, j.app_id, j.sealed_token, j.notification, j.trace_id
       FROM im.claim_push_jobs(relay_id, max_jobs, lease) j;
 $$;
 
@@ -792,11 +794,12 @@ END $$;
 -- earlier nodes ends the round with those jobs (and a WARNING naming the
 -- error) rather than raising: their leases are committed on their nodes,
 -- so an error here would leave them claimed by nobody until the lease ran
--- out.  With nothing claimed yet the error is raised as before.
+-- out.  With nothing claimed yet the error is raised as before.  Each job
+-- carries its message's trace id (the node's trailing column).
 CREATE FUNCTION im_router.claim_push_jobs(relay_id text, max_jobs int DEFAULT 100,
                                           lease interval DEFAULT '30 seconds')
 RETURNS TABLE(job_id bigint, push_target_id bigint, provider text, app_id text, sealed_token text,
-              notification jsonb)
+              notification jsonb, trace_id text)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, im_router, pg_temp
 AS $$
