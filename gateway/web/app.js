@@ -159,6 +159,8 @@ function sentence(m) {
 // `facts` until the next fetch.
 const facts = new Map();   // message_id -> message_status rows
 function liveTick(m, conv) {
+  // shared_log groups have no receipts (contract §20): on demand there
+  if (conv && conv.mode === 'shared_log') return null;
   if (typeof m.status === 'string' && ['sent', 'delivered', 'read'].includes(m.status)) return m.status;
   const r = m.receipt || m.receipts;
   if (r && typeof r === 'object') {
@@ -168,6 +170,7 @@ function liveTick(m, conv) {
     }
     if ('read' in r || 'delivered' in r) return r.read ? 'read' : r.delivered ? 'delivered' : 'sent';
   }
+  // the client's view: delivered / read (in a group: by at least one member)
   if ('read' in m || 'delivered' in m) return m.read ? 'read' : m.delivered ? 'delivered' : 'sent';
   if (conv && ('read_through_seq' in conv || 'delivered_through_seq' in conv)) {
     if ((conv.read_through_seq || 0) >= m.msg_seq) return 'read';
@@ -193,17 +196,24 @@ function ticks(state, detail = '') {
   return t;
 }
 
+// The list reads only what is local: a client with lazy history (contract
+// §20) loads a conversation's history when messages() is first called for
+// it, so the list asks only for conversations with all history local
+// (has_older false) or opened on this page.
+const opened = new Set();
+const localMessages = (c) => (!c.has_older || opened.has(c.conversation_id) ? client.messages(c.conversation_id) : []);
+
 // Conversation names from what the local view knows: the create event's
 // members when it is loaded.
 function conversationName(c) {
-  const create = client.messages(c.conversation_id).find((m) => m.kind === 'create');
+  const create = localMessages(c).find((m) => m.kind === 'create');
   const others = create && Array.isArray(create.body) ? create.body.filter((u) => u !== client.userId) : [];
   if (c.kind === 'direct' && others.length === 1) return whoIs(others[0]);
   if (others.length) return `group ${c.conversation_id}: you, ${listWords(others.map(whoIs))}`;
   return `${c.kind || 'conversation'} ${c.conversation_id}`;
 }
-function lastMessage(id) {
-  const msgs = client.messages(id);
+function lastMessage(c) {
+  const msgs = localMessages(c);
   for (let i = msgs.length - 1; i >= 0; i--) if (msgs[i].kind === 'message') return msgs[i];
   return null;
 }
@@ -213,7 +223,7 @@ function lastMessage(id) {
 // newest first, ties by id.
 function orderedConversations() {
   const list = client.conversations().map((c, i) => {
-    const last = lastMessage(c.conversation_id);
+    const last = lastMessage(c);
     const at = timeOf(c.last_activity_at || (last && last.created_at));
     return { c, i, last, at: at ? at.getTime() : 0, pinned: !!c.conversation_pinned };
   });
@@ -287,7 +297,9 @@ function messageItem(m, conv, byId, live) {
   if (m.edited && !gone) li.append(el('span', { class: 'edited' }, 'edited'));
   if (mine && !gone) {
     const state = live ? liveTick(m, conv) : null;
-    const t = state ? { state, detail: '' } : factsTick(m);
+    const counts = m.delivered_count != null && m.member_count != null
+      ? ` (delivered to ${m.delivered_count} of ${m.member_count}, read by ${m.read_count || 0})` : '';
+    const t = state ? { state, detail: counts } : factsTick(m);
     li.append(ticks(t.state, t.detail));
   }
   const counts = Object.entries(m.reactions || {}).filter(([, n]) => n > 0);
@@ -310,7 +322,7 @@ function messageItem(m, conv, byId, live) {
 
 let menuFor = null;      // the message whose menu is open
 let editing = null;      // the message being edited in the composer
-const older = { busy: false, done: new Set() };
+const older = { busy: false, done: new Set(), preparing: null };
 
 function render() {
   if (!client) return;
@@ -338,9 +350,11 @@ function render() {
   $('refresh-ticks').hidden = live;
   const items = [];
   const first = msgs[0];
-  if (typeof client.loadOlder === 'function' && first && first.msg_seq > 1 && !older.done.has(selected)) {
+  const hasOlder = conv && 'has_older' in conv ? conv.has_older : first && first.msg_seq > 1;
+  if (typeof client.loadOlder === 'function' && hasOlder && !older.done.has(selected)) {
     items.push(el('li', { class: 'older' }, el('button', { type: 'button', class: 'older-btn', onclick: loadOlder },
-      older.busy ? 'loading older messages...' : 'load older messages')));
+      older.busy ? 'loading older messages...' : 'load older messages'),
+    older.preparing === selected ? el('div', { class: 'notice' }, 'older history is being prepared: try again in a moment') : ''));
   }
   let day = null;
   const dated = (m) => {
@@ -380,7 +394,10 @@ function loadOlder() {
   older.busy = true;
   render();
   Promise.resolve(client.loadOlder(id)).then((r) => {
-    if (r === false || r === 0 || (r && r.has_more === false) || client.messages(id).length === before) older.done.add(id);
+    // a cold range: the client waited for history_ready and gave up (PREPARING)
+    older.preparing = r && r.status === 'PREPARING' ? id : null;
+    if (older.preparing) return;
+    if (r === false || r === 0 || (r && (r.has_more === false || r.hasOlder === false)) || client.messages(id).length === before) older.done.add(id);
   }, report).finally(() => { older.busy = false; render(); });
 }
 
@@ -399,8 +416,11 @@ function select(conversationId) {
   menuFor = null;
   shown = null;
   $('facts').hidden = true;
+  opened.add(conversationId);
   // a client with lazy history loads a conversation's last page when it is opened
-  if (client && typeof client.openConversation === 'function') Promise.resolve(client.openConversation(conversationId)).catch(report);
+  if (client && typeof client.loadOlder === 'function' && typeof client.open === 'function') {
+    Promise.resolve(client.open(conversationId)).catch(report);
+  }
   render();
 }
 
@@ -521,6 +541,7 @@ function useToken(token) {
     if (client && store === dbName(claims) && client.state !== 'wrong_account') { client.setToken(token); return; }
     await stopClient();
     selected = null;
+    opened.clear();
     $('conversation').hidden = true;
     await start(token, claims);
   }).catch(report);
