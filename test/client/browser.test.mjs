@@ -1,6 +1,7 @@
 // The web page in a real browser: Debian's chromium, headless,
 // driven by puppeteer-core; two pages as two devices.  Assertions are on the
-// DOM; screenshots go to the test's temp directory.
+// DOM; screenshots go to the test's temp directory (their paths are printed
+// at the end).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -26,7 +27,8 @@ let conv; let pa; let pb; let tokA; let tokB;
 const openConversation = (page) =>
   page.locator(`#conversations li[data-conv="${conv}"]`).setTimeout(30000).click();
 
-const online = (page) => page.waitForFunction(() => document.getElementById('status').dataset.state === 'online', { timeout: 30000, polling: 100 })
+// 'ready' is the client's caught-up state of contract §20 ('online' before it)
+const online = (page) => page.waitForFunction(() => ['ready', 'online'].includes(document.getElementById('status').dataset.state), { timeout: 30000, polling: 100 })
   .catch(async (e) => { throw new Error(`${e.message}; status: ${await page.$eval('#status', (x) => x.textContent).catch(() => '?')}`); });
 
 // A page of its own context (window) per device, so both stay visible and
@@ -78,6 +80,35 @@ async function send(page, text) {
   await page.type('#text', text);
   await page.click('#send');
 }
+// Real clicks on a message's "..." button and then on an item of its menu
+// (the list is drawn again as events arrive: locators find the node again).
+async function menuItem(page, mid, cls) {
+  const li = `#messages li[data-mid="${mid}"]`;
+  if (!await page.$(`${li} .menu`)) await page.locator(`${li} .more`).setTimeout(30000).click();
+  await page.locator(`${li} .menu .${cls}`).setTimeout(30000).click();
+}
+// The message_id of the (last) line whose body is `text`, once it is shown.
+async function midOf(page, text) {
+  let mid;
+  await waitFor(`a line "${text}"`, async () => {
+    mid = await page.$$eval('#messages li.message[data-mid]', (els, t) =>
+      (els.filter((e) => e.querySelector('.body').textContent === t).pop() || { dataset: {} }).dataset.mid, text);
+    return mid != null || 'not shown';
+  });
+  return mid;
+}
+const lineOf = (page, mid) => page.$eval(`#messages li[data-mid="${mid}"]`, (li) => ({
+  sender: li.querySelector('.sender').textContent, time: (li.querySelector('.time') || {}).textContent,
+  body: li.querySelector('.body').textContent, tick: (li.querySelector('.ticks') || { dataset: {} }).dataset.tick || null,
+  edited: !!li.querySelector('.edited'), tombstone: li.classList.contains('tombstone'),
+  reactions: [...li.querySelectorAll('.reaction')].map((r) => r.textContent),
+  reply: (li.querySelector('.reply') || { dataset: {} }).dataset.target || null,
+  buttons: [...li.querySelectorAll(':scope > button')].map((b) => b.className) }));
+const lineIs = (page, mid, pred, what) => waitFor(what, async () => {
+  const l = await lineOf(page, mid).catch((e) => e.message);
+  return (typeof l === 'object' && pred(l)) || l;
+});
+const listOrder = (page) => page.$$eval('#conversations li[data-conv]', (els) => els.map((e) => Number(e.dataset.conv)));
 
 before(async () => {
   fs.mkdirSync(shots, { recursive: true });
@@ -102,6 +133,7 @@ before(async () => {
 after(async () => {
   if (browser) await browser.close();
   await gw.stop();
+  if (fs.existsSync(shots)) for (const f of fs.readdirSync(shots).sort()) console.log(`screenshot: ${path.join(shots, f)}`);
 });
 
 test('a message sent on one page appears on the other', async () => {
@@ -145,10 +177,10 @@ test('offline switch: messages sent meanwhile arrive exactly, in order, with unr
 });
 
 test('the four facts move from accepted to read as the other side reads', async () => {
-  await pa.waitForFunction(() => document.querySelectorAll('#messages li.mine .facts-btn').length > 0, { polling: 100 });
-  // A's last own message's facts button, found again for every click: the
-  // message list is drawn anew as receipts arrive
-  const openFacts = async () => { await (await pa.$$('#messages li.mine .facts-btn')).pop().click(); return true; };
+  await pa.waitForFunction(() => document.querySelectorAll('#messages li.mine .more').length > 0, { polling: 100 });
+  // A's last own message's Status item, in its menu
+  const mid = await pa.$$eval('#messages li.mine[data-mid]', (els) => els.pop().dataset.mid);
+  const openFacts = async () => { await menuItem(pa, mid, 'facts-btn'); return true; };
   await waitFor('A opens the facts of its last message', openFacts);
   await pa.waitForSelector(`#facts-rows tr[data-user="${B}"]`);
   const facts = () => pa.$eval(`#facts-rows tr[data-user="${B}"]`, (tr) =>
@@ -285,4 +317,162 @@ test('a database another open tab uses stays; once that tab is closed, the next 
   await cleanedUp(page);
   assert.deepEqual(await databases(page), [secondStore]);
   await context.close();
+});
+
+// ---- the page as a person reads it (pa and pb are A's and B's devices)
+
+test('a line says who sent it and when, system events are sentences, labels are plain text', async () => {
+  for (const page of [pa, pb]) await openConversation(page);
+  const C = newUser();
+  sql(`SELECT im.join_conversation(${conv}, ${C})`);
+  sql(`SELECT im.leave_conversation(${conv}, ${C})`);
+  await send(pa, 'who and when');
+  const mid = await midOf(pb, 'who and when');
+  const onB = await lineOf(pb, mid);
+  assert.equal(onB.sender, `user ${A}`);
+  assert.match(onB.time, /^\d\d:\d\d$/);
+  // the local time of the server's created_at
+  const createdAt = sql(`SELECT to_json(created_at) #>> '{}' FROM im.event WHERE message_id = ${mid}`);
+  assert.equal(onB.time, await pb.evaluate((t) => {
+    const d = new Date(t);
+    return `${String(d.getHours()).padStart(2, '0')}:${String(d.getMinutes()).padStart(2, '0')}`;
+  }, createdAt));
+  assert.equal(onB.tick, null, 'no ticks on another user\'s message');
+  await lineIs(pa, mid, (l) => l.sender === 'you' && ['sent', 'delivered', 'read'].includes(l.tick), 'A\'s own line: "you" and a tick');
+  assert.ok(await pb.$$eval('#messages li.day', (els) => els.some((e) => e.textContent === 'today')), 'a date separator');
+  await waitFor('the sentences on B', async () => {
+    const control = await pb.$$eval('#messages li.control', (els) => els.map((e) => e.textContent));
+    return JSON.stringify(control) === JSON.stringify([
+      `this conversation was created with user ${A} and you`, `user ${C} joined`, `user ${C} left`]) || control;
+  });
+  // every label outside what users wrote is printable ASCII: nothing needs
+  // an emoji or symbol font (the ticks are CSS shapes)
+  for (const page of [pa, pb]) {
+    await page.locator(`#messages li[data-mid="${mid}"] .more`).click();
+    const odd = await page.evaluate(() => {
+      const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+      const out = [];
+      for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+        if (n.parentElement.closest('.body, .reply, .conv-text, .pinned-msg, #reply-to-text, #facts-of, #status')) continue;
+        if (/[^\x20-\x7e\s]/.test(n.textContent)) out.push(n.textContent);
+      }
+      return out;
+    });
+    assert.deepEqual(odd, []);
+    await page.keyboard.press('Escape');
+    await page.waitForFunction(() => !document.querySelector('#messages .menu'), { polling: 100 });
+  }
+});
+
+test('a shared_log switch reads as a sentence', async () => {
+  const c2 = Number(sql(`SELECT im.create_conversation('group', ARRAY[${A}, ${B}]::bigint[], ${A})`));
+  sql(`SELECT im.set_conversation_mode(${c2}, 'shared_log')`);
+  await pb.locator(`#conversations li[data-conv="${c2}"]`).setTimeout(30000).click();
+  await pb.waitForFunction(() => [...document.querySelectorAll('#messages li.control')]
+    .some((e) => e.textContent === 'the conversation switched to shared log mode'), { timeout: 30000, polling: 100 });
+  await openConversation(pb);
+});
+
+test('actions in a menu per message: react, pin, reply, edit, recall; reactions as counts, a tombstone', async () => {
+  await openConversation(pa);
+  await openConversation(pb);
+  // one "..." button per line, no menu open, no action buttons on the lines
+  const lines = await pa.$$eval('#messages li.message:not(.queued):not(.tombstone)', (els) => els.map((li) =>
+    [...li.querySelectorAll(':scope > button')].map((b) => b.className).filter((c) => c !== 'reply')));
+  assert.ok(lines.length > 0 && lines.every((b) => JSON.stringify(b) === '["more"]'), JSON.stringify(lines));
+  assert.equal(await pa.$$eval('#messages .menu', (els) => els.length), 0);
+
+  await send(pb, 'please react');
+  const target = await midOf(pa, 'please react');
+  await menuItem(pa, target, 'react-like');
+  for (const page of [pa, pb]) await lineIs(page, target, (l) => JSON.stringify(l.reactions) === '["like 1"]', 'like 1 under the message');
+  await menuItem(pa, target, 'pin-btn');
+  await pb.waitForFunction((t) => [...document.querySelectorAll('#pinned .pinned-msg')].some((e) => e.dataset.target === t),
+                           { timeout: 30000, polling: 100 }, target);
+  await menuItem(pa, target, 'reply-btn');
+  await pa.waitForSelector('#reply-to:not([hidden])');
+  await send(pa, 'a reply to it');
+  const reply = await midOf(pb, 'a reply to it');
+  await lineIs(pb, reply, (l) => l.reply === target, 'the reply quotes its target');
+  // names as each reader reads them: B wrote the target
+  await lineIs(pa, reply, (l) => l.reply === target, 'A shows the reply with its quote');
+  assert.equal(await pa.$eval(`#messages li[data-mid="${reply}"] .reply`, (e) => e.textContent), `reply to user ${B}: please react`);
+  assert.equal(await pb.$eval(`#messages li[data-mid="${reply}"] .reply`, (e) => e.textContent), 'reply to you: please react');
+  await pb.click(`#messages li[data-mid="${reply}"] .reply`);   // the quote is a link to the target
+  assert.equal(await pb.evaluate((t) => document.getElementById(`m-${t}`).classList.contains('flash'), target), true);
+
+  await send(pa, 'a typo mesage');
+  const typo = await midOf(pa, 'a typo mesage');
+  await menuItem(pa, typo, 'edit-btn');
+  await pa.waitForSelector('#editing:not([hidden])');
+  assert.equal(await pa.$eval('#text', (e) => e.value), 'a typo mesage');
+  await pa.$eval('#text', (e) => { e.value = ''; });
+  await send(pa, 'a typo message, fixed');
+  await lineIs(pb, typo, (l) => l.body === 'a typo message, fixed' && l.edited, 'B sees the edit, marked edited');
+
+  await send(pa, 'to be recalled');
+  const gone = await midOf(pa, 'to be recalled');
+  await menuItem(pa, gone, 'recall-btn');
+  for (const page of [pa, pb]) {
+    await lineIs(page, gone, (l) => l.tombstone && l.body === 'message recalled' && JSON.stringify(l.buttons) === '[]', 'a tombstone');
+  }
+  // B reacts too: the count is the number of users
+  await menuItem(pb, target, 'react-like');
+  for (const page of [pa, pb]) await lineIs(page, target, (l) => JSON.stringify(l.reactions) === '["like 2"]', 'like 2');
+  await shot(pa, '7-reply-reactions-tombstone-device-a');
+  await shot(pb, '8-reply-reactions-tombstone-device-b');
+});
+
+test('ticks on the sender\'s page: sent, then delivered, then read', async () => {
+  await openConversation(pa);
+  await openConversation(pb);
+  await send(pa, 'tick me');
+  const mid = await midOf(pa, 'tick me');
+  const live = (await pa.$eval('#messages', (e) => e.dataset.receipts)) === 'live';
+  console.log(`ticks: ${live ? 'live receipts (no action on the sender\'s page)' : 'on demand: "Update ticks" (message_status)'}`);
+  const tick = () => lineOf(pa, mid).then((l) => l.tick);
+  // on demand: nothing is known beyond the server having it until asked
+  if (!live) assert.equal(await tick(), 'sent');
+  const until = (want) => waitFor(`A's tick ${want}`, async () => {
+    if (!live) await pa.click('#refresh-ticks');
+    return (await tick()) === want || tick();
+  });
+  await pb.waitForFunction(() => [...document.querySelectorAll('#messages .body')].some((e) => e.textContent === 'tick me'),
+                           { timeout: 30000, polling: 100 });
+  await until('delivered');
+  await shot(pa, '9-ticks-delivered');
+  await pb.click('#mark-read');
+  await until('read');
+  await shot(pa, '10-ticks-read');
+});
+
+test('the conversation list: most recent first, unread counts; pinned on top when the client pins', async (t) => {
+  const c3 = Number(sql(`SELECT im.create_conversation('group', ARRAY[${A}, ${B}]::bigint[], ${A})`));
+  sql(`SELECT msg_seq FROM im.send_message(${B}, ${c3}, 'recent-${process.pid}', '{"text": "newest"}')`);
+  await waitFor('the new conversation first on A, one unread', async () => {
+    const order = await listOrder(pa);
+    const n = await pa.$eval(`#conversations li[data-conv="${c3}"] .unread`, (e) => e.dataset.unread).catch(() => null);
+    return (order[0] === c3 && n === '1') || [order, n];
+  });
+  await openConversation(pa);
+  await send(pa, 'back on top');
+  await waitFor('the conversation written in moves to the top', async () => {
+    const order = await listOrder(pa);
+    return (order[0] === conv && order[1] === c3) || order;
+  });
+  if (!await pa.$(`#conversations li[data-conv="${c3}"] .conv-pin-btn`)) {
+    t.skip('the client has no pinConversation yet (contract §20)');
+    return;
+  }
+  await pa.click(`#conversations li[data-conv="${c3}"] .conv-pin-btn`);
+  for (const page of [pa, pb]) {
+    await waitFor('the pinned conversation on top', async () => {
+      const order = await listOrder(page);
+      const pinned = await page.$eval(`#conversations li[data-conv="${c3}"]`, (e) => e.dataset.pinned).catch(() => null);
+      return (order[0] === c3 && pinned === 'true') || [order, pinned];
+    });
+  }
+  await shot(pa, '11-pinned-conversation');
+  await pa.click(`#conversations li[data-conv="${c3}"] .conv-pin-btn`);
+  await waitFor('unpinned', async () => (await listOrder(pa))[0] === conv || listOrder(pa));
 });

@@ -100,51 +100,40 @@ if [ -n "$SHARDS" ]; then
 else
   dbinfo="psql -h $PGHOST -p $PGPORT -U $PGUSER $DB"
 fi
-cat <<EOF
-
-im_sync is running.
-  database : $dbinfo
-  gateway  : ws://127.0.0.1:$port/   (subprotocol im-sync.v1; /healthz, /metrics)
-  log      : $IM_TMP/gateway.log
-  alerts   : Prometheus rules in $PWD/extension/monitoring/im_sync_alerts.yml: list the file
-             in rule_files and scrape http://127.0.0.1:$port/metrics (extension/monitoring/prometheus.example.yml)
-  conversation $conv between user 1 (alice) and user 2 (bob)
-$push_info
-
-Connect as alice's phone (python3-websockets' interactive client), then paste the lines:
-  /usr/bin/python3 -m websockets ws://127.0.0.1:$port/
-  {"type":"hello","token":"$t1p"}
-  {"type":"send","id":1,"conversation_id":$conv,"client_msg_id":"demo-1","body":{"text":"hello bob"}}
-
-Bob's desktop, in another terminal:
-  /usr/bin/python3 -m websockets ws://127.0.0.1:$port/
-  {"type":"hello","token":"$t2d"}
-  {"type":"sync","id":1,"sync_generation":1,"local_applied_sync_seq":0}
-  (a new device gets RESET_REQUIRED: {"type":"snapshot_begin"} first, or sync with the generation it reports)
-
-Other tokens: alice desktop $t1d
-              bob phone     $t2p
-Ctrl-C stops the gateway and the cluster${SHARDS:+s}.
-EOF
-
-# ---- the web page and the command-line client
 # A group of both users too, so the page shows a list; URLs carry each
 # device's token in the fragment (never sent to the server by the browser).
 group=$(run_psql -At -c "SELECT im.create_conversation('group', ARRAY[1, 2]::bigint[], 1)")
 web="http://127.0.0.1:$port/web/"
 frag() { printf '#token=%s' "$(printf '%s' "$1" | sed 's/+/%2B/g; s/\//%2F/g; s/=/%3D/g')"; }
+# The page first (what a person opens), then the command line and raw frames.
 cat <<EOF
 
-Web page (one browser profile or private window per device; group $group too):
+im_sync is running. Open the web page as a device (one browser profile or
+private window each; alice is user 1, bob user 2; conversations $conv and $group):
   alice phone   : $web$(frag "$t1p")
   alice desktop : $web$(frag "$t1d")
   bob phone     : $web$(frag "$t2p")
   bob desktop   : $web$(frag "$t2d")
+
 Command line (Node >= 20, after make deps):
   node gateway/cli/im_sync_cli.mjs --url ws://127.0.0.1:$port/ --token "$t2p" follow
   node gateway/cli/im_sync_cli.mjs --url ws://127.0.0.1:$port/ --token "$t1d" send $conv "hello bob"
+Raw frames (python3-websockets' interactive client; paste the lines):
+  /usr/bin/python3 -m websockets ws://127.0.0.1:$port/
+  {"type":"hello","token":"$t1p"}
+  {"type":"send","id":1,"conversation_id":$conv,"client_msg_id":"demo-1","body":{"text":"hello bob"}}
+  (a new device's sync gets RESET_REQUIRED: send {"type":"snapshot_begin"} first)
+  other tokens: alice desktop $t1d
+                bob phone     $t2p
+                bob desktop   $t2d
+
+  database : $dbinfo
+  gateway  : ws://127.0.0.1:$port/   (subprotocol im-sync.v1; /healthz, /metrics); log $IM_TMP/gateway.log
+  alerts   : rules $PWD/extension/monitoring/im_sync_alerts.yml; scrape /metrics
+             (extension/monitoring/prometheus.example.yml)
+$push_info
+Ctrl-C stops the gateway and the cluster${SHARDS:+s}.
 EOF
-# ---- end of the web page and the command-line client
 
 if [ -n "${IM_RUN_EXIT_AFTER_SETUP:-}" ]; then
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")
