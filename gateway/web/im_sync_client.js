@@ -668,7 +668,13 @@ export class ImSyncClient {
     this.offline = !!offline;
     if (this.offline) {
       clearTimeout(this.reconnectTimer);
-      if (this.ws) this.ws.close(1000);
+      // let go of the socket now: its close must not schedule a reconnect,
+      // so switching back on connects at once
+      const ws = this.ws;
+      this.ws = null;
+      clearInterval(this.pollTimer);
+      this.failPending(new ImSyncError('DISCONNECTED', 'offline'));
+      if (ws) { try { ws.close(1000); } catch { /* already closed */ } }
       this.setState('offline');
     } else if (!this.stopped) {
       this.attempt = 0;

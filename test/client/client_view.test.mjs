@@ -230,7 +230,7 @@ test('the package: tsc checks the declarations against a typed example; npm pack
   `);
   const tsc = path.join(gatewayDir, 'node_modules', 'typescript', 'bin', 'tsc');
   const tsArgs = ['--noEmit', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext', '--target', 'es2022',
-                  '--lib', 'es2022,dom', '--types', ''];
+                  '--lib', 'es2022,dom'];
   execFileSync(process.execPath, [tsc, ...tsArgs, 'example.ts'], { cwd: proj, encoding: 'utf8' });
   // the declarations do check: a wrong call is refused
   assert.throws(() => execFileSync(process.execPath, [tsc, ...tsArgs, 'bad.ts'], { cwd: proj, encoding: 'utf8', stdio: 'pipe' }),
