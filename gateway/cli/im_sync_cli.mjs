@@ -45,7 +45,7 @@ const client = new ImSyncClient({
       process.stderr.write(`im_sync: ${state}${detail ? `: ${typeof detail === 'string' ? detail : JSON.stringify(detail)}` : ''}\n`);
       process.exit(1);
     }
-    if (command === 'follow' && state !== 'online') process.stderr.write(`im_sync: ${state}\n`);
+    if (command === 'follow' && state !== 'ready') process.stderr.write(`im_sync: ${state}\n`);
   },
   onChange: () => {
     if (command !== 'follow') return;
@@ -72,6 +72,7 @@ try {
       }
       break;
     case 'messages':
+      await client.open(conv());    // a new store loads history when a conversation is opened
       for (const m of client.messages(conv())) if (m.kind === 'message') process.stdout.write(line(m) + '\n');
       break;
     case 'send': {

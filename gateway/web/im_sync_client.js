@@ -23,6 +23,9 @@
 const SUBPROTOCOL = 'im-sync.v1';
 const PAGE_LIMIT = 500;
 const FETCH_LIMIT = 500;
+const HISTORY_PAGE = 50;
+const HISTORY_TIMEOUT_MS = 30000;
+const RECENT_LIMIT = 100;
 const BACKOFF_BASE_MS = 250;
 const BACKOFF_MAX_MS = 30000;
 
@@ -30,6 +33,7 @@ const BACKOFF_MAX_MS = 30000;
 const CLOSE_STOP = {
   4001: 'needs_token',      // authentication failed: a new token is needed
   4003: 'revoked',          // the device was revoked
+  4005: 'suspended',        // the account is suspended (contract §17)
   4008: 'superseded',       // a newer connection of this device exists
 };
 // Close codes that ask for a longer back-off before the next attempt.
@@ -279,13 +283,29 @@ class View {
     this.positions = new Map(); // conversation_id → Map(msg_seq → position)
     this.byMessage = new Map(); // message_id → [conversation_id, msg_seq]
     this.dirtyKeys = new Set();
+    this.pinClock = 0;          // the highest pin_order given: a later pin ranks higher
   }
 
+  // A conversation record.  Besides the server's fields it keeps:
+  //   conversation_pinned, pin_order  the user's conversation pin and its rank
+  //                                   (higher = pinned more recently);
+  //   last_activity_at                the created_at of its last message;
+  //   delivered_through_seq, read_through_seq   direct receipts (cumulative);
+  //   msg_receipts                    group receipts, message_id → counts;
+  //   loaded_from, history_floor      every visible position >= loaded_from is
+  //                                   local; none below history_floor exists
+  //                                   (a snapshot leaves history to be loaded
+  //                                   when the conversation is opened);
+  //   server_unread, server_unread_at the server's unread count as of that
+  //                                   last_msg_seq, for history not loaded.
   conv(id) {
     let c = this.convs.get(id);
     if (!c) {
       c = { conversation_id: id, kind: null, mode: 'fanout', last_msg_seq: 0, read_msg_seq: 0,
-            dirty_target_msg_seq: 0, dirty_version: 0, dirty: false, pinned: [], head_msg_seq: 0 };
+            dirty_target_msg_seq: 0, dirty_version: 0, dirty: false, pinned: [], head_msg_seq: 0,
+            conversation_pinned: false, pin_order: 0, last_activity_at: null,
+            delivered_through_seq: 0, read_through_seq: 0, msg_receipts: {},
+            loaded_from: 1, history_floor: 1, server_unread: null, server_unread_at: 0 };
       this.convs.set(id, c);
     }
     this.dirtyKeys.add(convKey(id));
@@ -293,8 +313,18 @@ class View {
   }
 
   load(key, value) {
-    if (key.startsWith('c/')) this.convs.set(value.conversation_id, value);
-    else if (key.startsWith('p/')) this.putPosition(value, false);
+    if (key.startsWith('c/')) {
+      this.convs.set(value.conversation_id, value);
+      if ((value.pin_order || 0) > this.pinClock) this.pinClock = value.pin_order;
+    } else if (key.startsWith('p/')) this.putPosition(value, false);
+  }
+
+  // True while positions between history_floor and loaded_from are not local.
+  hasOlder(c) { return (c.loaded_from || 1) > (c.history_floor || 1); }
+
+  pinRanked(c, pinned) {
+    c.conversation_pinned = !!pinned;
+    if (c.conversation_pinned) c.pin_order = ++this.pinClock;
   }
 
   putPosition(p, mark = true) {
@@ -339,6 +369,8 @@ class View {
     if ((e.kind === 'edit' || e.kind === 'reaction') && earlyTarget && earlyTarget.recalled) { p.recalled = true; p.body = null; }
     this.putPosition(p);
     if (e.msg_seq > c.last_msg_seq) c.last_msg_seq = e.msg_seq;
+    // only a message moves a conversation in the recent order (contract §20)
+    if (e.kind === 'message' && e.created_at && laterThan(e.created_at, c.last_activity_at)) c.last_activity_at = e.created_at;
     const target = p.target_message_id != null ? this.position(p.target_message_id) : null;
     switch (e.kind) {
       case 'recall':
@@ -410,6 +442,25 @@ class View {
         if (p) { p.deleted = true; this.touch(p); this.conv(p.conversation_id); }
         return null;
       }
+      case 'conversation_pin': {
+        this.pinRanked(this.conv(e.conversation_id), e.conversation_pinned);
+        return null;
+      }
+      case 'receipt': {
+        // cumulative facts: a replayed or older receipt never takes a tick back
+        const c = this.conv(e.conversation_id);
+        if (e.message_id != null) {
+          const r = c.msg_receipts || (c.msg_receipts = {});
+          const old = r[e.message_id] || { delivered_count: 0, read_count: 0, member_count: null };
+          r[e.message_id] = { delivered_count: Math.max(old.delivered_count, e.delivered_count || 0),
+                              read_count: Math.max(old.read_count, e.read_count || 0),
+                              member_count: e.member_count ?? old.member_count };
+        } else {
+          c.delivered_through_seq = Math.max(c.delivered_through_seq || 0, e.delivered_through_seq || 0);
+          c.read_through_seq = Math.max(c.read_through_seq || 0, e.read_through_seq || 0);
+        }
+        return null;
+      }
       default:
         this.applyPosition(e, me);
         return null;
@@ -419,9 +470,19 @@ class View {
   // Unread (contract §3): in fanout mode the recount of messages from others
   // after the read cursor, not recalled, not deleted; in shared_log mode the
   // server's upper bound max(0, m - read_msg_seq).
+  // History not loaded yet (a snapshot's conversation before it is opened):
+  // the server's count as of server_unread_at plus what arrived since.
   unread(c, me) {
-    const m = this.positions.get(c.conversation_id);
-    if (!m) return 0;
+    const m = this.positions.get(c.conversation_id) || new Map();
+    if (c.server_unread != null && c.mode !== 'shared_log' && (c.loaded_from || 1) > c.read_msg_seq + 1 &&
+        this.hasOlder(c)) {
+      let n = c.server_unread;
+      for (const p of m.values()) {
+        if (p.kind === 'message' && p.sender_id !== me && !p.recalled && !p.deleted &&
+            p.msg_seq > Math.max(c.read_msg_seq, c.server_unread_at)) n++;
+      }
+      return n;
+    }
     if (c.mode === 'shared_log') {
       let top = 0;
       for (const p of m.values()) if (p.kind === 'message' && p.msg_seq > top) top = p.msg_seq;
@@ -456,6 +517,25 @@ class View {
   }
 }
 
+// PostgreSQL prints timestamptz with its offset; compare instants, not text.
+function laterThan(a, b) {
+  if (b == null) return a != null;
+  if (a == null) return false;
+  return Date.parse(a) > Date.parse(b);
+}
+const activityMs = (c) => (c.last_activity_at ? Date.parse(c.last_activity_at) : -Infinity);
+
+// The recent order of contract §20: pinned first (the most recently pinned
+// first), then the latest message first, ties by conversation id.
+function recentOrder(a, b) {
+  const pa = a.conversation_pinned ? 1 : 0; const pb = b.conversation_pinned ? 1 : 0;
+  if (pa !== pb) return pb - pa;
+  if (pa && (a.pin_order || 0) !== (b.pin_order || 0)) return (b.pin_order || 0) - (a.pin_order || 0);
+  const ta = activityMs(a); const tb = activityMs(b);
+  if (ta !== tb) return tb > ta ? 1 : -1;
+  return a.conversation_id - b.conversation_id;
+}
+
 function reactionCounts(p) {
   const counts = {};
   for (const keys of Object.values(p.reactionsByUser || {})) for (const k of keys) counts[k] = (counts[k] || 0) + 1;
@@ -465,9 +545,15 @@ function reactionCounts(p) {
 // ---------------------------------------------------------------------------
 
 export class ImSyncClient {
-  // pollMs: a sync this often while online, so a client that lost every
+  // pollMs: a sync this often while ready, so a client that lost every
   // hint still catches up (hints carry no data and may be lost).
-  constructor({ url, token, storage, WebSocket: WS, onChange, onStatus, pageLimit, pollMs = 30000, hooks } = {}) {
+  // historyPage: positions loaded when a conversation is opened and per
+  // loadOlder(); historyTimeoutMs: how long loadOlder waits for a cold range.
+  // window, document: the targets of 'online' and 'visibilitychange' (the
+  // globals in a browser; none in Node unless given).
+  constructor({ url, token, storage, WebSocket: WS, onChange, onStatus, pageLimit, pollMs = 30000, hooks,
+                historyPage = HISTORY_PAGE, historyTimeoutMs = HISTORY_TIMEOUT_MS,
+                window: win, document: doc } = {}) {
     if (!url) throw new Error('ImSyncClient: url is required');
     this.url = url;
     this.token = token;
@@ -478,6 +564,15 @@ export class ImSyncClient {
     this.onStatus = onStatus || (() => {});
     this.pageLimit = pageLimit || PAGE_LIMIT;
     this.pollMs = pollMs;
+    this.historyPage = historyPage;
+    this.historyTimeoutMs = historyTimeoutMs;
+    this.win = win !== undefined ? win : (typeof window !== 'undefined' ? window : null);
+    this.doc = doc !== undefined ? doc : (typeof document !== 'undefined' ? document : null);
+    this.onForeground = () => { if (!this.doc || this.doc.visibilityState === 'visible') this.wake('visible'); };
+    this.onNetwork = () => this.wake('online');
+    this.opening = new Map();        // conversation_id → the promise of its first history page
+    this.historyWaiters = new Set(); // loadOlder calls waiting for history_ready
+    this.noRecent = false;           // the gateway answered recent_conversations with BAD_FRAME
     this.hooks = hooks || {};        // tests: beforeAck(batch) between commit and ACK; dropHints
     this.view = new View();
     this.meta = { user_id: null, device_id: null, generation: 0, applied: 0, outbox_seq: 0 };
@@ -498,7 +593,7 @@ export class ImSyncClient {
     this.commitChain = Promise.resolve();
     this.serial = Promise.resolve();
     this.storageClosed = false;
-    this.stats = { snapshots: 0, recoveries: 0, batches: 0, events: 0, reconnects: 0, refusedHellos: 0 };
+    this.stats = { snapshots: 0, recoveries: 0, batches: 0, events: 0, reconnects: 0, refusedHellos: 0, wakeups: 0 };
   }
 
   // -- lifecycle -------------------------------------------------------------
@@ -518,13 +613,40 @@ export class ImSyncClient {
     }
     this.stopped = false;
     const ready = new Promise((resolve, reject) => { this.readyWaiter = { resolve, reject }; });
+    this.listen(true);
     this.connect();
     return ready;
   }
 
+  listen(on) {
+    const m = on ? 'addEventListener' : 'removeEventListener';
+    if (this.listening === on) return;
+    this.listening = on;
+    if (this.doc && this.doc[m]) this.doc[m]('visibilitychange', this.onForeground);
+    if (this.win && this.win[m]) this.win[m]('online', this.onNetwork);
+  }
+
+  // The page came to the foreground or the network came back (§9.1): sync
+  // now, or connect now instead of waiting out the back-off (a wait the
+  // server asked for is still kept).
+  wake(reason) {
+    if (this.stopped || this.offline) return;
+    this.stats.wakeups++;
+    if (this.ws) {
+      if (this.state === 'ready' || this.state === 'syncing') this.requestSync();
+      return;                          // connecting: the welcome syncs
+    }
+    const notBefore = (this.reconnectNotBefore || 0) - Date.now();
+    clearTimeout(this.reconnectTimer);
+    if (notBefore > 0) this.reconnectTimer = setTimeout(() => this.connect(), notBefore);
+    else this.connect();
+  }
+
   async stop() {
     this.stopped = true;
+    this.listen(false);
     clearTimeout(this.reconnectTimer);
+    for (const w of [...this.historyWaiters]) w(null);
     clearInterval(this.pollTimer);
     if (this.ws) { try { this.ws.close(1000); } catch { /* already closed */ } }
     this.ws = null;
@@ -546,7 +668,13 @@ export class ImSyncClient {
     this.offline = !!offline;
     if (this.offline) {
       clearTimeout(this.reconnectTimer);
-      if (this.ws) this.ws.close(1000);
+      // let go of the socket now: its close must not schedule a reconnect,
+      // so switching back on connects at once
+      const ws = this.ws;
+      this.ws = null;
+      clearInterval(this.pollTimer);
+      this.failPending(new ImSyncError('DISCONNECTED', 'offline'));
+      if (ws) { try { ws.close(1000); } catch { /* already closed */ } }
       this.setState('offline');
     } else if (!this.stopped) {
       this.attempt = 0;
@@ -588,6 +716,7 @@ export class ImSyncClient {
     this.failPending(new ImSyncError('DISCONNECTED', `connection closed (${code})`));
     if (CLOSE_STOP[code]) {
       this.stopped = true;
+      this.listen(false);
       const state = CLOSE_STOP[code];
       this.setState(state, reason || null);
       if (this.readyWaiter) { this.readyWaiter.reject(new ImSyncError(state.toUpperCase(), `closed with ${code}`)); this.readyWaiter = null; }
@@ -607,9 +736,10 @@ export class ImSyncClient {
     this.attempt++;
     this.stats.reconnects++;
     const cap = Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** Math.min(this.attempt, 10));
-    let wait = Math.random() * cap;
+    let wait = this.hooks.backoffMs != null ? this.hooks.backoffMs : Math.random() * cap;
     if (CLOSE_BACK_OFF.has(code)) wait = Math.max(wait, cap / 2, 1000);
     wait = Math.max(wait, atLeastMs);
+    this.reconnectNotBefore = Date.now() + atLeastMs;
     clearTimeout(this.reconnectTimer);
     this.reconnectTimer = setTimeout(() => this.connect(), wait);
   }
@@ -626,6 +756,10 @@ export class ImSyncClient {
     try { f = JSON.parse(text); } catch { return; }
     if (f.type === 'welcome') return this.onWelcome(f);
     if (f.type === 'hint') return this.onHint(f);
+    if (f.type === 'history_ready') {
+      for (const w of [...this.historyWaiters]) w(f);
+      return;
+    }
     if (f.id != null && this.pending.has(f.id)) {
       const { resolve, reject } = this.pending.get(f.id);
       this.pending.delete(f.id);
@@ -670,9 +804,10 @@ export class ImSyncClient {
       this.meta.user_id = f.user_id; this.meta.device_id = f.device_id;
       await this.commit({ puts: [['meta', { ...this.meta }]] });
     }
-    this.setState('online');
+    // syncing until the first catch-up of this connection is done, then ready
+    this.setState('syncing');
     clearInterval(this.pollTimer);
-    if (this.pollMs) this.pollTimer = setInterval(() => { if (this.state === 'online') this.requestSync(); }, this.pollMs);
+    if (this.pollMs) this.pollTimer = setInterval(() => { if (this.state === 'ready') this.requestSync(); }, this.pollMs);
     this.requestSync();
     this.flushOutbox();
   }
@@ -689,7 +824,7 @@ export class ImSyncClient {
 
   request(frame) {
     const ws = this.ws;
-    if (!ws || this.state !== 'online' && this.state !== 'syncing') {
+    if (!ws || this.state !== 'ready' && this.state !== 'syncing') {
       return Promise.reject(new ImSyncError('DISCONNECTED', 'not connected'));
     }
     const id = this.nextId++;
@@ -739,7 +874,7 @@ export class ImSyncClient {
       this.syncing = this.syncLoop().finally(() => {
         this.syncing = null;
         // a connection that came up while the old loop unwound
-        if (this.syncWanted && this.state === 'online') setTimeout(() => this.requestSync(), 0);
+        if (this.syncWanted && (this.state === 'ready' || this.state === 'syncing')) setTimeout(() => this.requestSync(), 0);
       });
     }
   }
@@ -757,12 +892,15 @@ export class ImSyncClient {
         await this.catchUp();
         await this.refreshConversations();
         await this.catchUpSharedLogs();
+        // caught up with the watermark this round saw: ready (contract §20)
+        if (this.state === 'syncing' && this.ws) this.setState('ready');
         if (this.readyWaiter) { this.readyWaiter.resolve(); this.readyWaiter = null; }
         this.emit();
       }
     } catch (e) {
       if (e.code === 'DEVICE_REVOKED') {
         this.stopped = true;
+        this.listen(false);
         if (this.ws) this.ws.close(1000);
         this.setState('revoked');
         if (this.readyWaiter) { this.readyWaiter.reject(e); this.readyWaiter = null; }
@@ -849,10 +987,14 @@ export class ImSyncClient {
     await this.commit({ clear: extra.clear || [], puts: [...(extra.puts || []), ...puts] });
   }
 
-  // RESET_REQUIRED: a snapshot replaces the local view (contract §6): the
-  // manifest's conversations, their positions up to each last_msg_seq through
-  // fetch_messages, committed with the cursor = base; then snapshot_ack.
+  // RESET_REQUIRED or a new device: a snapshot replaces the local view
+  // (contract §6): the manifest's conversations, committed with the cursor =
+  // base; then snapshot_ack.  No history is fetched here: the list shows
+  // first, and a conversation's last historyPage positions are loaded when
+  // it is opened (open(), or its first messages() call), older ones by
+  // loadOlder() (contract §20, design §11.3).
   async snapshot() {
+    if (this.state === 'ready') this.setState('syncing');
     const b = await this.call({ type: 'snapshot_begin' });
     if (b.status === 'DEVICE_REVOKED') throw new ImSyncError('DEVICE_REVOKED', 'this device was revoked');
     if (b.status !== 'READY') throw new ImSyncError('INTERNAL', `snapshot_begin: ${b.status}`);
@@ -868,15 +1010,20 @@ export class ImSyncClient {
     if (await sha256Hex(digests.join('')) !== b.manifest_digest) {
       throw new ImSyncError('INTERNAL', 'snapshot pages do not match the manifest digest');
     }
-    const me = this.meta.user_id;
     this.view.reset();
+    this.opening.clear();
     for (const it of items) {
       const c = this.view.conv(it.conversation_id);
+      const last = it.last_msg_seq || 0;
+      const joins = (it.periods || []).map((p) => p.join_seq).filter((x) => x != null);
       Object.assign(c, { kind: it.kind, mode: it.mode, read_msg_seq: it.read_msg_seq || 0,
                          dirty_target_msg_seq: it.dirty_target_msg_seq || 0,
-                         dirty_version: it.dirty_version || 0, pinned: it.pinned || [] });
-      if (it.last_msg_seq > 0) await this.fetchInto(it.conversation_id, 0, it.last_msg_seq, me);
-      c.last_msg_seq = Math.max(c.last_msg_seq, it.last_msg_seq || 0);
+                         dirty_version: it.dirty_version || 0, pinned: it.pinned || [],
+                         last_msg_seq: last, loaded_from: last + 1,
+                         history_floor: joins.length ? Math.max(1, Math.min(...joins)) : 1,
+                         server_unread: it.unread_count ?? null, server_unread_at: last,
+                         last_activity_at: it.last_activity_at ?? null });
+      this.view.pinRanked(c, it.conversation_pinned);
       if (it.periods && it.periods.length && it.periods.every((p) => p.leave_seq != null)) c.left = true;
     }
     this.meta.generation = b.sync_generation;
@@ -901,30 +1048,77 @@ export class ImSyncClient {
     }
   }
 
-  // conversation_list: kinds, modes, authoritative heads (contract §7), so a
-  // shared_log group whose hints were all lost still catches up.
+  // The conversation list: kinds, modes, authoritative heads (contract §7),
+  // so a shared_log group whose hints were all lost still catches up; from
+  // recent_conversations (contract §20: activity and conversation pins too),
+  // or from conversations on a gateway that does not know that frame.
   async refreshConversations() {
+    if (!this.noRecent) {
+      try {
+        await this.refreshRecent();
+        return;
+      } catch (e) {
+        if (!(e instanceof ImSyncError) || e.code !== 'BAD_FRAME') throw e;
+        this.noRecent = true;          // an older gateway: the id order, no pins
+      }
+    }
     let after = null;
     for (;;) {
-      const r = await this.call({ type: 'conversations', limit: 100, after_conversation_id: after });
+      const r = await this.call({ type: 'conversations', limit: RECENT_LIMIT, after_conversation_id: after });
       const rows = r.rows || [];
       for (const row of rows) {
-        const c = this.view.conv(row.conversation_id);
-        c.kind = row.kind;
-        c.mode = row.mode;
-        c.head_msg_seq = row.head_msg_seq;
-        if (row.read_msg_seq > c.read_msg_seq) c.read_msg_seq = row.read_msg_seq;
-        if (row.mode === 'shared_log' && row.dirty_target_msg_seq > c.last_msg_seq) {
-          c.dirty = true;
-          c.dirty_version = Math.max(c.dirty_version, row.dirty_version);
-          c.dirty_target_msg_seq = Math.max(c.dirty_target_msg_seq, row.dirty_target_msg_seq);
-          this.requestFetchQuiet(row.conversation_id, row.dirty_target_msg_seq);
-        }
+        this.applyListRow(row);
         after = row.conversation_id;
       }
-      if (rows.length < 100) break;
+      if (rows.length < RECENT_LIMIT) break;
     }
     await this.commitView();
+  }
+
+  // Every page of recent_conversations; a conversation that moved between
+  // pages may come twice (the first row counts) or be missed (sync brings
+  // its change anyway).  Pinned rows come first, most recently pinned first:
+  // their ranks are renumbered in that order.
+  async refreshRecent() {
+    let cursor = null;
+    const seen = new Set();
+    const pinned = [];
+    for (let pages = 0; pages < 10000; pages++) {
+      const r = await this.call({ type: 'recent_conversations', limit: RECENT_LIMIT, after_cursor: cursor });
+      const rows = r.rows || [];
+      for (const row of rows) {
+        if (seen.has(row.conversation_id)) continue;
+        seen.add(row.conversation_id);
+        const c = this.applyListRow(row);
+        if (laterThan(row.last_activity_at, c.last_activity_at)) c.last_activity_at = row.last_activity_at;
+        c.conversation_pinned = !!row.conversation_pinned;
+        if (row.left_conversation != null) c.left = !!row.left_conversation;
+        if (c.conversation_pinned) pinned.push(c);
+      }
+      const next = rows.length ? rows[rows.length - 1].next_cursor : null;
+      if (rows.length < RECENT_LIMIT || next == null || next === cursor) break;
+      cursor = next;
+    }
+    const base = this.view.pinClock;
+    pinned.forEach((c, i) => { c.pin_order = base + pinned.length - i; });
+    this.view.pinClock = base + pinned.length;
+    await this.commitView();
+  }
+
+  applyListRow(row) {
+    const c = this.view.conv(row.conversation_id);
+    c.kind = row.kind;
+    c.mode = row.mode;
+    c.head_msg_seq = row.head_msg_seq;
+    if (row.read_msg_seq > c.read_msg_seq) c.read_msg_seq = row.read_msg_seq;
+    if (row.unread_count != null) { c.server_unread = row.unread_count; c.server_unread_at = row.last_msg_seq ?? c.last_msg_seq; }
+    if (row.mode === 'shared_log' && row.dirty_target_msg_seq > c.last_msg_seq) {
+      c.dirty = true;
+      c.dirty_version = Math.max(c.dirty_version, row.dirty_version);
+      c.dirty_target_msg_seq = Math.max(c.dirty_target_msg_seq, row.dirty_target_msg_seq);
+      this.requestFetchQuiet(row.conversation_id, row.dirty_target_msg_seq);
+    }
+    return c;
   }
 
   requestFetchQuiet(conversationId, head) {
@@ -991,7 +1185,7 @@ export class ImSyncClient {
         .finally(() => {
           this.flushing = null;
           // a connection that came up while the old loop unwound
-          if (this.outbox.size && this.state === 'online') setTimeout(() => this.flushOutbox(), 0);
+          if (this.outbox.size && (this.state === 'ready' || this.state === 'syncing')) setTimeout(() => this.flushOutbox(), 0);
         });
     }
     return this.flushing;
@@ -1000,7 +1194,7 @@ export class ImSyncClient {
   // One at a time, in queue order, so a conversation sees them in the order
   // they were made.
   async flushLoop() {
-    while (this.state === 'online' || this.state === 'syncing') {
+    while (this.state === 'ready' || this.state === 'syncing') {
       const keys = [...this.outbox.keys()].sort();
       if (!keys.length) return;
       const key = keys[0];
@@ -1019,6 +1213,10 @@ export class ImSyncClient {
       if (failure) { if (w) w.reject(failure); else this.onStatus({ state: this.state, detail: `dropped ${item.type}: ${failure.message}` }); }
       else if (w) w.resolve(result);
       if (!failure && item.type !== 'read') this.requestSync();
+      if (item.type === 'pin_conversation' && result && result.conversation_pinned != null) {
+        const c = this.view.conv(item.conversation_id);
+        if (!!result.conversation_pinned !== !!c.conversation_pinned) { this.view.pinRanked(c, result.conversation_pinned); await this.commitView(); }
+      }
       if (item.type === 'read' && result) {
         const c = this.view.conv(item.conversation_id);
         if (result.read_msg_seq > c.read_msg_seq) { c.read_msg_seq = result.read_msg_seq; await this.commitView(); }
@@ -1044,6 +1242,9 @@ export class ImSyncClient {
         return { ...f, client_msg_id: item.client_msg_id, target_message_id: item.target_message_id, pinned: item.pinned };
       case 'read':
         return { ...f, read_to_seq: item.read_to_seq };
+      case 'pin_conversation':
+        // `pinned` as the pin frame names it, `pin` as the SQL function does
+        return { ...f, pinned: item.pinned, pin: item.pinned };
       default:
         throw new Error(`unknown outbox item ${item.type}`);
     }
@@ -1071,6 +1272,95 @@ export class ImSyncClient {
   pin(conversationId, messageId, pinned) {
     return this.enqueue({ type: 'pin', conversation_id: conversationId, target_message_id: messageId, pinned: !!pinned });
   }
+  // The user's conversation pin (contract §20), distinct from pin() of a
+  // message: queued like the other operations; the answer and the
+  // conversation_pin event both set conversation_pinned.
+  pinConversation(conversationId, pinned) {
+    return this.enqueue({ type: 'pin_conversation', conversation_id: conversationId, pinned: !!pinned });
+  }
+
+  // Loads the last historyPage positions of a conversation whose history is
+  // not local (a new device's snapshot); resolves at once otherwise.  The
+  // first messages(conversationId) call starts it too.
+  open(conversationId) {
+    const c = this.view.convs.get(conversationId);
+    if (!c || c.opened || !this.view.hasOlder(c)) return Promise.resolve({ status: 'OK', loaded: 0, hasOlder: !!c && this.view.hasOlder(c) });
+    let p = this.opening.get(conversationId);
+    if (!p) {
+      p = this.loadOlder(conversationId).then((r) => {
+        if (r.status === 'OK' && this.view.convs.get(conversationId) === c) { this.view.conv(conversationId).opened = true; }
+        return r;
+      }).finally(() => this.opening.delete(conversationId));
+      this.opening.set(conversationId, p);
+    }
+    return p;
+  }
+
+  // The historyPage positions before the oldest local one, through
+  // fetch_messages.  A cold range (history_status PREPARING, contract §19)
+  // is waited for until history_ready or historyTimeoutMs; then the answer is
+  // {status: 'PREPARING', restoreTaskId}.  Otherwise {status: 'OK', loaded,
+  // hasOlder}.
+  async loadOlder(conversationId) {
+    const c = this.view.convs.get(conversationId);
+    if (!c || !this.view.hasOlder(c)) return { status: 'OK', loaded: 0, hasOlder: false };
+    const upTo = c.loaded_from - 1;
+    const after = Math.max((c.history_floor || 1) - 1, upTo - this.historyPage);
+    const deadline = Date.now() + this.historyTimeoutMs;
+    for (;;) {
+      const r = await this.fetchRange(conversationId, after, upTo);
+      if (this.view.convs.get(conversationId) !== c) return { status: 'OK', loaded: 0, hasOlder: false };   // a snapshot replaced the view
+      if (r.status === 'OK') {
+        if (c.loaded_from > after + 1) c.loaded_from = after + 1;
+        this.view.conv(conversationId);
+        await this.commitView();
+        this.emit();
+        return { status: 'OK', loaded: r.loaded, hasOlder: this.view.hasOlder(c) };
+      }
+      await this.commitView();
+      const left = deadline - Date.now();
+      const ready = left > 0 ? await this.historyReady(conversationId, r.restoreTaskId, left) : null;
+      if (!ready) { this.emit(); return { status: 'PREPARING', restoreTaskId: r.restoreTaskId, loaded: r.loaded, hasOlder: true }; }
+    }
+  }
+
+  // Positions (after, upTo] applied to the view, page by page.
+  async fetchRange(conversationId, after, upTo) {
+    const me = this.meta.user_id;
+    let cursor = after; let loaded = 0;
+    for (;;) {
+      const r = await this.call({ type: 'fetch_messages', conversation_id: conversationId, after_seq: cursor,
+                                  limit: this.historyPage, up_to_seq: upTo });
+      const ids = new Set();
+      for (const m of r.messages || []) {
+        this.view.applyPosition(m, me); loaded++;
+        if (m.kind === 'message') ids.add(m.message_id);
+      }
+      // reactions, edits and recalls already local whose target arrived only
+      // now (they came first, with the newer history): applied again, in order
+      const later = [...(this.view.positions.get(conversationId) || new Map()).values()]
+        .filter((q) => q.msg_seq > upTo && ids.has(q.target_message_id) && ['reaction', 'edit', 'recall'].includes(q.kind))
+        .sort((a, b) => a.msg_seq - b.msg_seq);
+      for (const q of later) this.view.applyPosition(q, me);
+      if (r.history_status === 'PREPARING') return { status: 'PREPARING', restoreTaskId: r.restore_task_id ?? null, loaded };
+      if (!r.has_more || r.next_after_seq == null || r.next_after_seq <= cursor) return { status: 'OK', loaded };
+      cursor = r.next_after_seq;
+    }
+  }
+
+  // A history_ready frame for this conversation (or task), or null after ms.
+  historyReady(conversationId, taskId, ms) {
+    return new Promise((resolve) => {
+      const done = (f) => {
+        if (f && f.conversation_id !== conversationId && (taskId == null || f.restore_task_id !== taskId)) return;
+        clearTimeout(timer);
+        this.historyWaiters.delete(done);
+        resolve(f);
+      };
+      const timer = setTimeout(() => done(null), ms);
+      this.historyWaiters.add(done);
+    });
+  }
   // The four facts of a message this user sent, per recipient (contract §16).
   async messageStatus(messageId) {
     const r = await this.call({ type: 'message_status', message_id: messageId });
@@ -1085,22 +1375,38 @@ export class ImSyncClient {
   get userId() { return this.meta.user_id; }
   get deviceId() { return this.meta.device_id; }
 
-  // Local view: conversations by id.
+  // Local view: conversations in the recent order (contract §20): pinned
+  // first, most recently pinned first, then by last_activity_at, newest
+  // first, ties by id.  `pinned` is the conversation's pinned-message list,
+  // `conversation_pinned` the user's pin of the conversation.
   conversations() {
     const me = this.meta.user_id;
     return [...this.view.convs.values()]
-      .sort((a, b) => a.conversation_id - b.conversation_id)
+      .sort(recentOrder)
       .map((c) => ({
         conversation_id: c.conversation_id, kind: c.kind, mode: c.mode, last_msg_seq: c.last_msg_seq,
         read_msg_seq: c.read_msg_seq, unread: this.view.unread(c, me), dirty: !!c.dirty,
         pinned: [...(c.pinned || [])], left: !!c.left,
+        conversation_pinned: !!c.conversation_pinned, last_activity_at: c.last_activity_at ?? null,
+        has_older: this.view.hasOlder(c),
       }));
   }
 
   // Local view: a conversation's positions in msg_seq order, shaped like
   // fetch_messages (recalls, edits, reactions applied; deleted ones left out).
+  //
+  // The user's own messages carry the receipts (contract §20): `delivered`
+  // and `read`; in a group also `delivered_count`, `read_count` and
+  // `member_count` (delivered / read there mean: by at least one member).
+  // The first call for a conversation whose history is not local starts
+  // open(conversationId); onChange fires when its page is in.
   messages(conversationId) {
     const me = String(this.meta.user_id);
+    const c = this.view.convs.get(conversationId);
+    if (c && !c.opened && this.view.hasOlder(c) && !this.opening.has(conversationId) && this.ws &&
+        (this.state === 'ready' || this.state === 'syncing')) {
+      this.open(conversationId).catch(() => { /* the next call tries again */ });
+    }
     const m = this.view.positions.get(conversationId);
     if (!m) return [];
     return [...m.values()]
@@ -1115,6 +1421,18 @@ export class ImSyncClient {
           out.edited = !!p.edited;
           out.reactions = reactionCounts(p);
           out.my_reactions = [...((p.reactionsByUser || {})[me] || [])];
+          if (String(p.sender_id) === me && c) {
+            const rc = (c.msg_receipts || {})[p.message_id];
+            if (rc) {
+              out.delivered = rc.delivered_count > 0 || rc.read_count > 0;
+              out.read = rc.read_count > 0;
+              out.delivered_count = rc.delivered_count; out.read_count = rc.read_count; out.member_count = rc.member_count;
+            } else {
+              out.read = p.msg_seq <= (c.read_through_seq || 0);
+              out.delivered = out.read || p.msg_seq <= (c.delivered_through_seq || 0);
+              if (c.kind && c.kind !== 'direct') { out.delivered_count = 0; out.read_count = 0; out.member_count = null; }
+            }
+          }
         }
         return out;
       });

@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { sql, newUser, token, serverView, clientView, converge, waitFor, Gateway, client, prng,
+import { sql, newUser, token, serverView, clientView, converge, waitFor, Gateway, client, prng, countingWS, WS,
          FileStorage, MemoryStorage, TMP } from './harness.mjs';
 import { deviceTokenClaims } from '../../gateway/web/im_sync_client.js';
 
@@ -388,4 +388,107 @@ test('file storage: a torn last journal line (a commit that never returned) is d
   await s3.commit({ clear: ['k'], puts: [['k5', { v: 5 }]] });               // compacts
   await s3.close();
   assert.deepEqual(await new FileStorage(d).load(), [['k5', { v: 5 }]]);
+});
+
+test('states: connecting, syncing, ready only once caught up; reconnecting, offline, and back to ready', async () => {
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  for (let i = 0; i < 30; i++) serverSend(B, conv, `backlog ${i}`);
+  await waitFor('the backlog fanned out', () => (ROUTER ? sql('SELECT im.run_fanout()') !== null
+    : sql(`SELECT count(*) FROM im.outbox WHERE conversation_id = ${conv} AND state <> 'done'`) === '0'));
+  const own = new Gateway();
+  await own.start();
+  try {
+    const states = [];
+    const atReady = [];
+    const tokA = token(A, 'a');
+    const hw = Number(sql(`SELECT high_watermark FROM im.device_session(${A}, 'a', 0)`));
+    // small pages: the catch-up takes several batches, all before ready
+    const a = track(client(own, tokA, new MemoryStorage(), {
+      pageLimit: 4,
+      onStatus: (s) => { states.push(s.state); if (s.state === 'ready') atReady.push(a.meta.applied); },
+    }));
+    await a.start();
+    assert.deepEqual(states, ['connecting', 'syncing', 'ready']);
+    assert.ok(a.stats.batches >= 1);
+    assert.ok(atReady[0] >= hw, `ready at ${atReady[0]}, the watermark was ${hw}`);
+    a.setOffline(true);
+    assert.equal(a.state, 'offline');
+    a.setOffline(false);
+    await waitFor('ready after the switch', () => a.state === 'ready');
+    const mark = states.length;
+    await own.kill9();
+    await waitFor('reconnecting', () => a.state === 'reconnecting');
+    await own.start();
+    await waitFor('ready after the restart', () => a.state === 'ready');
+    const after = states.slice(mark);
+    assert.equal(after[0], 'reconnecting');
+    assert.deepEqual(after.slice(-3), ['connecting', 'syncing', 'ready']);
+    assert.deepEqual(states.slice(3, 7), ['offline', 'connecting', 'syncing', 'ready']);
+    await a.stop();
+  } finally {
+    await own.stop();
+  }
+});
+
+test('lazy history: a new device lists first, fetches at most historyPage positions of what it opens and none of the rest', async () => {
+  const A = newUser(); const B = newUser();
+  const convs = [group([A, B]), group([A, B]), group([A, B]), Number(sql(`SELECT im.direct_conversation(${A}, ${B})`))];
+  for (const c of convs) {
+    sql(`SELECT count(*) FROM generate_series(1, 120) g, LATERAL im.send_message(${B}, ${c}, 'lazy-' || ${c} || '-' || g, jsonb_build_object('text', 'h' || g))`);
+  }
+  const counts = {};
+  const a = track(client(gw, token(A, 'new'), new MemoryStorage(), { WebSocket: countingWS(WS, counts), historyPage: 50 }));
+  await a.start();
+  assert.equal(a.stats.snapshots, 1);
+  assert.deepEqual(a.conversations().map((c) => c.conversation_id).sort((x, y) => x - y), [...convs].sort((x, y) => x - y));
+  assert.equal(counts.frames.fetch_messages || 0, 0, 'nothing fetched before a conversation is opened');
+  const unread = a.conversations().find((c) => c.conversation_id === convs[0]).unread;
+  assert.equal(unread, 120);   // from the server's count, history not loaded
+  const r = await a.open(convs[0]);
+  assert.equal(r.status, 'OK');
+  assert.ok(counts.positions[convs[0]] <= 50, `opened: ${counts.positions[convs[0]]} positions fetched`);
+  const want = serverView(A, convs[0]);
+  assert.deepEqual(clientView(a, convs[0]), want.slice(-50));
+  for (const c of convs.slice(1)) assert.equal(counts.positions[c] || 0, 0, `conversation ${c} not opened, nothing fetched`);
+  // the first messages() call opens the direct conversation
+  a.messages(convs[3]);
+  await waitFor('the direct conversation loaded', () => a.messages(convs[3]).length === 50 || a.messages(convs[3]).length);
+  assert.ok(counts.positions[convs[3]] <= 50);
+  // loadOlder pages back, historyPage at a time, until the first position
+  let older;
+  do { older = await a.loadOlder(convs[0]); } while (older.hasOlder);
+  assert.deepEqual(clientView(a, convs[0]), want);
+  assert.equal(counts.positions[convs[0]], want.length);
+  assert.equal(counts.positions[convs[1]] || 0, 0);
+  assert.equal(counts.positions[convs[2]] || 0, 0);
+  await a.stop();
+});
+
+test('a document coming to the foreground syncs at once (no hint, no poll); a hidden one does not', async () => {
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const doc = new EventTarget();
+  doc.visibilityState = 'hidden';
+  const a = track(client(gw, token(A, 'a'), new MemoryStorage(), { hooks: { dropHints: true }, pollMs: 0, document: doc }));
+  await a.start();
+  await a.open(conv);
+  serverSend(B, conv, 'while in the background');
+  await waitFor('fanout done', () => (ROUTER ? sql('SELECT im.run_fanout()') !== null
+    : sql(`SELECT count(*) FROM im.outbox WHERE conversation_id = ${conv} AND state <> 'done'`) === '0'));
+  const batches = a.stats.batches;
+  doc.dispatchEvent(new Event('visibilitychange'));          // still hidden: nothing
+  assert.equal(a.stats.wakeups, 0);
+  doc.visibilityState = 'visible';
+  doc.dispatchEvent(new Event('visibilitychange'));
+  await converge(a, A, conv);
+  assert.ok(a.stats.batches > batches);
+  assert.equal(a.stats.wakeups, 1);
+});
+
+test('the web mount serves the page, not the package files beside it', async () => {
+  for (const f of ['package.json', 'im_sync_client.d.ts', '../client/package.json', '../package.json']) {
+    assert.equal((await fetch(`${gw.httpUrl}web/${f}`)).status, 404, f);
+  }
+  assert.equal((await fetch(`${gw.httpUrl}web/im_sync_client.js`)).status, 200);
 });

@@ -20,6 +20,7 @@ if (mode === 'hang-before-ack') {
   ready = true;
   process.stdout.write('READY\n');
 } else {
+  await c.open(Number(conv));       // a first start loads history when opened
   const view = { applied: c.meta.applied, messages: c.messages(Number(conv)).map(normalize) };
   await c.stop();
   process.stdout.write(JSON.stringify(view) + '\n');

@@ -12,4 +12,4 @@ cleanup() { im_psql -d im_test -c "ALTER SYSTEM RESET im_sync.fanout_paused" -c 
 trap cleanup EXIT
 mkdir -p "$IM_TMP/client"
 export IM_CLIENT_TMP="$IM_TMP/client" IM_CLIENT_DB=im_test PGBIN IM_GATEWAY_BIN="$PWD/gateway/im_gateway"
-node --test --test-concurrency=1 ${IM_CLIENT_TEST_ARGS:-} test/client/client.test.mjs test/client/web_mount.test.mjs
+node --test --test-concurrency=1 ${IM_CLIENT_TEST_ARGS:-} test/client/client.test.mjs test/client/client_view.test.mjs test/client/web_mount.test.mjs
