@@ -684,6 +684,7 @@ deliver_private(FanoutBatch *b, FanoutItem *it)
 			   "         pe.conversation_id, pe.kind,"
 			   "         CASE pe.kind WHEN 'read_cursor'"
 			   "              THEN pg_catalog.jsonb_build_object('read_msg_seq', pe.read_msg_seq)"
+			   "              WHEN 'receipt' THEN pe.payload"
 			   "              ELSE pg_catalog.jsonb_build_object('message_id', pe.message_id) END AS payload,"
 			   "         o.outbox_id"
 			   "  FROM im.outbox o"

@@ -29,6 +29,7 @@
 #include "fanout/fanout.h"
 #include "shard/shard.h"
 #include "ops/ops.h"
+#include "user/user.h"
 
 #include "access/xact.h"
 #include "commands/extension.h"
@@ -176,6 +177,8 @@ worker_run_batch(MemoryContext loop_cxt)
 			elog(ERROR, "im_sync: SPI_connect failed");
 		/* inbound transfers become local outbox items first */
 		im_transfer_apply(IM_WORKER_BATCH);
+		/* queued ACKs and reads into receipts, delivered by this batch or the next */
+		(void) im_receipts_produce(IM_WORKER_BATCH);
 		n = im_fanout_batch(IM_WORKER_BATCH, hints, &batch_claim);
 		/* NOTIFY is queued now and delivered at this transaction's commit. */
 		im_send_hints(hints);
