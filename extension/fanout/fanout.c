@@ -704,16 +704,17 @@ deliver_private(FanoutBatch *b, FanoutItem *it)
 	Datum		args[1];
 	bool		nobody;
 	int64		user_id;
+	SPIPlanPtr	p;
 
 	/* a catalog without receipts has no private_event.payload */
 	if (receipts)
-		im_prepare(&plan,
-				   DELIVER_PRIVATE_SQL("              WHEN 'receipt' THEN pe.payload"),
-				   1, INT8OID);
+		p = im_prepare(&plan,
+					   DELIVER_PRIVATE_SQL("              WHEN 'receipt' THEN pe.payload"),
+					   1, INT8OID);
 	else
-		im_prepare(&plan_before_receipts, DELIVER_PRIVATE_SQL(""), 1, INT8OID);
+		p = im_prepare(&plan_before_receipts, DELIVER_PRIVATE_SQL(""), 1, INT8OID);
 	args[0] = Int64GetDatum(it->outbox_id);
-	if (im_exec(plan, args, NULL, 0) != 1)
+	if (im_exec(p, args, NULL, 0) != 1)
 		elog(ERROR, "im_sync: private delivery statement returned no row");
 	im_counter_add_at_commit(IM_COUNTER_DUPLICATE_DELIVERIES, im_get_int64(0, 3, NULL));
 	user_id = im_get_int64(0, 1, &nobody);
