@@ -2,8 +2,8 @@
 # Receipt overhead benchmark (not a test): ACK and read report calls/s on a
 # 1.10 catalog (no receipts) and a 1.11 catalog (receipts queued), same
 # cluster and library, alternating rounds (test/bench/receipts/receipts_bench.py).
-# fsync on unless --fsync-off.  Knobs: IM_BENCH_MESSAGES (6000),
-# IM_BENCH_CALLS (500), IM_BENCH_REPEAT (5).
+# fsync on unless --fsync-off.  Knobs: IM_BENCH_MESSAGES (5000),
+# IM_BENCH_CALLS (500), IM_BENCH_REPEAT (9).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/harness/cluster.sh

@@ -6,9 +6,12 @@ two paths that learn the facts, ACK (im.ack_sync) and read report
 "before" is a database whose catalog is 1.10 (the library then queues
 nothing: receipt.c's im_receipt_note returns at the catalog check), "after"
 one at 1.11 (each call that moves queues one im.receipt_source row).  In
-each: a direct conversation, IM_BENCH_MESSAGES messages to user 2's active
-device; a round is IM_BENCH_CALLS calls, each its own transaction, each
-moving the ACK (resp. the read cursor) by one position.  Rounds alternate
+each: a direct conversation with IM_BENCH_MESSAGES messages to user 2's
+active device, each ACK moving the device's ACK by one position; and one
+direct conversation per read call, each with one message, each read report
+reading its conversation to the end (as opening a conversation does: the
+unread recount has nothing above the cursor).  A round is IM_BENCH_CALLS
+calls, each its own transaction.  Rounds alternate
 before/after, IM_BENCH_REPEAT times; the figure is the median calls/s per
 side and the ratio of medians.  The fanout workers are paused: the producer
 is not on these paths (it runs in the workers' batches).
@@ -22,9 +25,9 @@ import time
 import psycopg2
 
 DSN = os.environ["IM_BENCH_DSN_BASE"]
-MESSAGES = int(os.environ.get("IM_BENCH_MESSAGES", "6000"))
+MESSAGES = int(os.environ.get("IM_BENCH_MESSAGES", "5000"))
 CALLS = int(os.environ.get("IM_BENCH_CALLS", "500"))
-REPEAT = int(os.environ.get("IM_BENCH_REPEAT", "5"))
+REPEAT = int(os.environ.get("IM_BENCH_REPEAT", "9"))
 
 
 def connect(db):
@@ -46,6 +49,15 @@ def setup(db):
     cur.execute("SELECT count(*) FROM generate_series(1, %s) i, "
                 "im.send_message(1, %s, 'b-' || i, '{\"text\": \"x\"}')", (MESSAGES, conv))
     cur.execute("COMMIT")
+    cur.execute("BEGIN")
+    cur.execute("CREATE TEMP TABLE rc AS SELECT i, im.create_conversation('direct', "
+                "ARRAY[2, 100000 + i]::bigint[], 100000 + i) AS c "
+                "FROM generate_series(1, %s) i", (CALLS * REPEAT,))
+    cur.execute("SELECT count(*) FROM rc, im.send_message(100000 + rc.i, rc.c, 'r-' || rc.i, "
+                "'{\"text\": \"x\"}')")
+    cur.execute("COMMIT")
+    cur.execute("SELECT array_agg(c ORDER BY i) FROM rc")
+    reads = cur.fetchone()[0]
     cur.execute("SELECT im.run_fanout(1000000)")
     cur.execute("SELECT sync_generation, server_acked_sync_seq FROM im.device_session(2, 'd', 0)")
     gen, acked = cur.fetchone()
@@ -55,7 +67,7 @@ def setup(db):
     cur.execute("SELECT extversion FROM pg_extension WHERE extname = 'im_sync'")
     ver = cur.fetchone()[0]
     return {"conn": c, "cur": cur, "conv": conv, "bt": bt, "hw": hw, "ack": acked,
-            "read": 0, "ver": ver}
+            "reads": reads, "read": 0, "ver": ver}
 
 
 def ack_round(s):
@@ -75,9 +87,11 @@ def read_round(s):
     cur = s["cur"]
     t = time.perf_counter()
     for _ in range(CALLS):
+        conv = s["reads"][s["read"]]
         s["read"] += 1
-        cur.execute("SELECT read_msg_seq FROM im.report_read(2, %s, %s)", (s["conv"], s["read"]))
-        cur.fetchone()
+        cur.execute("SELECT read_msg_seq FROM im.report_read(2, %s, 99)", (conv,))
+        if cur.fetchone()[0] != 2:
+            sys.exit("report_read did not move the cursor")
     return CALLS / (time.perf_counter() - t)
 
 
