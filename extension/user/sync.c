@@ -736,8 +736,12 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 	args[3] = Int64GetDatum(c->watermark);
 	if (im_exec(activate, args, NULL, 0) == 1)
 	{
+		int64		before = dev->acked_sync_seq;
+
 		dev->acked_sync_seq = im_get_int64(0, 1, NULL);
 		strlcpy(dev->state, "ACTIVE", sizeof(dev->state));
+		/* the recovery batch's ACK covers up to its watermark: receipts (receipt.c) */
+		im_receipt_note(dev->user_id, 0, before, dev->acked_sync_seq);
 	}
 	return "OK";
 }
