@@ -118,6 +118,15 @@ SELECT count(*) AS member_count,
        count(*) FILTER (WHERE any_device_synced) AS delivered_count,
        count(*) FILTER (WHERE user_read) AS read_count
 FROM im.message_facts(9303, :m1);
+-- a group switched to shared_log while its receipt waits for the interval
+-- gets none (the pending row is cleaned)
+SELECT pg_temp.sync_ack(9305, 'e1');
+-- (1: dan's message, whose first receipt goes at once; carol's waits)
+SELECT im.run_receipts() AS written_within_interval;
+SELECT im.set_conversation_mode(:g, 'shared_log');
+UPDATE im.receipt_pending SET emitted_at = emitted_at - interval '1h' WHERE user_id = 9303;
+SELECT im.run_receipts() AS written_after_switch;
+SELECT dirty FROM im.receipt_pending WHERE user_id = 9303 AND conversation_id = :g;
 SET im_sync.receipt_interval = 0;
 
 -- ---- shared_log group: no receipts at all

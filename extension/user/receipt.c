@@ -220,6 +220,7 @@ typedef struct DueRow
 	int64		user_id;
 	int64		conversation_id;
 	bool		direct;
+	bool		fanout;			/* mode now: a group switched to shared_log gets none */
 	bool		has_range;
 	int64		from;
 	int64		to;
@@ -241,7 +242,7 @@ emit_due(int max_rows)
 	int64		written = 0;
 
 	im_prepare(&plan,
-			   "SELECT rp.user_id, rp.conversation_id, c.kind" EQ "'direct',"
+			   "SELECT rp.user_id, rp.conversation_id, c.kind" EQ "'direct', c.mode" EQ "'fanout',"
 			   "  rp.dirty_from_msg_seq, rp.dirty_to_msg_seq,"
 			   "  pg_catalog.jsonb_build_object('delivered_through_seq', rp.delivered_through_seq,"
 			   "    'read_through_seq', CASE WHEN EXISTS (SELECT 1 FROM im.membership_period p"
@@ -266,10 +267,11 @@ emit_due(int max_rows)
 		rows[i].user_id = im_get_int64(i, 1, NULL);
 		rows[i].conversation_id = im_get_int64(i, 2, NULL);
 		rows[i].direct = im_get_bool(i, 3, NULL);
-		rows[i].from = im_get_int64(i, 4, &isnull);
+		rows[i].fanout = im_get_bool(i, 4, NULL);
+		rows[i].from = im_get_int64(i, 5, &isnull);
 		rows[i].has_range = !isnull;
-		rows[i].to = im_get_int64(i, 5, NULL);
-		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 6, &isnull);
+		rows[i].to = im_get_int64(i, 6, NULL);
+		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 7, &isnull);
 		rows[i].payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
 	}
 	for (int i = 0; i < n; i++)
@@ -288,7 +290,7 @@ emit_due(int max_rows)
 			write_receipt(r->user_id, r->conversation_id, r->payload);
 			written++;
 		}
-		else if (r->has_range)
+		else if (r->has_range && r->fanout)
 			written += emit_group(r->user_id, r->conversation_id, r->from, r->to);
 
 		im_prepare(&clean_plan,
