@@ -1091,7 +1091,8 @@ class Model:
 
     def check_receipts(self):
         """Each device's newest receipt against the facts (contract §20, §7):
-        a group message's counts are message_facts' rows counted; a direct
+        a group message's counts are message_facts' rows counted (while the
+        group is in fanout mode); a direct
         conversation's read_through_seq is the other member's cursor and its
         delivered_through_seq lies between what the other member's devices'
         ACKs still cover and that member's last position."""
@@ -1099,6 +1100,11 @@ class Model:
             for (c, mid), ev in sorted(d.store.receipts.items()):
                 self.count('final.receipts')
                 if mid:
+                    # none in shared_log mode (contract §20): a group that
+                    # switched keeps the receipts it had, frozen
+                    if self.q1("SELECT mode FROM im.conversation WHERE conversation_id = %s", (c,))['mode'] != 'fanout':
+                        self.count('final.receipts_shared_log')
+                        continue
                     f = self.q1("SELECT count(*) AS members, "
                                 "count(*) FILTER (WHERE any_device_synced) AS delivered, "
                                 "count(*) FILTER (WHERE user_read) AS read "
