@@ -40,6 +40,7 @@ INSERT INTO user_arg VALUES
  ('delete_for_me',       'user_id',   $$SELECT im.delete_for_me(%1$s, :c, 1)$$),
  ('react',               'user_id',   $$SELECT * FROM im.react(%1$s, :c, :m, 'x', true, 'uid-r')$$),
  ('pin_message',         'user_id',   $$SELECT * FROM im.pin_message(%1$s, :c, :m, true, 'uid-p')$$),
+ ('set_read_receipts',   'user_id',   $$SELECT * FROM im.set_read_receipts(%1$s, false)$$),
  ('register_push_target', 'user_id',  $$SELECT im.register_push_target(%1$s, 'phone', 'fcm', 'app', 'tok')$$),
  ('remove_push_target',  'user_id',   $$SELECT im.remove_push_target(%1$s, 'phone')$$),
  ('set_notify',          'user_id',   $$SELECT im.set_notify(%1$s, :c, preview => 'none')$$),

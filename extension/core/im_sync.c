@@ -40,6 +40,7 @@ int			im_maintenance_interval_s = 300;
 char	   *im_push_public_key_file = NULL;
 int			im_push_delay_ms = 3000;
 int			im_push_min_interval_ms = 10000;
+int			im_receipt_interval_ms = 2000;
 int			im_push_max_age_s = 3600;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -180,6 +181,11 @@ define_settings(void)
 							"A push job still failing after this is dropped as expired.",
 							NULL, &im_push_max_age_s, 3600, 1, INT_MAX,
 							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	/* receipts (contract §20) */
+	DefineCustomIntVariable("im_sync.receipt_interval",
+							"At most one receipt per message of a fanout group per this interval (0: each producer round).",
+							NULL, &im_receipt_interval_ms, 2000, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("im_sync");
 }
 

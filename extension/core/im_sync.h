@@ -42,6 +42,7 @@ extern int	im_maintenance_interval_s;
 extern char *im_push_public_key_file;
 extern int	im_push_delay_ms;
 extern int	im_push_min_interval_ms;
+extern int	im_receipt_interval_ms;
 extern int	im_push_max_age_s;
 
 #endif							/* IM_SYNC_H */

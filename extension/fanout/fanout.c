@@ -663,8 +663,33 @@ deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
 	}
 }
 
+/* deliver_private's statement; receipt_case: the receipt's WHEN (empty before the catalog had receipts) */
+#define DELIVER_PRIVATE_SQL(receipt_case) \
+	"WITH src AS (" \
+	"  SELECT pe.user_id, h.high_watermark" PLUS "1 AS sync_seq, pe.private_event_id," \
+	"         pe.conversation_id, pe.kind," \
+	"         CASE pe.kind WHEN 'read_cursor'" \
+	"              THEN pg_catalog.jsonb_build_object('read_msg_seq', pe.read_msg_seq)" \
+	receipt_case \
+	"              ELSE pg_catalog.jsonb_build_object('message_id', pe.message_id) END AS payload," \
+	"         o.outbox_id" \
+	"  FROM im.outbox o" \
+	"  JOIN im.private_event pe ON pe.private_event_id" EQ "o.source_event_id" \
+	"  JOIN im.user_head h ON h.user_id" EQ "pe.user_id" \
+	"  WHERE o.outbox_id" EQ "$1)," \
+	" ins AS (" \
+	"  INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope," \
+	"                        conversation_id, msg_seq, kind, payload, outbox_id)" \
+	"  SELECT user_id, sync_seq, private_event_id, 0, conversation_id, NULL, kind, payload, outbox_id" \
+	"  FROM src" \
+	IM_INBOX_APPEND_TAIL_SQL \
+	/* one row: the user delivered to (NULL: none) and the duplicates */ \
+	"SELECT ins.user_id, (SELECT pg_catalog.count(*) FROM hd)," \
+	"       (SELECT pg_catalog.count(*) FROM src)" MINUS "(SELECT pg_catalog.count(*) FROM ins)" \
+	"FROM (SELECT 1) one LEFT JOIN ins ON true"
+
 /*
- * A private event (read_cursor, delete_for_me) into its user's log, scope 0.
+ * A private event (read_cursor, delete_for_me, receipt) into its user's log, scope 0.
  * The user's conversation state was already changed by the recording
  * transaction; only the log and the head move here.  An event the log
  * already holds (the item queued again) is a duplicate delivery: not
@@ -674,35 +699,22 @@ static void
 deliver_private(FanoutBatch *b, FanoutItem *it)
 {
 	static SPIPlanPtr plan;
+	static SPIPlanPtr plan_before_receipts;
+	bool		receipts = im_catalog_at_least(1, 11);
 	Datum		args[1];
 	bool		nobody;
 	int64		user_id;
+	SPIPlanPtr	p;
 
-	im_prepare(&plan,
-			   "WITH src AS ("
-			   "  SELECT pe.user_id, h.high_watermark" PLUS "1 AS sync_seq, pe.private_event_id,"
-			   "         pe.conversation_id, pe.kind,"
-			   "         CASE pe.kind WHEN 'read_cursor'"
-			   "              THEN pg_catalog.jsonb_build_object('read_msg_seq', pe.read_msg_seq)"
-			   "              ELSE pg_catalog.jsonb_build_object('message_id', pe.message_id) END AS payload,"
-			   "         o.outbox_id"
-			   "  FROM im.outbox o"
-			   "  JOIN im.private_event pe ON pe.private_event_id" EQ "o.source_event_id"
-			   "  JOIN im.user_head h ON h.user_id" EQ "pe.user_id"
-			   "  WHERE o.outbox_id" EQ "$1),"
-			   " ins AS ("
-			   "  INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope,"
-			   "                        conversation_id, msg_seq, kind, payload, outbox_id)"
-			   "  SELECT user_id, sync_seq, private_event_id, 0, conversation_id, NULL, kind, payload, outbox_id"
-			   "  FROM src"
-			   IM_INBOX_APPEND_TAIL_SQL
-			   /* one row: the user delivered to (NULL: none) and the duplicates */
-			   "SELECT ins.user_id, (SELECT pg_catalog.count(*) FROM hd),"
-			   "       (SELECT pg_catalog.count(*) FROM src)" MINUS "(SELECT pg_catalog.count(*) FROM ins)"
-			   "FROM (SELECT 1) one LEFT JOIN ins ON true",
-			   1, INT8OID);
+	/* a catalog without receipts has no private_event.payload */
+	if (receipts)
+		p = im_prepare(&plan,
+					   DELIVER_PRIVATE_SQL("              WHEN 'receipt' THEN pe.payload"),
+					   1, INT8OID);
+	else
+		p = im_prepare(&plan_before_receipts, DELIVER_PRIVATE_SQL(""), 1, INT8OID);
 	args[0] = Int64GetDatum(it->outbox_id);
-	if (im_exec(plan, args, NULL, 0) != 1)
+	if (im_exec(p, args, NULL, 0) != 1)
 		elog(ERROR, "im_sync: private delivery statement returned no row");
 	im_counter_add_at_commit(IM_COUNTER_DUPLICATE_DELIVERIES, im_get_int64(0, 3, NULL));
 	user_id = im_get_int64(0, 1, &nobody);

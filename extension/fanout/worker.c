@@ -29,6 +29,7 @@
 #include "fanout/fanout.h"
 #include "shard/shard.h"
 #include "ops/ops.h"
+#include "user/user.h"
 
 #include "access/xact.h"
 #include "commands/extension.h"
@@ -41,6 +42,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/timeout.h"
@@ -148,6 +150,49 @@ worker_reload_if_needed(void)
 }
 
 /*
+ * The receipt producer (user/receipt.c) before the batch, in a
+ * subtransaction: a producer that fails logs a WARNING and leaves its
+ * queued rows for the next batch, and fanout goes on (receipts are never
+ * allowed to stop delivery).  Cancels and shutdowns propagate.
+ */
+static void
+worker_produce_receipts(void)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		(void) im_receipts_produce(IM_WORKER_BATCH);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+			edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
+			ReThrowError(edata);
+		ereport(WARNING,
+				(errmsg("im_sync: the receipt producer failed: %s; stage=receipts",
+						edata->message ? edata->message : "(no message)"),
+				 errdetail("Fanout goes on; the queued ACKs and reads stay queued for the next batch.")));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
+/*
  * Runs one fanout batch in its own transaction, as the extension's owner.
  * Returns the number of items processed, -1 when the extension is not (or
  * no longer) installed in this database or its owner is unfit.  Errors
@@ -176,6 +221,8 @@ worker_run_batch(MemoryContext loop_cxt)
 			elog(ERROR, "im_sync: SPI_connect failed");
 		/* inbound transfers become local outbox items first */
 		im_transfer_apply(IM_WORKER_BATCH);
+		/* queued ACKs and reads into receipts, delivered by this batch or the next */
+		worker_produce_receipts();
 		n = im_fanout_batch(IM_WORKER_BATCH, hints, &batch_claim);
 		/* NOTIFY is queued now and delivered at this transaction's commit. */
 		im_send_hints(hints);

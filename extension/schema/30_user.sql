@@ -14,14 +14,54 @@ CREATE TABLE im.private_event (
     private_event_id bigint PRIMARY KEY DEFAULT nextval('im.event_id_seq'),
     user_id          bigint NOT NULL,
     conversation_id  bigint NOT NULL REFERENCES im.conversation,
-    kind             text   NOT NULL CHECK (kind IN ('read_cursor', 'delete_for_me')),
+    kind             text   NOT NULL CHECK (kind IN ('read_cursor', 'delete_for_me', 'receipt')),
     read_msg_seq     bigint,
     message_id       bigint REFERENCES im.event,
-    created_at       timestamptz NOT NULL DEFAULT now()
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    payload          jsonb              -- receipt: the event's keys (contract §20)
 );
 -- Retention (maintenance.c) collects private events oldest first.
 CREATE INDEX private_event_created_idx ON im.private_event (created_at);
 SELECT pg_catalog.pg_extension_config_dump('im.private_event', '');
+
+-- Receipts (contract §20, receipt.c).  ACK and read report each queue one
+-- row here when they move (never a row per recipient per message); the
+-- producer (the fanout workers' batches, im.run_receipts) drains it.
+-- No index: the producer takes every committed row with one DELETE.
+CREATE TABLE im.receipt_source (
+    user_id         bigint NOT NULL,   -- who ACKed or read
+    conversation_id bigint,            -- read: the conversation; ACK: NULL
+    from_seq        bigint NOT NULL,   -- ACK: sync_seq range, read: msg_seq range (from, to]
+    to_seq          bigint NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('im.receipt_source', '');
+
+-- One row per (sender, conversation) whose receipt is due: what the sender
+-- was last told (direct) or the range of its messages whose counts may
+-- have changed (fanout groups), emitted at most once per
+-- im_sync.receipt_interval (groups).  Written by the producer only.
+CREATE TABLE im.receipt_pending (
+    user_id               bigint NOT NULL,   -- the sender told
+    conversation_id       bigint NOT NULL,
+    delivered_through_seq bigint NOT NULL DEFAULT 0,
+    read_through_seq      bigint NOT NULL DEFAULT 0,
+    dirty_from_msg_seq    bigint,            -- groups: lowest msg_seq to report again
+    dirty_to_msg_seq      bigint,
+    dirty                 boolean NOT NULL DEFAULT false,
+    emitted_at            timestamptz,
+    PRIMARY KEY (user_id, conversation_id)
+);
+-- The producer's due rows.
+CREATE INDEX receipt_pending_dirty_idx ON im.receipt_pending (user_id, conversation_id) WHERE dirty;
+SELECT pg_catalog.pg_extension_config_dump('im.receipt_pending', '');
+
+-- The users who turned read receipts off (absent: on).
+CREATE TABLE im.receipt_setting (
+    user_id        bigint PRIMARY KEY,
+    read_receipts  boolean NOT NULL
+);
+SELECT pg_catalog.pg_extension_config_dump('im.receipt_setting', '');
 
 -- Per-user sync head: the committed high watermark of the user's log.
 -- gc_floor: every sync_seq <= gc_floor has been collected; the log holds
@@ -265,6 +305,13 @@ AS 'MODULE_PATHNAME', 'im_message_status' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 -- The four facts of a message for its sender, one row per recipient user,
 -- without device ids (contract §16); the message_status frame calls it.
+CREATE FUNCTION im.set_read_receipts(user_id bigint, enabled boolean, trace_id text DEFAULT NULL)
+RETURNS TABLE(read_receipts boolean)
+AS 'MODULE_PATHNAME', 'im_set_read_receipts' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+CREATE FUNCTION im.run_receipts(max_rows int DEFAULT 10000)
+RETURNS bigint AS 'MODULE_PATHNAME', 'im_run_receipts' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 CREATE FUNCTION im.message_facts(sender_id bigint, message_id bigint)
 RETURNS TABLE(user_id bigint, accepted boolean, in_sync_scope boolean,
               any_device_synced boolean, user_read boolean)
@@ -301,6 +348,12 @@ COMMENT ON FUNCTION im.conversation_list(bigint, integer, bigint) IS 'The user''
 COMMENT ON FUNCTION im.delete_for_me(bigint, bigint, bigint, text) IS 'Deletes a message for the calling user only (contract §7)';
 COMMENT ON FUNCTION im.message_status(bigint) IS 'Per user and device: accepted, in sync scope, synced, read for one message (contract §7)';
 COMMENT ON FUNCTION im.message_facts(bigint, bigint) IS 'For the sender of a message: per recipient user accepted, in sync scope, synced on any device, read (contract §16)';
+COMMENT ON FUNCTION im.set_read_receipts(bigint, boolean, text) IS 'Turns the user''s read receipts on or off; off, others learn no read state of the user (contract §20)';
+COMMENT ON FUNCTION im.run_receipts(integer) IS 'Turns queued ACKs and read reports into receipt private events now, as the fanout workers do (contract §20)';
+COMMENT ON TABLE im.receipt_source IS 'ACKs and read reports not yet turned into receipts, one row per call that moved (contract §20)';
+COMMENT ON TABLE im.receipt_pending IS 'Per sender and conversation: the receipt state last emitted and what is due (contract §20)';
+COMMENT ON TABLE im.receipt_setting IS 'Users who turned read receipts off (contract §20)';
+COMMENT ON COLUMN im.private_event.payload IS 'A receipt''s keys besides conversation_id (contract §20), NULL for other kinds';
 COMMENT ON FUNCTION im.issue_device_token(bigint, text, interval) IS 'Issues a signed device token bound to the device''s registration (contract §8, §12)';
 COMMENT ON FUNCTION im.authenticate(text) IS 'Verifies a device token and returns its user, device and connection epoch (contract §8, §12)';
 COMMENT ON FUNCTION im.rotate_token_key() IS 'Adds a new signing key; older keys still verify (contract §8)';

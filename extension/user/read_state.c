@@ -174,6 +174,8 @@ im_report_read(PG_FUNCTION_ARGS)
 
 		if (wanted > read_msg_seq)
 		{
+			/* the cursor moves: one queued row for the receipts (receipt.c) */
+			im_receipt_note(user_id, conversation_id, read_msg_seq, wanted);
 			read_msg_seq = wanted;
 			/*
 			 * Recount with the new cursor rather than zeroing: a message
@@ -807,4 +809,37 @@ im_clear_dirty(PG_FUNCTION_ARGS)
 	SPI_finish();
 	im_srf_row(fcinfo, values, nulls);
 	PG_RETURN_NULL();
+}
+
+/*
+ * The counts of a fanout group receipt (contract §20) for message_id of
+ * sender_id, from exactly message_facts' rows (contract §7, the four
+ * facts): member_count the rows, delivered_count those with a device that
+ * ACKed it, read_count those whose cursor covers it and who report reads
+ * (im.receipt_setting).  Called by the receipt producer (receipt.c).
+ */
+void
+im_message_fact_counts(int64 message_id, int64 sender_id, int64 *delivered,
+					   int64 *read, int64 *members)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+
+	im_prepare(&plan,
+			   MESSAGE_SCOPE_SQL
+			   "SELECT pg_catalog.count(*), "
+			   "  pg_catalog.count(*) FILTER (WHERE f.synced), "
+			   "  pg_catalog.count(*) FILTER (WHERE f.user_read AND NOT EXISTS ("
+			   "    SELECT 1 FROM im.receipt_setting rs WHERE rs.user_id" EQ "f.user_id "
+			   "    AND NOT rs.read_receipts)) "
+			   "FROM (" MESSAGE_FACTS_ROWS_SQL("WHERE s.user_id" NE "$2 ") ") "
+			   "  f(user_id, accepted, in_scope, synced, user_read)",
+			   2, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(message_id);
+	args[1] = Int64GetDatum(sender_id);
+	if (im_exec(plan, args, NULL, 0) != 1)
+		elog(ERROR, "im_sync: the receipt counts returned no row");
+	*members = im_get_int64(0, 1, NULL);
+	*delivered = im_get_int64(0, 2, NULL);
+	*read = im_get_int64(0, 3, NULL);
 }

@@ -547,6 +547,8 @@ IM_SENSITIVE_FUNCTION(im_ack_snapshot)
 		if (im_exec(install_plan, args, NULL, 0) != 1)
 			elog(ERROR, "im_sync: device row vanished while locked");
 		acked = im_get_int64(0, 1, NULL);
+		/* the device now holds everything up to the watermark: receipts (receipt.c) */
+		im_receipt_note(user_id, 0, 0, acked);
 
 		im_prepare(&mark_plan,
 				   "UPDATE im.snapshot SET state = 'INSTALLED', installed_at = pg_catalog.now() "

@@ -194,7 +194,7 @@ typedef struct PageSeen
 } PageSeen;
 
 #define PRIVATE_KINDS_SQL \
-	"('{read_cursor,delete_for_me,conversation_dirty}'::pg_catalog.text[])"
+	"('{read_cursor,delete_for_me,conversation_dirty,receipt}'::pg_catalog.text[])"
 
 static Datum
 page_col(uint64 row, int col, bool *isnull)
@@ -736,8 +736,12 @@ ack_recovery(const ImTokenClaims *c, ImDevice *dev, int64 ack_seq)
 	args[3] = Int64GetDatum(c->watermark);
 	if (im_exec(activate, args, NULL, 0) == 1)
 	{
+		int64		before = dev->acked_sync_seq;
+
 		dev->acked_sync_seq = im_get_int64(0, 1, NULL);
 		strlcpy(dev->state, "ACTIVE", sizeof(dev->state));
+		/* the recovery batch's ACK covers up to its watermark: receipts (receipt.c) */
+		im_receipt_note(dev->user_id, 0, before, dev->acked_sync_seq);
 	}
 	return "OK";
 }
@@ -797,7 +801,13 @@ IM_SENSITIVE_FUNCTION(im_ack_sync)
 		args[2] = Int32GetDatum(c.sync_generation);
 		args[3] = Int64GetDatum(ack_seq);
 		if (im_exec(cas, args, NULL, 0) == 1)
+		{
+			int64		before = dev.acked_sync_seq;
+
 			dev.acked_sync_seq = im_get_int64(0, 1, NULL);
+			/* the ACK moved: one queued row for the receipts (receipt.c) */
+			im_receipt_note(user_id, 0, before, dev.acked_sync_seq);
+		}
 		status = "OK";
 	}
 	if (strcmp(status, "DEVICE_REVOKED") != 0)

@@ -253,4 +253,17 @@ extern void im_event_page_add_jsonb(ImEventPage *page, Jsonb *element,
 /* The page as a jsonb array, in CurrentMemoryContext. */
 extern Jsonb *im_event_page_finish(ImEventPage *page);
 
+/*
+ * Receipts (receipt.c, contract §20).  im_receipt_note queues one ACK
+ * (conversation_id 0, a sync_seq range) or read report (a msg_seq range)
+ * that moved, in the caller's transaction; im_receipts_produce turns
+ * queued rows into receipt private events (the fanout workers, and
+ * im.run_receipts) and returns how many it wrote.
+ */
+extern void im_receipt_note(int64 user_id, int64 conversation_id, int64 from_seq, int64 to_seq);
+extern int64 im_receipts_produce(int max_rows);
+/* a fanout group receipt's counts from message_facts' rows (read_state.c) */
+extern void im_message_fact_counts(int64 message_id, int64 sender_id, int64 *delivered,
+								   int64 *read, int64 *members);
+
 #endif							/* IM_USER_H */

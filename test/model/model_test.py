@@ -204,6 +204,7 @@ class Store:
         self.applied = 0       # local_applied_sync_seq
         self.convs = {}
         self.dirty = set()     # conversations with a conversation_dirty event not yet handled
+        self.receipts = {}     # (conversation, message_id or 0) -> the newest receipt event (contract §20)
 
     def copy(self):
         return copy.deepcopy(self)
@@ -308,6 +309,12 @@ def apply_event(st, ev):
         for s in [s for s, p in c.pos.items()
                   if p['message_id'] == mid or (hides_with_target(p['kind']) and p['target_message_id'] == mid)]:
             del c.pos[s]
+    elif kind == 'receipt':
+        keys = set(ev) - {'sync_seq', 'kind', 'conversation_id'}
+        check(keys in ({'delivered_through_seq', 'read_through_seq'},
+                       {'message_id', 'delivered_count', 'read_count', 'member_count'}),
+              'receipt keys %s (contract §20)', sorted(ev))
+        st.receipts[(ev['conversation_id'], ev.get('message_id', 0))] = ev
     elif kind == 'conversation_dirty':
         check(set(ev) == {'sync_seq', 'kind', 'conversation_id', 'dirty_target_msg_seq', 'dirty_version'},
               'conversation_dirty keys %s (contract §11)', sorted(ev))
@@ -360,6 +367,9 @@ class Model:
         self.min_members = self.rng.choice([0, 0, 4])
         set_setting(self.conn, 'im_sync.recovery_max_replay', str(self.max_replay))
         set_setting(self.conn, 'im_sync.shared_log_min_members', str(self.min_members))
+        if not ROUTER:
+            # receipts at every producer run, so the final check sees the last facts
+            set_setting(self.conn, 'im_sync.receipt_interval', '0')
 
     # ---- plumbing
     def count(self, what, n=1):
@@ -663,6 +673,9 @@ class Model:
 
     def op_fanout(self):
         n = self.rng.choice([1, 2, 3, 5, 10000])
+        if not ROUTER and self.rng.random() < 0.5:
+            # the receipt producer, as a worker batch runs it before fanout
+            self.note('run_receipts() -> %d' % self.q1("SELECT im.run_receipts() AS n")['n'])
         r = self.q1("SELECT im.run_fanout(%s) AS n", (n,))
         self.note('run_fanout(%d) -> %d' % (n, r['n']))
         self.count('op.fanout')
@@ -998,6 +1011,22 @@ class Model:
                 break
         for d in self.devices:
             self.sync(d, faults=False)
+        if not ROUTER:
+            # Every receipt state reported once more after the last ACKs, so
+            # each device's newest receipt is what the facts say now: a leave,
+            # join, revocation or deletion changes message_facts' counts
+            # without an ACK or read, and is reported at the next one
+            # (operations.md "Receipts").  The devices' ACKs of the receipts
+            # cover no position, so they queue nothing new.
+            self.q("UPDATE im.receipt_pending rp SET dirty = true, dirty_from_msg_seq = 1, "
+                   "dirty_to_msg_seq = (SELECT c.head_msg_seq FROM im.conversation c "
+                   "                    WHERE c.conversation_id = rp.conversation_id) RETURNING 1")
+            self.q1("SELECT im.run_receipts() AS n")
+            for _ in range(100):
+                if self.q1("SELECT im.run_fanout() AS n")['n'] == 0:
+                    break
+            for d in self.devices:
+                self.sync(d, faults=False)
         for u in self.users:
             convs = self.conv_list(u)
             truth = {}
@@ -1055,8 +1084,49 @@ class Model:
                               'user %d device %s conversation %d message %d: local reactions %r, fetch_messages %r',
                               u, d.name, c, mid, local, (counts, mine))
                         self.count('final.reaction_views', 1 if counts else 0)
+        if not ROUTER:
+            self.check_receipts()
         rows = self.q("SELECT * FROM im.reconcile()")
         check(not rows, 'reconcile reports problems: %r', rows)
+
+    def check_receipts(self):
+        """Each device's newest receipt against the facts (contract §20, §7):
+        a group message's counts are message_facts' rows counted (while the
+        group is in fanout mode); a direct
+        conversation's read_through_seq is the other member's cursor and its
+        delivered_through_seq lies between what the other member's devices'
+        ACKs still cover and that member's last position."""
+        for d in self.devices:
+            for (c, mid), ev in sorted(d.store.receipts.items()):
+                self.count('final.receipts')
+                if mid:
+                    # none in shared_log mode (contract §20): a group that
+                    # switched keeps the receipts it had, frozen
+                    if self.q1("SELECT mode FROM im.conversation WHERE conversation_id = %s", (c,))['mode'] != 'fanout':
+                        self.count('final.receipts_shared_log')
+                        continue
+                    f = self.q1("SELECT count(*) AS members, "
+                                "count(*) FILTER (WHERE any_device_synced) AS delivered, "
+                                "count(*) FILTER (WHERE user_read) AS read "
+                                "FROM im.message_facts(%s, %s)", (d.user, mid))
+                    check((ev['member_count'], ev['delivered_count'], ev['read_count'])
+                          == (f['members'], f['delivered'], f['read']),
+                          'user %d device %s message %d: receipt %r, message_facts %r',
+                          d.user, d.name, mid, ev, f)
+                    continue
+                other = self.q1("SELECT uc.user_id, uc.read_msg_seq, uc.last_msg_seq, "
+                                "  (SELECT max(i.msg_seq) FROM im.inbox i JOIN im.device v "
+                                "     ON v.user_id = i.user_id AND v.state <> 'REVOKED' "
+                                "    AND i.sync_seq <= v.acked_sync_seq "
+                                "   WHERE i.user_id = uc.user_id AND i.conversation_id = uc.conversation_id) AS acked "
+                                "FROM im.user_conversation uc "
+                                "WHERE uc.conversation_id = %s AND uc.user_id <> %s", (c, d.user))
+                check(ev['read_through_seq'] == other['read_msg_seq'],
+                      'user %d device %s conversation %d: receipt %r, the other member reads through %d',
+                      d.user, d.name, c, ev, other['read_msg_seq'])
+                check((other['acked'] or 0) <= ev['delivered_through_seq'] <= other['last_msg_seq'],
+                      'user %d device %s conversation %d: receipt %r, the other member ACKed through %r, last %d',
+                      d.user, d.name, c, ev, other['acked'], other['last_msg_seq'])
 
     # ---- main loop
     def run(self):
@@ -1131,6 +1201,7 @@ def main():
                   c.get('dirty.fetches', 0), c.get('dirty.raced', 0), c.get('clear.ok', 0),
                   c.get('clear.failed', 0), c.get('final.shared_log_convs', 0)))
         print('  relations: reactions views compared=%d' % c.get('final.reaction_views', 0))
+        print('  receipts: compared with the facts=%d' % c.get('final.receipts', 0))
         print('  sync statuses: ' + ', '.join('%s=%d' % (k[5:], v) for k, v in sorted(c.items())
                                                 if k.startswith('sync.') and k[5:].isupper()))
     print('model: %d seeds, %d failed' % (len(seeds), failed))
