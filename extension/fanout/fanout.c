@@ -79,7 +79,7 @@ typedef struct FanoutItem
 	int64		msg_seq;		/* 0 for private items */
 	int64		source_event_id;
 	int64		private_user_id;	/* 0 for conversation positions */
-	char		kind[16];
+	char		kind[24];		
 	bool		shared_log;		/* event.mode = 'shared_log' */
 	char		trace_id[IM_MAX_TRACE_ID + 1];	/* the outbox item's, "" for none */
 } FanoutItem;
@@ -448,6 +448,8 @@ seen_sources(FanoutItem *items, int count, int *nseen)
 	"  UPDATE im.user_conversation u SET" \
 	"    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, p.last)," \
 	"    unread_count = u.unread_count" PLUS "p.delta," \
+	/* recency (contract §20): unchanged by a run without a message, so that update stays HOT */ \
+	"    last_activity_at = GREATEST(u.last_activity_at, p.act)," \
 	"    version = u.version" PLUS "1" \
 	"  FROM per_user p" \
 	"  WHERE u.user_id" EQ "p.user_id AND u.conversation_id" EQ "$2" \
@@ -522,7 +524,7 @@ lean_run_plan(void)
 	return im_prepare(&plan,
 					  "WITH r AS ("
 					  "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
-					  "         p.user_id, p.membership_period_id AS period,"
+					  "         e.created_at, p.user_id, p.membership_period_id AS period,"
 					  "         " RECALL_PROCESSED_SQL("e") " AS recall_done"
 					  "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
 					  "  JOIN im.membership_period p ON p.conversation_id" EQ "$2"
@@ -534,7 +536,8 @@ lean_run_plan(void)
 					  "         pg_catalog.count(*)" MINUS "pg_catalog.count(DISTINCT num.outbox_id) AS doubled,"
 					  "         pg_catalog.count(*) FILTER (WHERE num.sender_id" NE "num.user_id"
 					  "                                AND num.msg_seq" GT "u.read_msg_seq"
-					  "                                AND NOT num.recall_done) AS delta"
+					  "                                AND NOT num.recall_done) AS delta,"
+					  "         pg_catalog.max(num.created_at) AS act"	/* messages only (lean_run_possible) */
 					  "  FROM num LEFT JOIN im.user_conversation u"
 					  "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2"
 					  "  GROUP BY num.user_id),"
@@ -556,7 +559,7 @@ general_run_plan(void)
 	return im_prepare(&plan,
 					  "WITH it AS ("
 					  "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
-					  "         e.target_message_id, e.mode, t.sender_id AS t_sender, t.msg_seq AS t_seq,"
+					  "         e.target_message_id, e.mode, e.created_at, t.sender_id AS t_sender, t.msg_seq AS t_seq,"
 					  "         " RECALL_PROCESSED_SQL("e") " AS recall_done,"
 					  /*
 					   * the recalled target counted until now iff its item is
@@ -599,7 +602,9 @@ general_run_plan(void)
 					  "      WHEN num.kind" EQ "'recall' AND num.t_done"
 					  "       AND num.t_sender" NE "u.user_id AND num.t_seq" GT "u.read_msg_seq"
 					  "       AND dt.user_id IS NULL"
-					  "      THEN -1 ELSE 0 END) AS delta"
+					  "      THEN -1 ELSE 0 END) AS delta,"
+					  /* recency: created_at of the last message (contract §20), NULL for none */
+					  "    pg_catalog.max(num.created_at) FILTER (WHERE num.kind" EQ "'message') AS act"
 					  "  FROM num LEFT JOIN im.user_conversation u"
 					  "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2"
 					  /* joins, not correlated subqueries: no per-row scan whatever the statistics */
@@ -684,6 +689,8 @@ deliver_private(FanoutBatch *b, FanoutItem *it)
 			   "         pe.conversation_id, pe.kind,"
 			   "         CASE pe.kind WHEN 'read_cursor'"
 			   "              THEN pg_catalog.jsonb_build_object('read_msg_seq', pe.read_msg_seq)"
+			   "              WHEN 'conversation_pin'"
+			   "              THEN pg_catalog.jsonb_build_object('conversation_pinned', pe.conversation_pinned)"
 			   "              ELSE pg_catalog.jsonb_build_object('message_id', pe.message_id) END AS payload,"
 			   "         o.outbox_id"
 			   "  FROM im.outbox o"

@@ -55,7 +55,9 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 			   "    (pg_catalog.array_agg(p.membership_period_id ORDER BY e.msg_seq DESC))[1] AS period,"
 			   "    (pg_catalog.array_agg(e.message_id ORDER BY e.msg_seq DESC))[1] AS message_id,"
 			   /* the unread bound's m counts messages only (contract §3) */
-			   "    pg_catalog.max(e.msg_seq) FILTER (WHERE e.kind" EQ "'message') AS m"
+			   "    pg_catalog.max(e.msg_seq) FILTER (WHERE e.kind" EQ "'message') AS m,"
+			   /* recency: the last message under the new target (contract §20) */
+			   "    pg_catalog.max(e.created_at) FILTER (WHERE e.kind" EQ "'message') AS act"
 			   "  FROM im.event e JOIN im.membership_period p"
 			   "    ON p.conversation_id" EQ "e.conversation_id"
 			   "   AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq")
@@ -71,6 +73,7 @@ im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 			   "    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, m.target),"
 			   "    unread_count = CASE WHEN m.m IS NULL THEN u.unread_count"	/* reactions and pins (contract §14) */
 			   "                   ELSE pg_catalog.int8larger(0, m.m" MINUS "u.read_msg_seq) END,"
+			   "    last_activity_at = GREATEST(u.last_activity_at, m.act),"
 			   "    version = u.version" PLUS "1"
 			   "  FROM m, im.user_conversation o"
 			   "  WHERE u.user_id" EQ "m.user_id AND u.conversation_id" EQ "$1"

@@ -123,6 +123,7 @@
 	"    'read_msg_seq', COALESCE(uc.read_msg_seq, 0), 'unread_count', COALESCE(uc.unread_count, 0), " \
 	"    'dirty_target_msg_seq', COALESCE(uc.dirty_target_msg_seq, 0), " \
 	"    'dirty_version', COALESCE(uc.dirty_version, 0), " \
+	"    'conversation_pinned', COALESCE(uc.conversation_pinned_at" GT "'-infinity'::pg_catalog.timestamptz, false), " \
 	"    'recalled_message_ids', COALESCE((SELECT pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FROM pos x " \
 	"                        WHERE x.conversation_id" EQ "c.conversation_id " \
 	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb))" \
