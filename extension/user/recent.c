@@ -138,20 +138,23 @@ im_recent_conversations(PG_FUNCTION_ARGS)
 			   "       uc.unread_count, uc.dirty_target_msg_seq, uc.dirty_version, c.head_msg_seq, "
 			   "       NULLIF(uc.last_activity_at, '-infinity'::pg_catalog.timestamptz), "
 			   "       uc.conversation_pinned_at" GT "'-infinity'::pg_catalog.timestamptz, "
-			   "       NOT EXISTS (SELECT 1 FROM im.membership_period o "
-			   "                   WHERE o.user_id" EQ "$1 AND o.conversation_id" EQ "uc.conversation_id "
-			   "                     AND o.leave_seq IS NULL), "
+			   "       m.gone, "
 			   "       CASE WHEN c.kind" EQ "'direct' THEN NULL ELSE 'member' END, "
 			   "       NULL::pg_catalog.timestamptz, NULL::pg_catalog.text, "
 			   "       uc.conversation_pinned_at, uc.last_activity_at, uc.conversation_id "
 			   "FROM im.user_conversation uc "
 			   "JOIN im.conversation c ON c.conversation_id" EQ "uc.conversation_id "
+			   /*
+			    * per row, not a (hashed) subplan over all the user's periods:
+			    * NULL for no period (not listed), true when none is open (left)
+			    */
+			   "CROSS JOIN LATERAL (SELECT pg_catalog.bool_and(p.leave_seq IS NOT NULL) AS gone "
+			   "                    FROM im.membership_period p "
+			   "                    WHERE p.user_id" EQ "$1 AND p.conversation_id" EQ "uc.conversation_id) m "
 			   "WHERE uc.user_id" EQ "$1 "
 			   "  AND (uc.conversation_pinned_at, uc.last_activity_at, (" MINUS "uc.conversation_id))"
 			   LT "($2, $3, $4) "
-			   "  AND EXISTS (SELECT 1 FROM im.membership_period p "
-			   "              WHERE p.user_id" EQ "$1 "
-			   "                AND p.conversation_id" EQ "uc.conversation_id) "
+			   "  AND m.gone IS NOT NULL "
 			   "ORDER BY uc.conversation_pinned_at DESC, uc.last_activity_at DESC, "
 			   "         (" MINUS "uc.conversation_id) DESC "
 			   "LIMIT $5",
