@@ -3,7 +3,13 @@
 -- conversations, shared_log, the keyset cursor with messages arriving
 -- between pages, malformed cursors, pins (idempotent, per user, synced as
 -- conversation_pin events, limited), and the plan of a page for a user in
--- 10,000 conversations.
+-- 10,000 conversations.  In a database of its own: later tests read
+-- metrics from what this database holds.
+CREATE DATABASE im_recent;
+\c im_recent
+SET client_min_messages = warning;
+CREATE EXTENSION im_sync CASCADE;
+RESET client_min_messages;
 SELECT setval('im.conversation_id_seq', 2000000) IS NOT NULL AS pinned,
        setval('im.event_id_seq', 20000000) IS NOT NULL AS pinned_events,
        setval('im.membership_period_id_seq', 2000000) IS NOT NULL AS pinned_periods;
@@ -180,7 +186,9 @@ SELECT array_agg(conversation_id) = (SELECT array_agg(uc.conversation_id ORDER B
         FROM im.user_conversation uc WHERE uc.user_id = 9301) AS ordered
   FROM pg_temp.recent(9301);
 
--- at most 100 pinned conversations per user
+-- at most 100 pinned conversations per user (rolled back: the later
+-- tests of this database scan every conversation)
+BEGIN;
 SELECT count(im.create_conversation('group', ARRAY[9305, 9306]::bigint[], 9305)) FROM generate_series(1, 101);
 SELECT count(*) FILTER (WHERE p.conversation_pinned) AS pinned
   FROM im.user_conversation uc, LATERAL im.pin_conversation(9305, uc.conversation_id, true) p
@@ -188,11 +196,13 @@ SELECT count(*) FILTER (WHERE p.conversation_pinned) AS pinned
 SELECT pg_temp.err(format('SELECT * FROM im.pin_conversation(9305, %s, true)',
                           (SELECT max(conversation_id) FROM im.user_conversation WHERE user_id = 9305)));
 SELECT count(*) AS still_pinned FROM im.recent_conversations(9305, 1000) WHERE conversation_pinned;
+ROLLBACK;
 
 -- a page for a user in 10,000 conversations reads page_limit + 1 rows from
 -- the recency index backwards: no Sort, no scan of all the user's rows.  The
 -- statement is recent_conversations' own (recent.c), planned generic as
--- the function's kept plan is.
+-- the function's kept plan is.  Rolled back at the end.
+BEGIN;
 SELECT count(im.create_conversation('group', ARRAY[9390, 9391]::bigint[], 9391)) FROM generate_series(1, 10000);
 UPDATE im.user_conversation SET last_activity_at = now() - (conversation_id % 997) * interval '1 second'
  WHERE user_id = 9390 AND conversation_id % 3 = 0;
@@ -250,7 +260,11 @@ SELECT coalesce(sum(idx_scan), 0) AS scans_before FROM pg_stat_user_indexes
 SELECT count(*), count(next_cursor) FROM im.recent_conversations(9390);
 SELECT next_cursor AS cur FROM im.recent_conversations(9390) OFFSET 49 \gset
 SELECT count(*), count(DISTINCT conversation_id) FROM im.recent_conversations(9390, 50, :'cur');
+ROLLBACK;
 SELECT pg_stat_force_next_flush();
 SELECT pg_stat_clear_snapshot();
 SELECT sum(idx_scan) - :scans_before >= 2 AS index_used FROM pg_stat_user_indexes
  WHERE indexrelname = 'user_conversation_recent_idx';
+
+\c im_regress
+DROP DATABASE im_recent;
