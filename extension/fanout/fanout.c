@@ -79,7 +79,7 @@ typedef struct FanoutItem
 	int64		msg_seq;		/* 0 for private items */
 	int64		source_event_id;
 	int64		private_user_id;	/* 0 for conversation positions */
-	char		kind[24];		
+	char		kind[24];		/* a position kind or a private event kind */
 	bool		shared_log;		/* event.mode = 'shared_log' */
 	char		trace_id[IM_MAX_TRACE_ID + 1];	/* the outbox item's, "" for none */
 } FanoutItem;
