@@ -38,6 +38,8 @@ INSERT INTO user_arg VALUES
  ('clear_dirty',         'user_id',   $$SELECT * FROM im.clear_dirty(%1$s, :c, 0, 0)$$),
  ('conversation_list',   'user_id',   $$SELECT * FROM im.conversation_list(%1$s)$$),
  ('delete_for_me',       'user_id',   $$SELECT im.delete_for_me(%1$s, :c, 1)$$),
+ ('recent_conversations', 'user_id',  $$SELECT * FROM im.recent_conversations(%1$s)$$),
+ ('pin_conversation',    'user_id',   $$SELECT * FROM im.pin_conversation(%1$s, :c, true)$$),
  ('react',               'user_id',   $$SELECT * FROM im.react(%1$s, :c, :m, 'x', true, 'uid-r')$$),
  ('pin_message',         'user_id',   $$SELECT * FROM im.pin_message(%1$s, :c, :m, true, 'uid-p')$$),
  ('set_read_receipts',   'user_id',   $$SELECT * FROM im.set_read_receipts(%1$s, false)$$),

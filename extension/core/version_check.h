@@ -42,6 +42,13 @@ extern bool im_catalog_at_least(int major, int minor);
  *                   (extension/doc/upgrades.md).
  */
 #define IM_CATALOG_HAS_RELATIONS() im_catalog_at_least(1, 3)
+/*
+ * user_conversation has last_activity_at and conversation_pinned_at and
+ * private events the conversation_pin kind (contract §20): fanout keeps the
+ * recency column and writes pin payloads, snapshot items carry
+ * conversation_pinned.
+ */
+#define IM_CATALOG_HAS_RECENCY() im_catalog_at_least(1, 11)
 
 #define IM_SHAPE_CHOOSE(S, with, without) IM_SHAPE_CHOOSE_##S(with, without)
 #define IM_SHAPE_CHOOSE_WITH_RELATIONS(with, without) with

@@ -79,7 +79,7 @@ typedef struct FanoutItem
 	int64		msg_seq;		/* 0 for private items */
 	int64		source_event_id;
 	int64		private_user_id;	/* 0 for conversation positions */
-	char		kind[16];
+	char		kind[24];		/* a position kind or a private event kind */
 	bool		shared_log;		/* event.mode = 'shared_log' */
 	char		trace_id[IM_MAX_TRACE_ID + 1];	/* the outbox item's, "" for none */
 } FanoutItem;
@@ -440,7 +440,7 @@ seen_sources(FanoutItem *items, int count, int *nseen)
 	"                        conversation_id, msg_seq, kind, outbox_id)" \
 	"  SELECT user_id, sync_seq, message_id, period, conversation_id, msg_seq, kind, outbox_id" \
 	"  FROM num),"
-#define MOVE_USERS_SQL(dups) \
+#define MOVE_USERS_SQL(dups, recency) \
 	" hd AS (" \
 	"  UPDATE im.user_head h SET high_watermark = p.hw FROM per_user p" \
 	"  WHERE h.user_id" EQ "p.user_id)," \
@@ -448,6 +448,7 @@ seen_sources(FanoutItem *items, int count, int *nseen)
 	"  UPDATE im.user_conversation u SET" \
 	"    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, p.last)," \
 	"    unread_count = u.unread_count" PLUS "p.delta," \
+	recency \
 	"    version = u.version" PLUS "1" \
 	"  FROM per_user p" \
 	"  WHERE u.user_id" EQ "p.user_id AND u.conversation_id" EQ "$2" \
@@ -455,6 +456,16 @@ seen_sources(FanoutItem *items, int count, int *nseen)
 	/* data-modifying CTEs run whether read or not */ \
 	"SELECT p.user_id, (SELECT pg_catalog.count(*) FROM uc), p.doubled, d.n, d.q" \
 	"  FROM (" dups ") d LEFT JOIN per_user p ON true"
+
+/*
+ * The recency column of a catalog that has it (contract §20): created_at of
+ * the run's last message, per_user.act (NULL for a run without one, which
+ * leaves the column, and so the indexed key, unchanged: that update stays
+ * HOT).  An older catalog (the library before ALTER EXTENSION UPDATE)
+ * gets the statements without it.
+ */
+#define RECENCY_SET_SQL "    last_activity_at = GREATEST(u.last_activity_at, p.act),"
+#define NO_RECENCY_SQL ""
 
 /* Result columns of the delivery statements (MOVE_USERS_SQL). */
 enum
@@ -514,33 +525,37 @@ lean_run_possible(FanoutItem *items, int count, int nseen)
 	return !im_get_bool(0, 1, NULL);
 }
 
+#define LEAN_RUN_SQL(recency) \
+					  "WITH r AS (" \
+					  "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id," \
+					  "         e.created_at, p.user_id, p.membership_period_id AS period," \
+					  "         " RECALL_PROCESSED_SQL("e") " AS recall_done" \
+					  "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id" \
+					  "  JOIN im.membership_period p ON p.conversation_id" EQ "$2" \
+					  "   AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") \
+					  "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]))," \
+					  LOG_APPEND_SQL("r") \
+					  " per_user AS (" \
+					  "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last," \
+					  "         pg_catalog.count(*)" MINUS "pg_catalog.count(DISTINCT num.outbox_id) AS doubled," \
+					  "         pg_catalog.count(*) FILTER (WHERE num.sender_id" NE "num.user_id" \
+					  "                                AND num.msg_seq" GT "u.read_msg_seq" \
+					  "                                AND NOT num.recall_done) AS delta," \
+					  "         pg_catalog.max(num.created_at) AS act"	/* messages only (lean_run_possible) */ \
+					  "  FROM num LEFT JOIN im.user_conversation u" \
+					  "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2" \
+					  "  GROUP BY num.user_id)," \
+					  /* no log holds any of the run's events (lean_run_possible) */ \
+					  MOVE_USERS_SQL("SELECT 0::pg_catalog.int8 AS n, 0::pg_catalog.int8 AS q", recency)
+
 static SPIPlanPtr
 lean_run_plan(void)
 {
-	static SPIPlanPtr plan;
+	static SPIPlanPtr plans[2];
 
-	return im_prepare(&plan,
-					  "WITH r AS ("
-					  "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
-					  "         p.user_id, p.membership_period_id AS period,"
-					  "         " RECALL_PROCESSED_SQL("e") " AS recall_done"
-					  "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
-					  "  JOIN im.membership_period p ON p.conversation_id" EQ "$2"
-					  "   AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq")
-					  "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[])),"
-					  LOG_APPEND_SQL("r")
-					  " per_user AS ("
-					  "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last,"
-					  "         pg_catalog.count(*)" MINUS "pg_catalog.count(DISTINCT num.outbox_id) AS doubled,"
-					  "         pg_catalog.count(*) FILTER (WHERE num.sender_id" NE "num.user_id"
-					  "                                AND num.msg_seq" GT "u.read_msg_seq"
-					  "                                AND NOT num.recall_done) AS delta"
-					  "  FROM num LEFT JOIN im.user_conversation u"
-					  "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2"
-					  "  GROUP BY num.user_id),"
-					  /* no log holds any of the run's events (lean_run_possible) */
-					  MOVE_USERS_SQL("SELECT 0::pg_catalog.int8 AS n, 0::pg_catalog.int8 AS q"),
-					  2, INT8ARRAYOID, INT8OID);
+	if (IM_CATALOG_HAS_RECENCY())
+		return im_prepare(&plans[1], LEAN_RUN_SQL(RECENCY_SET_SQL), 2, INT8ARRAYOID, INT8OID);
+	return im_prepare(&plans[0], LEAN_RUN_SQL(NO_RECENCY_SQL), 2, INT8ARRAYOID, INT8OID);
 }
 
 /*
@@ -548,69 +563,74 @@ lean_run_plan(void)
  * two periods, redelivery ($3: sources already in some log), recall
  * targets and deletions for the unread rule.
  */
+#define GENERAL_RUN_SQL(recency) \
+					  "WITH it AS (" \
+					  "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id," \
+					  "         e.target_message_id, e.mode, e.created_at, t.sender_id AS t_sender, t.msg_seq AS t_seq," \
+					  "         " RECALL_PROCESSED_SQL("e") " AS recall_done," \
+					  /* \
+					   * the recalled target counted until now iff its item is \
+					   * processed here (or in this run; IM_ITEM_PROCESSED_SQL: a \
+					   * copy's target that came only as a dependency was never \
+					   * counted); in either mode, so a shared_log upper bound stays \
+					   * an upper bound and a fanout count stays exact \
+					   */ \
+					  "         (" IM_ITEM_PROCESSED_SQL("tob.state", "t.created_at") \
+					  "          OR tob.outbox_id" EQ "ANY ($1::pg_catalog.int8[])) AS t_done," \
+					  /* redelivery: only an item already in some log needs the per-user check */ \
+					  "         e.message_id" EQ "ANY ($3::pg_catalog.int8[]) AS seen" \
+					  "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id" \
+					  "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id" \
+					  "  LEFT JOIN im.outbox tob ON tob.source_event_id" EQ "e.target_message_id" \
+					  "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]))," \
+					  " g AS (" \
+					  "  SELECT r.outbox_id, r.user_id," \
+					  "         pg_catalog.array_agg(r.membership_period_id ORDER BY r.membership_period_id) AS periods" \
+					  "  FROM (" IM_FANOUT_RECIPIENTS_SQL ") r GROUP BY r.outbox_id, r.user_id)," \
+					  " quar AS (" \
+					  "  INSERT INTO im.fanout_quarantine (outbox_id, user_id, periods)" \
+					  "  SELECT g.outbox_id, g.user_id, g.periods FROM g WHERE pg_catalog.cardinality(g.periods)" GT "1" \
+					  "  ON CONFLICT (outbox_id, user_id) DO NOTHING RETURNING 1)," \
+					  " cand AS (" \
+					  "  SELECT g.user_id, g.periods[1] AS period, it.*," \
+					  "         (it.seen AND EXISTS (SELECT 1 FROM im.inbox i WHERE i.user_id" EQ "g.user_id" \
+					  "          AND i.source_event_id" EQ "it.message_id AND i.delivery_scope" EQ "g.periods[1])) AS held" \
+					  "  FROM g JOIN it ON it.outbox_id" EQ "g.outbox_id" \
+					  "  WHERE pg_catalog.cardinality(g.periods)" EQ "1)," \
+					  " fresh AS (SELECT * FROM cand WHERE NOT cand.held)," \
+					  LOG_APPEND_SQL("fresh") \
+					  " per_user AS (" \
+					  "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last, 0 AS doubled," \
+					  "    pg_catalog.sum(CASE" \
+					  "      WHEN num.kind" EQ "'message' AND num.sender_id" NE "u.user_id" \
+					  "       AND num.msg_seq" GT "u.read_msg_seq AND dm.user_id IS NULL" \
+					  "       AND NOT num.recall_done" \
+					  "      THEN 1" \
+					  "      WHEN num.kind" EQ "'recall' AND num.t_done" \
+					  "       AND num.t_sender" NE "u.user_id AND num.t_seq" GT "u.read_msg_seq" \
+					  "       AND dt.user_id IS NULL" \
+					  "      THEN -1 ELSE 0 END) AS delta," \
+					  /* recency: created_at of the last message (contract §20), NULL for none */ \
+					  "    pg_catalog.max(num.created_at) FILTER (WHERE num.kind" EQ "'message') AS act" \
+					  "  FROM num LEFT JOIN im.user_conversation u" \
+					  "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2" \
+					  /* joins, not correlated subqueries: no per-row scan whatever the statistics */ \
+					  "  LEFT JOIN im.deleted_for_me dm" \
+					  "    ON dm.user_id" EQ "num.user_id AND dm.message_id" EQ "num.message_id" \
+					  "  LEFT JOIN im.deleted_for_me dt" \
+					  "    ON dt.user_id" EQ "num.user_id AND dt.message_id" EQ "num.target_message_id" \
+					  "  GROUP BY num.user_id)," \
+					  MOVE_USERS_SQL("SELECT pg_catalog.count(*) AS n, (SELECT pg_catalog.count(*) FROM quar) AS q" \
+									 " FROM cand WHERE cand.held", recency)
+
 static SPIPlanPtr
 general_run_plan(void)
 {
-	static SPIPlanPtr plan;
+	static SPIPlanPtr plans[2];
 
-	return im_prepare(&plan,
-					  "WITH it AS ("
-					  "  SELECT o.outbox_id, e.message_id, e.conversation_id, e.msg_seq, e.kind, e.sender_id,"
-					  "         e.target_message_id, e.mode, t.sender_id AS t_sender, t.msg_seq AS t_seq,"
-					  "         " RECALL_PROCESSED_SQL("e") " AS recall_done,"
-					  /*
-					   * the recalled target counted until now iff its item is
-					   * processed here (or in this run; IM_ITEM_PROCESSED_SQL: a
-					   * copy's target that came only as a dependency was never
-					   * counted); in either mode, so a shared_log upper bound stays
-					   * an upper bound and a fanout count stays exact
-					   */
-					  "         (" IM_ITEM_PROCESSED_SQL("tob.state", "t.created_at")
-					  "          OR tob.outbox_id" EQ "ANY ($1::pg_catalog.int8[])) AS t_done,"
-					  /* redelivery: only an item already in some log needs the per-user check */
-					  "         e.message_id" EQ "ANY ($3::pg_catalog.int8[]) AS seen"
-					  "  FROM im.outbox o JOIN im.event e ON e.message_id" EQ "o.source_event_id"
-					  "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id"
-					  "  LEFT JOIN im.outbox tob ON tob.source_event_id" EQ "e.target_message_id"
-					  "  WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[])),"
-					  " g AS ("
-					  "  SELECT r.outbox_id, r.user_id,"
-					  "         pg_catalog.array_agg(r.membership_period_id ORDER BY r.membership_period_id) AS periods"
-					  "  FROM (" IM_FANOUT_RECIPIENTS_SQL ") r GROUP BY r.outbox_id, r.user_id),"
-					  " quar AS ("
-					  "  INSERT INTO im.fanout_quarantine (outbox_id, user_id, periods)"
-					  "  SELECT g.outbox_id, g.user_id, g.periods FROM g WHERE pg_catalog.cardinality(g.periods)" GT "1"
-					  "  ON CONFLICT (outbox_id, user_id) DO NOTHING RETURNING 1),"
-					  " cand AS ("
-					  "  SELECT g.user_id, g.periods[1] AS period, it.*,"
-					  "         (it.seen AND EXISTS (SELECT 1 FROM im.inbox i WHERE i.user_id" EQ "g.user_id"
-					  "          AND i.source_event_id" EQ "it.message_id AND i.delivery_scope" EQ "g.periods[1])) AS held"
-					  "  FROM g JOIN it ON it.outbox_id" EQ "g.outbox_id"
-					  "  WHERE pg_catalog.cardinality(g.periods)" EQ "1),"
-					  " fresh AS (SELECT * FROM cand WHERE NOT cand.held),"
-					  LOG_APPEND_SQL("fresh")
-					  " per_user AS ("
-					  "  SELECT num.user_id, pg_catalog.max(num.sync_seq) AS hw, pg_catalog.max(num.msg_seq) AS last, 0 AS doubled,"
-					  "    pg_catalog.sum(CASE"
-					  "      WHEN num.kind" EQ "'message' AND num.sender_id" NE "u.user_id"
-					  "       AND num.msg_seq" GT "u.read_msg_seq AND dm.user_id IS NULL"
-					  "       AND NOT num.recall_done"
-					  "      THEN 1"
-					  "      WHEN num.kind" EQ "'recall' AND num.t_done"
-					  "       AND num.t_sender" NE "u.user_id AND num.t_seq" GT "u.read_msg_seq"
-					  "       AND dt.user_id IS NULL"
-					  "      THEN -1 ELSE 0 END) AS delta"
-					  "  FROM num LEFT JOIN im.user_conversation u"
-					  "    ON u.user_id" EQ "num.user_id AND u.conversation_id" EQ "$2"
-					  /* joins, not correlated subqueries: no per-row scan whatever the statistics */
-					  "  LEFT JOIN im.deleted_for_me dm"
-					  "    ON dm.user_id" EQ "num.user_id AND dm.message_id" EQ "num.message_id"
-					  "  LEFT JOIN im.deleted_for_me dt"
-					  "    ON dt.user_id" EQ "num.user_id AND dt.message_id" EQ "num.target_message_id"
-					  "  GROUP BY num.user_id),"
-					  MOVE_USERS_SQL("SELECT pg_catalog.count(*) AS n, (SELECT pg_catalog.count(*) FROM quar) AS q"
-									 " FROM cand WHERE cand.held"),
-					  3, INT8ARRAYOID, INT8OID, INT8ARRAYOID);
+	if (IM_CATALOG_HAS_RECENCY())
+		return im_prepare(&plans[1], GENERAL_RUN_SQL(RECENCY_SET_SQL), 3, INT8ARRAYOID, INT8OID, INT8ARRAYOID);
+	return im_prepare(&plans[0], GENERAL_RUN_SQL(NO_RECENCY_SQL), 3, INT8ARRAYOID, INT8OID, INT8ARRAYOID);
 }
 
 /*
@@ -663,14 +683,14 @@ deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
 	}
 }
 
-/* deliver_private's statement; receipt_case: the receipt's WHEN (empty before the catalog had receipts) */
-#define DELIVER_PRIVATE_SQL(receipt_case) \
+/* deliver_private's statement; kind_cases: the WHENs of the kinds with their own payload (none before the catalog had receipts and conversation pins) */
+#define DELIVER_PRIVATE_SQL(kind_cases) \
 	"WITH src AS (" \
 	"  SELECT pe.user_id, h.high_watermark" PLUS "1 AS sync_seq, pe.private_event_id," \
 	"         pe.conversation_id, pe.kind," \
 	"         CASE pe.kind WHEN 'read_cursor'" \
 	"              THEN pg_catalog.jsonb_build_object('read_msg_seq', pe.read_msg_seq)" \
-	receipt_case \
+	kind_cases \
 	"              ELSE pg_catalog.jsonb_build_object('message_id', pe.message_id) END AS payload," \
 	"         o.outbox_id" \
 	"  FROM im.outbox o" \
@@ -689,7 +709,7 @@ deliver_positions(FanoutBatch *b, FanoutItem *items, int count)
 	"FROM (SELECT 1) one LEFT JOIN ins ON true"
 
 /*
- * A private event (read_cursor, delete_for_me, receipt) into its user's log, scope 0.
+ * A private event (read_cursor, delete_for_me, receipt, conversation_pin) into its user's log, scope 0.
  * The user's conversation state was already changed by the recording
  * transaction; only the log and the head move here.  An event the log
  * already holds (the item queued again) is a duplicate delivery: not
@@ -699,20 +719,21 @@ static void
 deliver_private(FanoutBatch *b, FanoutItem *it)
 {
 	static SPIPlanPtr plan;
-	static SPIPlanPtr plan_before_receipts;
-	bool		receipts = im_catalog_at_least(1, 11);
+	static SPIPlanPtr plan_before;
 	Datum		args[1];
 	bool		nobody;
 	int64		user_id;
 	SPIPlanPtr	p;
 
-	/* a catalog without receipts has no private_event.payload */
-	if (receipts)
+	/* a 1.10 catalog has neither private_event.payload nor .conversation_pinned */
+	if (IM_CATALOG_HAS_RECENCY())
 		p = im_prepare(&plan,
-					   DELIVER_PRIVATE_SQL("              WHEN 'receipt' THEN pe.payload"),
+					   DELIVER_PRIVATE_SQL("              WHEN 'receipt' THEN pe.payload"
+										   "              WHEN 'conversation_pin'"
+										   "              THEN pg_catalog.jsonb_build_object('conversation_pinned', pe.conversation_pinned)"),
 					   1, INT8OID);
 	else
-		p = im_prepare(&plan_before_receipts, DELIVER_PRIVATE_SQL(""), 1, INT8OID);
+		p = im_prepare(&plan_before, DELIVER_PRIVATE_SQL(""), 1, INT8OID);
 	args[0] = Int64GetDatum(it->outbox_id);
 	if (im_exec(p, args, NULL, 0) != 1)
 		elog(ERROR, "im_sync: private delivery statement returned no row");

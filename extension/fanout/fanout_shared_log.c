@@ -25,6 +25,7 @@
 #include "core/im_sync.h"
 #include "core/common.h"
 #include "core/im_sql.h"
+#include "core/version_check.h"
 #include "fanout/fanout.h"
 
 #include "catalog/pg_type.h"
@@ -45,57 +46,66 @@ void
 im_shared_log_deliver(int64 conversation_id, int64 *message_ids, int nmessages,
 					  StringInfo hints, int64 **users, int *nusers)
 {
-	static SPIPlanPtr plan;
+	static SPIPlanPtr plans[2];
+	SPIPlanPtr	plan;
 	Datum		args[2];
 	uint64		n;
 
-	im_prepare(&plan,
-			   "WITH m AS ("
-			   "  SELECT p.user_id, pg_catalog.max(e.msg_seq) AS target,"
-			   "    (pg_catalog.array_agg(p.membership_period_id ORDER BY e.msg_seq DESC))[1] AS period,"
-			   "    (pg_catalog.array_agg(e.message_id ORDER BY e.msg_seq DESC))[1] AS message_id,"
-			   /* the unread bound's m counts messages only (contract §3) */
-			   "    pg_catalog.max(e.msg_seq) FILTER (WHERE e.kind" EQ "'message') AS m"
-			   "  FROM im.event e JOIN im.membership_period p"
-			   "    ON p.conversation_id" EQ "e.conversation_id"
-			   "   AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq")
-			   /* a reaction also needs the period to cover its target */
-			   "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id"
-			   "  WHERE (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "t.msg_seq") ") AND e.message_id" EQ "ANY ($2::pg_catalog.int8[]) AND e.conversation_id" EQ "$1"
-			   "  GROUP BY p.user_id),"
-			   " upd AS ("
-			   "  UPDATE im.user_conversation u SET"
-			   "    dirty_target_msg_seq = m.target,"
-			   "    dirty_version = u.dirty_version" PLUS "1,"
-			   "    dirty = true,"
-			   "    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, m.target),"
-			   "    unread_count = CASE WHEN m.m IS NULL THEN u.unread_count"	/* reactions and pins (contract §14) */
-			   "                   ELSE pg_catalog.int8larger(0, m.m" MINUS "u.read_msg_seq) END,"
-			   "    version = u.version" PLUS "1"
-			   "  FROM m, im.user_conversation o"
-			   "  WHERE u.user_id" EQ "m.user_id AND u.conversation_id" EQ "$1"
-			   "    AND o.user_id" EQ "u.user_id AND o.conversation_id" EQ "u.conversation_id"
-			   "    AND m.target" GT "o.dirty_target_msg_seq"
-			   "  RETURNING u.user_id, u.dirty_target_msg_seq, u.dirty_version, o.dirty AS was_dirty,"
-			   "            m.period, m.message_id),"
-			   " ins AS ("
-			   "  INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope,"
-			   "                        conversation_id, msg_seq, kind, payload)"
-			   "  SELECT upd.user_id, h.high_watermark" PLUS "1, upd.message_id, upd.period, $1, NULL,"
-			   "         'conversation_dirty',"
-			   "         pg_catalog.jsonb_build_object('dirty_target_msg_seq', upd.dirty_target_msg_seq,"
-			   "                                       'dirty_version', upd.dirty_version)"
-			   "  FROM upd JOIN im.user_head h ON h.user_id" EQ "upd.user_id"
-			   "  WHERE NOT upd.was_dirty"
-			   IM_INBOX_APPEND_TAIL_SQL
-			   "SELECT ins.user_id, (SELECT pg_catalog.count(*) FROM hd),"
-			   "       (SELECT pg_catalog.max(e.msg_seq) FROM im.event e"
-			   "         WHERE e.message_id" EQ "ANY ($2::pg_catalog.int8[]))"
-			   "FROM ins "
-			   "UNION ALL "
-			   "SELECT NULL, 0, (SELECT pg_catalog.max(e.msg_seq) FROM im.event e"
-			   "                  WHERE e.message_id" EQ "ANY ($2::pg_catalog.int8[]))",
-			   2, INT8OID, INT8ARRAYOID);
+	/* recency (contract §20) only on a catalog that has the column */
+#define SHARED_LOG_DELIVERY_SQL(recency) \
+			   "WITH m AS (" \
+			   "  SELECT p.user_id, pg_catalog.max(e.msg_seq) AS target," \
+			   "    (pg_catalog.array_agg(p.membership_period_id ORDER BY e.msg_seq DESC))[1] AS period," \
+			   "    (pg_catalog.array_agg(e.message_id ORDER BY e.msg_seq DESC))[1] AS message_id," \
+			   /* the unread bound's m counts messages only (contract §3) */ \
+			   "    pg_catalog.max(e.msg_seq) FILTER (WHERE e.kind" EQ "'message') AS m," \
+			   /* recency: the last message under the new target (contract §20) */ \
+			   "    pg_catalog.max(e.created_at) FILTER (WHERE e.kind" EQ "'message') AS act" \
+			   "  FROM im.event e JOIN im.membership_period p" \
+			   "    ON p.conversation_id" EQ "e.conversation_id" \
+			   "   AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") \
+			   /* a reaction also needs the period to cover its target */ \
+			   "  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id" \
+			   "  WHERE (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "t.msg_seq") ") AND e.message_id" EQ "ANY ($2::pg_catalog.int8[]) AND e.conversation_id" EQ "$1" \
+			   "  GROUP BY p.user_id)," \
+			   " upd AS (" \
+			   "  UPDATE im.user_conversation u SET" \
+			   "    dirty_target_msg_seq = m.target," \
+			   "    dirty_version = u.dirty_version" PLUS "1," \
+			   "    dirty = true," \
+			   "    last_msg_seq = pg_catalog.int8larger(u.last_msg_seq, m.target)," \
+			   "    unread_count = CASE WHEN m.m IS NULL THEN u.unread_count"	/* reactions and pins (contract §14) */ \
+			   "                   ELSE pg_catalog.int8larger(0, m.m" MINUS "u.read_msg_seq) END," \
+			   recency \
+			   "    version = u.version" PLUS "1" \
+			   "  FROM m, im.user_conversation o" \
+			   "  WHERE u.user_id" EQ "m.user_id AND u.conversation_id" EQ "$1" \
+			   "    AND o.user_id" EQ "u.user_id AND o.conversation_id" EQ "u.conversation_id" \
+			   "    AND m.target" GT "o.dirty_target_msg_seq" \
+			   "  RETURNING u.user_id, u.dirty_target_msg_seq, u.dirty_version, o.dirty AS was_dirty," \
+			   "            m.period, m.message_id)," \
+			   " ins AS (" \
+			   "  INSERT INTO im.inbox (user_id, sync_seq, source_event_id, delivery_scope," \
+			   "                        conversation_id, msg_seq, kind, payload)" \
+			   "  SELECT upd.user_id, h.high_watermark" PLUS "1, upd.message_id, upd.period, $1, NULL," \
+			   "         'conversation_dirty'," \
+			   "         pg_catalog.jsonb_build_object('dirty_target_msg_seq', upd.dirty_target_msg_seq," \
+			   "                                       'dirty_version', upd.dirty_version)" \
+			   "  FROM upd JOIN im.user_head h ON h.user_id" EQ "upd.user_id" \
+			   "  WHERE NOT upd.was_dirty" \
+			   IM_INBOX_APPEND_TAIL_SQL \
+			   "SELECT ins.user_id, (SELECT pg_catalog.count(*) FROM hd)," \
+			   "       (SELECT pg_catalog.max(e.msg_seq) FROM im.event e" \
+			   "         WHERE e.message_id" EQ "ANY ($2::pg_catalog.int8[]))" \
+			   "FROM ins " \
+			   "UNION ALL " \
+			   "SELECT NULL, 0, (SELECT pg_catalog.max(e.msg_seq) FROM im.event e" \
+			   "                  WHERE e.message_id" EQ "ANY ($2::pg_catalog.int8[]))"
+	if (IM_CATALOG_HAS_RECENCY())
+		plan = im_prepare(&plans[1], SHARED_LOG_DELIVERY_SQL("    last_activity_at = GREATEST(u.last_activity_at, m.act),"),
+				   2, INT8OID, INT8ARRAYOID);
+	else
+		plan = im_prepare(&plans[0], SHARED_LOG_DELIVERY_SQL(""), 2, INT8OID, INT8ARRAYOID);
 	args[0] = Int64GetDatum(conversation_id);
 	args[1] = im_int8_array(message_ids, nmessages);
 	n = im_exec(plan, args, NULL, 0);

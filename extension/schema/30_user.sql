@@ -14,11 +14,12 @@ CREATE TABLE im.private_event (
     private_event_id bigint PRIMARY KEY DEFAULT nextval('im.event_id_seq'),
     user_id          bigint NOT NULL,
     conversation_id  bigint NOT NULL REFERENCES im.conversation,
-    kind             text   NOT NULL CHECK (kind IN ('read_cursor', 'delete_for_me', 'receipt')),
+    kind             text   NOT NULL CHECK (kind IN ('read_cursor', 'delete_for_me', 'receipt', 'conversation_pin')),
     read_msg_seq     bigint,
     message_id       bigint REFERENCES im.event,
     created_at       timestamptz NOT NULL DEFAULT now(),
-    payload          jsonb              -- receipt: the event's keys (contract §20)
+    payload          jsonb,             -- receipt: the event's keys (contract §20)
+    conversation_pinned boolean         -- conversation_pin: the pin state it reports
 );
 -- Retention (maintenance.c) collects private events oldest first.
 CREATE INDEX private_event_created_idx ON im.private_event (created_at);
@@ -104,8 +105,19 @@ CREATE TABLE im.user_conversation (
     dirty_version        bigint NOT NULL DEFAULT 0,
     dirty                boolean NOT NULL DEFAULT false,
     version              bigint NOT NULL DEFAULT 0,
+    -- recency (contract §20): created_at of the last visible `message`,
+    -- '-infinity' for none; moved by fanout with last_msg_seq
+    last_activity_at     timestamptz NOT NULL DEFAULT '-infinity',
+    -- when the user pinned the conversation, '-infinity' when not pinned
+    conversation_pinned_at timestamptz NOT NULL DEFAULT '-infinity',
     PRIMARY KEY (user_id, conversation_id)
 );
+-- recent_conversations reads a page of this index backwards: pinned first
+-- (latest pin first), then latest activity first, ties by conversation_id
+-- ascending (hence its negation); no NULLs, so the keyset row comparison
+-- is an index condition.
+CREATE INDEX user_conversation_recent_idx ON im.user_conversation
+    (user_id, conversation_pinned_at, last_activity_at, (- conversation_id));
 SELECT pg_catalog.pg_extension_config_dump('im.user_conversation', '');
 
 CREATE TABLE im.deleted_for_me (
@@ -216,7 +228,7 @@ SELECT pg_catalog.pg_extension_config_dump('im.audit', '');
 COMMENT ON TABLE im.private_event IS 'Read cursors and delete-for-me of one user, recorded by the caller and written into the user''s log by fanout (contract §4, §7)';
 COMMENT ON TABLE im.user_head IS 'Per-user log head: committed high watermark and GC floor of the user''s sync log (contract §5, §8)';
 COMMENT ON TABLE im.inbox IS 'Per-user sync log: gap-free sync_seq, one entry per (source event, delivery scope) (contract §4, §5)';
-COMMENT ON TABLE im.user_conversation IS 'Per-user conversation state: last and read positions, unread count, large-group dirty marker (contract §7)';
+COMMENT ON TABLE im.user_conversation IS 'Per-user conversation state: last and read positions, unread count, large-group dirty marker, last activity and conversation pin (contract §7, §20)';
 COMMENT ON TABLE im.deleted_for_me IS 'Messages a user deleted for themselves only (contract §7)';
 COMMENT ON TABLE im.device IS 'Devices of a user: state, sync generation, ACKed and issued sync positions, registration counter bound into tokens (contract §5)';
 COMMENT ON TABLE im.recovery_session IS 'Recovery sessions of a device: an active one holds the GC fence at resume_from (contract §5, §8)';
@@ -294,6 +306,20 @@ RETURNS TABLE(conversation_id bigint, kind text, mode text,
               head_msg_seq bigint)
 AS 'MODULE_PATHNAME', 'im_conversation_list' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+CREATE FUNCTION im.recent_conversations(user_id bigint, page_limit int DEFAULT 50,
+                                        after_cursor text DEFAULT NULL)
+RETURNS TABLE(conversation_id bigint, kind text, mode text, last_msg_seq bigint,
+              read_msg_seq bigint, unread_count bigint, dirty_target_msg_seq bigint,
+              dirty_version bigint, head_msg_seq bigint, last_activity_at timestamptz,
+              conversation_pinned boolean, left_conversation boolean, my_role text,
+              muted_until timestamptz, next_cursor text)
+AS 'MODULE_PATHNAME', 'im_recent_conversations' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+CREATE FUNCTION im.pin_conversation(user_id bigint, conversation_id bigint, pin boolean,
+                                    trace_id text DEFAULT NULL)
+RETURNS TABLE(conversation_pinned boolean)
+AS 'MODULE_PATHNAME', 'im_pin_conversation' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 CREATE FUNCTION im.delete_for_me(user_id bigint, conversation_id bigint, message_id bigint,
                                  trace_id text DEFAULT NULL)
 RETURNS boolean AS 'MODULE_PATHNAME', 'im_delete_for_me' LANGUAGE C
@@ -345,6 +371,8 @@ COMMENT ON FUNCTION im.fetch_messages(bigint, bigint, bigint, integer, bigint) I
 COMMENT ON FUNCTION im.report_read(bigint, bigint, bigint, text) IS 'Moves the user''s read cursor forward and recounts unread (contract §7)';
 COMMENT ON FUNCTION im.clear_dirty(bigint, bigint, bigint, bigint, text) IS 'Clears a large-group dirty marker the client has caught up with (contract §7)';
 COMMENT ON FUNCTION im.conversation_list(bigint, integer, bigint) IS 'The user''s conversations with positions, unread counts and dirty markers (contract §7)';
+COMMENT ON FUNCTION im.recent_conversations(bigint, integer, text) IS 'The user''s conversations pinned first, then by latest activity, paged by a keyset cursor (contract §20)';
+COMMENT ON FUNCTION im.pin_conversation(bigint, bigint, boolean, text) IS 'Pins or unpins a conversation for the user; synced to the user''s devices as a conversation_pin event (contract §20)';
 COMMENT ON FUNCTION im.delete_for_me(bigint, bigint, bigint, text) IS 'Deletes a message for the calling user only (contract §7)';
 COMMENT ON FUNCTION im.message_status(bigint) IS 'Per user and device: accepted, in sync scope, synced, read for one message (contract §7)';
 COMMENT ON FUNCTION im.message_facts(bigint, bigint) IS 'For the sender of a message: per recipient user accepted, in sync scope, synced on any device, read (contract §16)';

@@ -24,6 +24,7 @@
 #include "core/common.h"
 #include "core/locks.h"
 #include "core/im_sql.h"
+#include "core/version_check.h"
 #include "user/user.h"
 
 #include "catalog/pg_type.h"
@@ -76,7 +77,12 @@
 	"        WHERE x.conversation_id" EQ "c.conversation_id AND x.kind" EQ "'pin' " \
 	"        ORDER BY x.msg_seq DESC LIMIT 1)), '[]'::pg_catalog.jsonb))"
 
-#define SNAPSHOT_ITEMS_SQL \
+/* contract §20: an item's conversation_pinned, on a catalog that has pins */
+#define SNAPSHOT_CONVERSATION_PINNED_SQL \
+	OP_CONCAT "pg_catalog.jsonb_build_object('conversation_pinned', " \
+	"  COALESCE(uc.conversation_pinned_at" GT "'-infinity'::pg_catalog.timestamptz, false)) "
+
+#define SNAPSHOT_ITEMS_SQL(conversation_pinned) \
 	"WITH per AS (" \
 	"  SELECT p.* FROM im.membership_period p WHERE p.user_id" EQ "$1), " \
 	"pos AS (" \
@@ -127,7 +133,7 @@
 	"                        WHERE x.conversation_id" EQ "c.conversation_id " \
 	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb))" \
 	/* the latest pin position visible at or before the cut */ \
-	"    " OP_CONCAT SNAPSHOT_PINNED_SQL " AS body " \
+	"    " OP_CONCAT SNAPSHOT_PINNED_SQL " " conversation_pinned " AS body " \
 	"  FROM conv c JOIN im.conversation k ON k.conversation_id" EQ "c.conversation_id " \
 	"  LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "$1 " \
 	"       AND uc.conversation_id" EQ "c.conversation_id), " \
@@ -248,7 +254,8 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr head_plan;
 	static SPIPlanPtr snap_plan;
-	static SPIPlanPtr items_plan;
+	static SPIPlanPtr items_plans[2];
+	SPIPlanPtr	items_plan;
 	static SPIPlanPtr empty_plan;
 	static SPIPlanPtr seal_plan;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
@@ -321,7 +328,10 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 		elog(ERROR, "im_sync: snapshot row not created");
 	snapshot_id = im_get_int64(0, 1, NULL);
 
-	im_prepare(&items_plan, SNAPSHOT_ITEMS_SQL, 1, INT8OID);
+	if (IM_CATALOG_HAS_RECENCY())
+		items_plan = im_prepare(&items_plans[1], SNAPSHOT_ITEMS_SQL(SNAPSHOT_CONVERSATION_PINNED_SQL), 1, INT8OID);
+	else
+		items_plan = im_prepare(&items_plans[0], SNAPSHOT_ITEMS_SQL(""), 1, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(snapshot_id);
 	exec_in_cut(items_plan, args, cut, 0);

@@ -194,7 +194,7 @@ typedef struct PageSeen
 } PageSeen;
 
 #define PRIVATE_KINDS_SQL \
-	"('{read_cursor,delete_for_me,conversation_dirty,receipt}'::pg_catalog.text[])"
+	"('{read_cursor,delete_for_me,conversation_dirty,receipt,conversation_pin}'::pg_catalog.text[])"
 
 static Datum
 page_col(uint64 row, int col, bool *isnull)

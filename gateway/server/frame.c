@@ -35,6 +35,8 @@ const im_op_info im_ops[IM_OP_COUNT] = {
 	[IM_OP_REACT] = {"react", "react_result", IM_REPLY_ROW},
 	[IM_OP_PIN] = {"pin", "pin_result", IM_REPLY_ROW},
 	[IM_OP_MESSAGE_STATUS] = {"message_status", "message_status_result", IM_REPLY_ROWS},
+	[IM_OP_RECENT_CONVERSATIONS] = {"recent_conversations", "recent_conversations_result", IM_REPLY_ROWS},
+	[IM_OP_PIN_CONVERSATION] = {"pin_conversation", "pin_conversation_result", IM_REPLY_ROW},
 };
 
 typedef enum
@@ -166,6 +168,16 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 		{U, {F_INT, "message_id", 1, 0}},
 		"SELECT * FROM im.message_facts($1::bigint, $2::bigint)", NULL
 	},
+	/* contract §20: recency pages (the reply adds next_cursor) and conversation pins */
+	[IM_OP_RECENT_CONVERSATIONS] = {
+		{U, {F_TEXT, "after_cursor", 0, 0}, {F_INT, "limit", 0, 1}},
+		"SELECT * FROM im.recent_conversations($1::bigint, after_cursor => $2::text, page_limit => $3::int)",
+		"SELECT * FROM im.recent_conversations($1::bigint, after_cursor => $2::text)"
+	},
+	[IM_OP_PIN_CONVERSATION] = {
+		{U, {F_INT, "conversation_id", 1, 0}, {F_BOOL, "pinned", 1, 0}},
+		"SELECT * FROM im.pin_conversation($1::bigint, $2::bigint, $3::boolean, trace_id => $4::text)", NULL
+	},
 };
 
 /*
@@ -175,6 +187,7 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 static const unsigned char traced[IM_OP_COUNT] = {
 	[IM_OP_SEND] = 1, [IM_OP_RECALL] = 1, [IM_OP_EDIT] = 1, [IM_OP_READ] = 1,
 	[IM_OP_CLEAR_DIRTY] = 1, [IM_OP_DELETE_FOR_ME] = 1, [IM_OP_REACT] = 1, [IM_OP_PIN] = 1,
+	[IM_OP_PIN_CONVERSATION] = 1,
 };
 
 int

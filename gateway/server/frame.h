@@ -40,6 +40,8 @@ typedef enum im_op
 	IM_OP_REACT,				/* contract §14 */
 	IM_OP_PIN,
 	IM_OP_MESSAGE_STATUS,		/* contract §16 */
+	IM_OP_RECENT_CONVERSATIONS,	/* contract §20 */
+	IM_OP_PIN_CONVERSATION,
 	IM_OP_COUNT
 } im_op;
 

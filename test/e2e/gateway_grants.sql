@@ -21,6 +21,10 @@ GRANT EXECUTE ON FUNCTION
   im.react(bigint, bigint, bigint, text, boolean, text, text), im.pin_message(bigint, bigint, bigint, boolean, text, text),
   im.message_facts(bigint, bigint)
 TO im_gateway_e2e;
+-- recency and conversation pins (contract §20)
+GRANT EXECUTE ON FUNCTION
+  im.recent_conversations(bigint, int, text), im.pin_conversation(bigint, bigint, boolean, text)
+TO im_gateway_e2e;
 -- push: presence (contract §13)
 GRANT EXECUTE ON FUNCTION
   im.set_presence(bigint, text, bigint, boolean, interval),

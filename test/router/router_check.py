@@ -320,6 +320,16 @@ def read_state_and_deletions():
     heads = dict(q("SELECT conversation_id, head_msg_seq FROM im.conversation_list(%s)", (a,)))
     check(len(cl) >= 2 and all(r[2] is False for r in cl), "conversation_list: head_stale false when reachable")
     check(heads.get(g) == rc[1] + 1 or heads.get(g) >= rc[1], "conversation_list: authoritative head", f"{heads}")
+    # recency and conversation pins (contract §20): the user's node answers
+    rec = q("SELECT conversation_id, last_activity_at, conversation_pinned FROM im.recent_conversations(%s)", (c,))
+    check(rec and {r[0] for r in rec} == {r[0] for r in q("SELECT conversation_id FROM im.conversation_list(%s)", (c,))},
+          "recent_conversations through the router lists the user's conversations", f"{rec}")
+    check(any(r[0] == g and r[1] is not None for r in rec), "recent_conversations: activity of a remote conversation")
+    pc = q1("SELECT conversation_pinned FROM im.pin_conversation(%s, %s, true)", (c, g))
+    top = q("SELECT conversation_id, conversation_pinned FROM im.recent_conversations(%s, 1)", (c,))
+    check(pc is True and top == [(g, True)], "pin_conversation on the user's node puts it first", f"{top}")
+    check(q1("SELECT conversation_pinned FROM im.pin_conversation(%s, %s, false)", (c, g)) is False,
+          "pin_conversation: unpin")
     dl = q1("SELECT im.delete_for_me(%s, %s, %s)", (c, g, m1[0]))
     dl2 = q1("SELECT im.delete_for_me(%s, %s, %s)", (c, g, m1[0]))
     check(dl is True and dl2 is False, "delete_for_me on both nodes, idempotent")

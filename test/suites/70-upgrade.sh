@@ -134,6 +134,19 @@ wait_for "the pending items to be fanned out" \
   "[ \"\$(q im_upgrade -c \"SELECT count(*) FROM im.outbox WHERE state = 'pending'\")\" = 0 ]"
 [ "$(grep -cF "$waits" "$log")" = 1 ] || fail "the worker logged its wait more than once"
 echo "workers: waited for the $release catalog (one log line), resumed after ALTER EXTENSION UPDATE"
+# recency (contract §20): the update filled last_activity_at of the rows
+# the released library wrote, as fanout keeps it: the created_at of the last
+# message inside one of the user's periods at or below last_msg_seq
+activity=$(q im_upgrade -c "SELECT count(*) FILTER (WHERE uc.last_activity_at IS DISTINCT FROM COALESCE((
+      SELECT max(e.created_at) FROM im.event e JOIN im.membership_period p
+          ON p.conversation_id = e.conversation_id AND p.user_id = uc.user_id
+         AND e.msg_seq >= p.join_seq AND (p.leave_seq IS NULL OR e.msg_seq <= p.leave_seq)
+       WHERE e.conversation_id = uc.conversation_id AND e.kind = 'message' AND e.msg_seq <= uc.last_msg_seq),
+      '-infinity')) || ' ' || count(*) FILTER (WHERE uc.last_activity_at > '-infinity')
+  FROM im.user_conversation uc")
+[ "${activity%% *}" = 0 ] && [ "${activity##* }" -gt 0 ] \
+  || fail "last_activity_at after the update: $activity (rows that differ, rows with activity)"
+echo "recency: last_activity_at filled by the update (${activity##* } rows with a message)"
 q postgres -c "ALTER SYSTEM SET im_sync.fanout_paused = on" -c "SELECT pg_reload_conf()" >/dev/null
 q im_regress -c "ALTER EXTENSION im_sync UPDATE"
 

@@ -533,6 +533,22 @@ CREATE FUNCTION im_router.clear_dirty(user_id bigint, conversation_id bigint, ob
 RETURNS TABLE(cleared boolean, dirty_target_msg_seq bigint, dirty_version bigint)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.clear_dirty; $$;
 
+-- recency and conversation pins (contract §20): per user, so the user's node
+-- answers (its state rows, copies of the conversations and its periods)
+CREATE FUNCTION im_router.recent_conversations(user_id bigint, page_limit int DEFAULT 50,
+                                               after_cursor text DEFAULT NULL)
+RETURNS TABLE(conversation_id bigint, kind text, mode text, last_msg_seq bigint,
+              read_msg_seq bigint, unread_count bigint, dirty_target_msg_seq bigint,
+              dirty_version bigint, head_msg_seq bigint, last_activity_at timestamptz,
+              conversation_pinned boolean, left_conversation boolean, my_role text,
+              muted_until timestamptz, next_cursor text)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.recent_conversations; $$;
+
+CREATE FUNCTION im_router.pin_conversation(user_id bigint, conversation_id bigint, pin boolean,
+                                           trace_id text DEFAULT NULL)
+RETURNS TABLE(conversation_pinned boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.pin_conversation; $$;
+
 CREATE FUNCTION im_router.register_push_target(user_id bigint, device_id text, provider text, app_id text,
                                                push_token text, preview text DEFAULT 'none')
 RETURNS bigint
@@ -1286,6 +1302,8 @@ BEGIN
                -- §7, §16 read state, status of a message
                'conversation_list', 'fetch_messages', 'report_read', 'clear_dirty',
                'delete_for_me', 'message_status', 'message_facts',
+               -- §20 recency and conversation pins
+               'recent_conversations', 'pin_conversation',
                -- §8 tokens
                'issue_device_token', 'authenticate', 'rotate_token_key', 'retire_token_key',
                -- §13 push

@@ -151,6 +151,13 @@ im_db_build_reply(im_job *job)
 		if (!arr.text)
 			abort();
 		arr.len = strlen(arr.text);
+		/* a recency page: the last row's cursor, null after the last page */
+		if (job->op == IM_OP_RECENT_CONVERSATIONS)
+		{
+			int			c = PQfnumber(res, "next_cursor");
+
+			json_object_set_new(o, "next_cursor", c >= 0 && n > 0 ? cell_json(res, n - 1, c) : json_null());
+		}
 		job->reply = row_text(o, NULL, 0, &arr, 1);
 		for (r = 0; r < n; r++)
 			free(rows[r]);
