@@ -465,13 +465,14 @@ test('the conversation list: most recent first, unread counts; pinned on top whe
     return;
   }
   await pa.click(`#conversations li[data-conv="${c3}"] .conv-pin-btn`);
-  for (const page of [pa, pb]) {
-    await waitFor('the pinned conversation on top', async () => {
-      const order = await listOrder(page);
-      const pinned = await page.$eval(`#conversations li[data-conv="${c3}"]`, (e) => e.dataset.pinned).catch(() => null);
-      return (order[0] === c3 && pinned === 'true') || [order, pinned];
-    });
-  }
+  // a pin is the pinning user's own (contract §20): A's page only; B's list keeps its order
+  await waitFor('the pinned conversation on top of A\'s list', async () => {
+    const order = await listOrder(pa);
+    const pinned = await pa.$eval(`#conversations li[data-conv="${c3}"]`, (e) => e.dataset.pinned).catch(() => null);
+    return (order[0] === c3 && pinned === 'true') || [order, pinned];
+  });
+  const pinnedForB = await pb.$eval(`#conversations li[data-conv="${c3}"]`, (e) => e.dataset.pinned).catch(() => null);
+  assert.notEqual(pinnedForB, 'true', 'A\'s pin is not B\'s');
   await shot(pa, '11-pinned-conversation');
   await pa.click(`#conversations li[data-conv="${c3}"] .conv-pin-btn`);
   await waitFor('unpinned', async () => (await listOrder(pa))[0] === conv || listOrder(pa));
