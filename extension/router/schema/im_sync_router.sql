@@ -1273,52 +1273,28 @@ AS $$ SELECT s.node_name, s.conninfo FROM im_router.shard_nodes() s $$;
  * client_min_messages = warning hides PL/Proxy's NOTICE "dropping stale
  * conn": after a node's error PL/Proxy 2.10 leaves that connection mid-result
  * and reconnects on the next call (so an error costs one reconnect).
+ * im_router.create_api_wrapper makes one; the install script calls it for
+ * every contract function, an upgrade for each function it adds or remakes.
  */
-DO $gen$
+CREATE FUNCTION im_router.create_api_wrapper(f regprocedure) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $gen$
 DECLARE
-    f record;
+    p record;
     call text;
     body text;
 BEGIN
-    FOR f IN
-        SELECT p.oid, p.proname, p.pronargs, p.proretset, p.prorettype
-          FROM pg_proc p
-         WHERE p.pronamespace = 'im_router'::regnamespace
-           AND p.proname = ANY (ARRAY[
-               -- contract §2
-               'create_conversation', 'direct_conversation', 'join_conversation',
-               'leave_conversation', 'set_conversation_mode', 'conversation_members',
-               'members_among',
-               -- §3, §14
-               'send_message', 'recall_message', 'edit_message', 'react', 'pin_message',
-               -- §4, §8 operations
-               'run_fanout', 'repair_fanout', 'gc_inbox', 'reconcile', 'metrics',
-               'set_extension_owner',
-               -- §21 operators
-               'trace_message',
-               -- §5, §6 devices, sync, snapshots
-               'register_device', 'revoke_device', 'device_session', 'sync_changes',
-               'ack_sync', 'begin_snapshot', 'fetch_snapshot', 'ack_snapshot',
-               -- §7, §16 read state, status of a message
-               'conversation_list', 'fetch_messages', 'report_read', 'clear_dirty',
-               'delete_for_me', 'message_status', 'message_facts',
-               -- §20 recency and conversation pins
-               'recent_conversations', 'pin_conversation',
-               -- §8 tokens
-               'issue_device_token', 'authenticate', 'rotate_token_key', 'retire_token_key',
-               -- §13 push
-               'register_push_target', 'remove_push_target', 'set_notify', 'set_presence',
-               'refresh_presence', 'claim_push_jobs', 'complete_push_job'])
-         ORDER BY p.proname
-    LOOP
-        call := format('im_router.%I(%s)', f.proname,
-                       (SELECT coalesce(string_agg('$' || i, ', ' ORDER BY i), '')
-                          FROM generate_series(1, f.pronargs) i));
-        body := CASE
-            WHEN f.proretset THEN 'RETURN QUERY SELECT * FROM ' || call || ';'
-            WHEN f.prorettype = 'void'::regtype THEN 'PERFORM ' || call || ';'
-            ELSE 'RETURN ' || call || ';' END;
-        EXECUTE format($w$
+    SELECT pr.proname, pr.pronargs, pr.proretset, pr.prorettype INTO p
+      FROM pg_proc pr WHERE pr.oid = f;
+    call := format('im_router.%I(%s)', p.proname,
+                   (SELECT coalesce(string_agg('$' || i, ', ' ORDER BY i), '')
+                      FROM generate_series(1, p.pronargs) i));
+    body := CASE
+        WHEN p.proretset THEN 'RETURN QUERY SELECT * FROM ' || call || ';'
+        WHEN p.prorettype = 'void'::regtype THEN 'PERFORM ' || call || ';'
+        ELSE 'RETURN ' || call || ';' END;
+    EXECUTE format($w$
             CREATE FUNCTION im.%I(%s) RETURNS %s
             LANGUAGE plpgsql
             SET search_path = pg_catalog, im_router, pg_temp
@@ -1333,11 +1309,45 @@ BEGIN
                                         err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
                 PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
             END $body$$w$,
-            f.proname, pg_get_function_arguments(f.oid), pg_get_function_result(f.oid), body);
-        EXECUTE format('COMMENT ON FUNCTION im.%I(%s) IS %L', f.proname,
-                       pg_get_function_identity_arguments(f.oid),
-                       'im_sync API through the router (contract §15): runs im_router.' || f.proname);
-    END LOOP;
+        p.proname, pg_get_function_arguments(f), pg_get_function_result(f), body);
+    EXECUTE format('COMMENT ON FUNCTION im.%I(%s) IS %L', p.proname,
+                   pg_get_function_identity_arguments(f),
+                   'im_sync API through the router (contract §15): runs im_router.' || p.proname);
+END $gen$;
+-- creates functions in im: the extension scripts' (install, upgrades) only
+REVOKE ALL ON FUNCTION im_router.create_api_wrapper(regprocedure) FROM PUBLIC;
+
+DO $gen$
+BEGIN
+    PERFORM im_router.create_api_wrapper(p.oid)
+       FROM pg_proc p
+      WHERE p.pronamespace = 'im_router'::regnamespace
+        AND p.proname = ANY (ARRAY[
+                    -- contract §2
+                    'create_conversation', 'direct_conversation', 'join_conversation',
+                    'leave_conversation', 'set_conversation_mode', 'conversation_members',
+                    'members_among',
+                    -- §3, §14
+                    'send_message', 'recall_message', 'edit_message', 'react', 'pin_message',
+                    -- §4, §8 operations
+                    'run_fanout', 'repair_fanout', 'gc_inbox', 'reconcile', 'metrics',
+                    'set_extension_owner',
+                    -- §21 operators
+                    'trace_message',
+                    -- §5, §6 devices, sync, snapshots
+                    'register_device', 'revoke_device', 'device_session', 'sync_changes',
+                    'ack_sync', 'begin_snapshot', 'fetch_snapshot', 'ack_snapshot',
+                    -- §7, §16 read state, status of a message
+                    'conversation_list', 'fetch_messages', 'report_read', 'clear_dirty',
+                    'delete_for_me', 'message_status', 'message_facts',
+                    -- §20 recency and conversation pins
+                    'recent_conversations', 'pin_conversation',
+                    -- §8 tokens
+                    'issue_device_token', 'authenticate', 'rotate_token_key', 'retire_token_key',
+                    -- §13 push
+                    'register_push_target', 'remove_push_target', 'set_notify', 'set_presence',
+                    'refresh_presence', 'claim_push_jobs', 'complete_push_job'])
+      ORDER BY p.proname;
 END $gen$;
 
 /*

@@ -1,5 +1,48 @@
 \echo Use "ALTER EXTENSION im_sync_router UPDATE TO '1.3'" to load this file. \quit
 
+-- ---- one generator of the im.* wrappers (the install script's), kept in
+-- the catalog so that every upgrade makes its wrappers with the same text
+CREATE FUNCTION im_router.create_api_wrapper(f regprocedure) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $gen$
+DECLARE
+    p record;
+    call text;
+    body text;
+BEGIN
+    SELECT pr.proname, pr.pronargs, pr.proretset, pr.prorettype INTO p
+      FROM pg_proc pr WHERE pr.oid = f;
+    call := format('im_router.%I(%s)', p.proname,
+                   (SELECT coalesce(string_agg('$' || i, ', ' ORDER BY i), '')
+                      FROM generate_series(1, p.pronargs) i));
+    body := CASE
+        WHEN p.proretset THEN 'RETURN QUERY SELECT * FROM ' || call || ';'
+        WHEN p.prorettype = 'void'::regtype THEN 'PERFORM ' || call || ';'
+        ELSE 'RETURN ' || call || ';' END;
+    EXECUTE format($w$
+            CREATE FUNCTION im.%I(%s) RETURNS %s
+            LANGUAGE plpgsql
+            SET search_path = pg_catalog, im_router, pg_temp
+            SET client_min_messages = warning
+            AS $body$
+            DECLARE
+                err_state text; err_msg text; err_detail text; err_hint text;
+            BEGIN
+                %s
+            EXCEPTION WHEN OTHERS OR query_canceled THEN
+                GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
+                                        err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
+                PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
+            END $body$$w$,
+        p.proname, pg_get_function_arguments(f), pg_get_function_result(f), body);
+    EXECUTE format('COMMENT ON FUNCTION im.%I(%s) IS %L', p.proname,
+                   pg_get_function_identity_arguments(f),
+                   'im_sync API through the router (contract §15): runs im_router.' || p.proname);
+END $gen$;
+-- creates functions in im: the extension scripts' (install, upgrades) only
+REVOKE ALL ON FUNCTION im_router.create_api_wrapper(regprocedure) FROM PUBLIC;
+
 
 -- ---- claim_push_jobs passes the node's trace_id on (contract §13, §21)
 -- The nodes' im.claim_push_jobs (catalog 1.10) ends its result with
@@ -92,51 +135,15 @@ END $$;
 -- wrapper (same text), then the three functions' old owners and ACLs (the
 -- ACL copied into pg_proc directly: a GRANT here would record the DBA's
 -- grants as the extension's initial privileges)
-DO $gen$
+SELECT im_router.create_api_wrapper('im_router.claim_push_jobs(text, int, interval)'::regprocedure);
+REVOKE ALL ON FUNCTION im.claim_push_jobs(text, int, interval) FROM PUBLIC;
+DO $acl$
 DECLARE
-    f record;
-    call text;
-    body text;
     saved text;
     old_owner oid;
     old_acl aclitem[];
     fn regprocedure;
 BEGIN
-    FOR f IN
-        SELECT p.oid, p.proname, p.pronargs, p.proretset, p.prorettype
-          FROM pg_proc p
-         WHERE p.pronamespace = 'im_router'::regnamespace
-           AND p.proname = 'claim_push_jobs'
-    LOOP
-        call := format('im_router.%I(%s)', f.proname,
-                       (SELECT coalesce(string_agg('$' || i, ', ' ORDER BY i), '')
-                          FROM generate_series(1, f.pronargs) i));
-        body := CASE
-            WHEN f.proretset THEN 'RETURN QUERY SELECT * FROM ' || call || ';'
-            WHEN f.prorettype = 'void'::regtype THEN 'PERFORM ' || call || ';'
-            ELSE 'RETURN ' || call || ';' END;
-        EXECUTE format($w$
-            CREATE FUNCTION im.%I(%s) RETURNS %s
-            LANGUAGE plpgsql
-            SET search_path = pg_catalog, im_router, pg_temp
-            SET client_min_messages = warning
-            AS $body$
-            DECLARE
-                err_state text; err_msg text; err_detail text; err_hint text;
-            BEGIN
-                %s
-            EXCEPTION WHEN OTHERS OR query_canceled THEN
-                GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
-                                        err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
-                PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
-            END $body$$w$,
-            f.proname, pg_get_function_arguments(f.oid), pg_get_function_result(f.oid), body);
-        EXECUTE format('COMMENT ON FUNCTION im.%I(%s) IS %L', f.proname,
-                       pg_get_function_identity_arguments(f.oid),
-                       'im_sync API through the router (contract §15): runs im_router.' || f.proname);
-        EXECUTE format('REVOKE ALL ON FUNCTION im.%I(%s) FROM PUBLIC', f.proname,
-                       pg_get_function_identity_arguments(f.oid));
-    END LOOP;
     FOREACH fn IN ARRAY ARRAY['im.claim_push_jobs(text, int, interval)'::regprocedure,
                               'im_router.claim_push_jobs(text, int, interval)'::regprocedure,
                               'im_router.on_node_claim_push_jobs(int, text, int, interval)'::regprocedure]
@@ -153,7 +160,7 @@ BEGIN
         END IF;
         UPDATE pg_proc SET proacl = old_acl WHERE oid = fn;
     END LOOP;
-END $gen$;
+END $acl$;
 
 
 -- ---- recency and conversation pins (contract §20): im_router and im.*
@@ -174,41 +181,10 @@ CREATE FUNCTION im_router.pin_conversation(user_id bigint, conversation_id bigin
 RETURNS TABLE(conversation_pinned boolean)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.pin_conversation; $$;
 
-DO $gen$
-DECLARE
-    f record;
-    call text;
-BEGIN
-    FOR f IN
-        SELECT p.oid, p.proname, p.pronargs
-          FROM pg_proc p
-         WHERE p.pronamespace = 'im_router'::regnamespace
-           AND p.proname = ANY (ARRAY['recent_conversations', 'pin_conversation'])
-         ORDER BY p.proname
-    LOOP
-        call := format('im_router.%I(%s)', f.proname,
-                       (SELECT string_agg('$' || i, ', ' ORDER BY i) FROM generate_series(1, f.pronargs) i));
-        EXECUTE format($w$
-            CREATE FUNCTION im.%I(%s) RETURNS %s
-            LANGUAGE plpgsql
-            SET search_path = pg_catalog, im_router, pg_temp
-            SET client_min_messages = warning
-            AS $body$
-            DECLARE
-                err_state text; err_msg text; err_detail text; err_hint text;
-            BEGIN
-                %s
-            EXCEPTION WHEN OTHERS OR query_canceled THEN
-                GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_msg = MESSAGE_TEXT,
-                                        err_detail = PG_EXCEPTION_DETAIL, err_hint = PG_EXCEPTION_HINT;
-                PERFORM im_router.rethrow(err_state, err_msg, err_detail, err_hint);
-            END $body$$w$,
-            f.proname, pg_get_function_arguments(f.oid), pg_get_function_result(f.oid),
-            'RETURN QUERY SELECT * FROM ' || call || ';');
-        EXECUTE format('COMMENT ON FUNCTION im.%I(%s) IS %L', f.proname,
-                       pg_get_function_identity_arguments(f.oid),
-                       'im_sync API through the router (contract §15): runs im_router.' || f.proname);
-        EXECUTE format('REVOKE ALL ON FUNCTION im.%I(%s) FROM PUBLIC', f.proname,
-                       pg_get_function_identity_arguments(f.oid));
-    END LOOP;
-END $gen$;
+SELECT im_router.create_api_wrapper(p.oid)
+  FROM pg_proc p
+ WHERE p.pronamespace = 'im_router'::regnamespace
+   AND p.proname = ANY (ARRAY['recent_conversations', 'pin_conversation'])
+ ORDER BY p.proname;
+REVOKE ALL ON FUNCTION im.recent_conversations(bigint, int, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION im.pin_conversation(bigint, bigint, boolean, text) FROM PUBLIC;
