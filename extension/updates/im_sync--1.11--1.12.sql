@@ -1,0 +1,2 @@
+\echo Use "ALTER EXTENSION im_sync UPDATE TO '1.12'" to load this file. \quit
+
