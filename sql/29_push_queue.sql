@@ -234,6 +234,21 @@ SELECT im.complete_push_job(:lj, 'relay-old', 'delivered') AS other_relay;
 SELECT im.complete_push_job(:lj, 'relay-new', 'delivered') AS current;
 SELECT im.complete_push_job(:lj, 'relay-new', 'delivered') AS twice;
 SELECT im.complete_push_job(999999999, 'relay-new', 'delivered') AS unknown_job;
+-- a lapsed lease beside a newer job of the same pair, claimed together:
+-- one push (the newer job's, with the latest message); the lapsed one is
+-- suppressed, so the claim's pacing row is written once
+DELETE FROM im.push_job WHERE user_id = 2902;
+SELECT pg_temp.send(2901, 'l-2') > 0 AS sent;
+SELECT im.run_fanout() > 0 AS fanned_out;
+SELECT job_id AS lj2 FROM im.claim_push_jobs('relay-old', 1, '1 second') \gset
+SELECT pg_temp.send(2901, 'l-3') > 0 AS sent;
+SELECT im.run_fanout() > 0 AS fanned_out;
+UPDATE im.push_job SET lease_until = now() - interval '1 second', not_before = now() WHERE user_id = 2902;
+SELECT job_id > :lj2 AS newer_claimed, notification->'notification'->'devices'->0->'data'->'default_payload'->'msg_seq'
+       = to_jsonb((SELECT max(msg_seq) FROM im.event WHERE conversation_id = :c)) AS latest
+FROM im.claim_push_jobs('relay-new');
+SELECT job_id = :lj2 AS lapsed_one, state FROM im.push_job WHERE user_id = 2902 ORDER BY job_id;
+SELECT count(*) AS completed FROM pg_temp.complete_all('relay-new', 'delivered', 200);
 -- min_interval: the next claim of the pair waits for it
 SET im_sync.push_min_interval = '1h';
 SELECT pg_temp.send(2901, 'i-1') > 0 AS sent;

@@ -190,6 +190,14 @@ collect_finished(void)
 			   "           " IM_PUSH_PREVIEW_LEVEL_SQL("COALESCE(so.preview, sa.preview, 'full')") ") AS level," \
 			   "         CASE WHEN j.queued_at" LT "(pg_catalog.now()" MINUS "pg_catalog.make_interval(secs => $4))" \
 			   "              THEN 'expired'" \
+			   /* \
+			    * one push per (target, conversation) per claim: a lapsed lease \
+			    * claimed beside the pair's newer job is superseded by it (the \
+			    * newer one carries the latest message; pacing keeps one row) \
+			    */ \
+			   "              WHEN pg_catalog.row_number() OVER (PARTITION BY j.push_target_id, j.conversation_id" \
+			   "                                                 ORDER BY j.job_id DESC)" GT "1" \
+			   "              THEN 'suppressed'" \
 			   "              WHEN t.disabled_at IS NOT NULL OR e.message_id IS NULL OR e.recalled" \
 			   "                OR d.acked_sync_seq" GE "COALESCE(l.sync_seq, j.sync_seq) OR d.state" EQ "'REVOKED'" \
 			   "                OR " IM_PUSH_MUTED_SQL("so", "sa") " OR " IM_PUSH_ONLINE_SQL("d") \
