@@ -91,16 +91,22 @@ function markFirstScreen(listed) {
 
 // A new browser context (no local database: a new device) signs in with
 // tok; resolves once `listed` conversations are shown and the status is
-// ready, with the page, its frame counts and the first-screen marks.
-export async function openAsNewDevice(browser, url, tok, listed) {
+// ready, with the page, its frame counts and the first-screen marks (on a
+// timeout the error carries them as .partial).
+export async function openAsNewDevice(browser, url, tok, listed, { timeout = 120000 } = {}) {
   const context = await browser.createBrowserContext();
   const page = await context.newPage();
   page.on('pageerror', (e) => console.log('page error:', e.message));
   const counts = await frameCounter(page);
   await page.evaluateOnNewDocument(markFirstScreen, listed);
   await page.goto(`${url}#token=${encodeURIComponent(tok)}`);
-  await page.waitForFunction(() => window.__imMarks.listed != null && window.__imMarks.ready != null,
-                             { timeout: 120000, polling: 100 });
+  try {
+    await page.waitForFunction(() => window.__imMarks.listed != null && window.__imMarks.ready != null,
+                               { timeout, polling: 100 });
+  } catch (e) {
+    e.partial = { context, page, counts };
+    throw e;
+  }
   const marks = await page.evaluate(() => ({ ...window.__imMarks }));
   return { context, page, counts, marks };
 }
