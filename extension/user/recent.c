@@ -14,7 +14,9 @@
  *   - a pin changes the user's state row under the user's head lock (lock
  *     order of contract §4) together with its conversation_pin private
  *     event; a pin that changes nothing writes nothing;
- *   - at most IM_MAX_PINNED pinned conversations per user.
+ *   - at most IM_MAX_PINNED pinned conversations per user, at every
+ *     isolation level: the count is taken under the head lock and in the
+ *     latest snapshot (pinned_count).
  */
 #include "core/im_sync.h"
 #include "core/common.h"
@@ -25,6 +27,7 @@
 #include "user/user.h"
 
 #include "catalog/pg_type.h"
+#include "utils/snapmgr.h"
 #include "common/base64.h"
 #include "port/pg_bswap.h"
 #include "utils/builtins.h"
@@ -224,6 +227,33 @@ enqueue_pin_event(int64 user_id, int64 conversation_id, bool pinned, const char 
 	im_wake_fanout_at_commit();
 }
 
+/*
+ * The user's pinned conversations, counted in the latest snapshot.  Every
+ * pin counts under the user's head lock, so once it is held no other pin of
+ * the user is in flight and the latest snapshot holds every committed one;
+ * a REPEATABLE READ or SERIALIZABLE transaction's own snapshot may predate
+ * a pin that committed while this one waited for the lock, and two pins
+ * counted that way would pass the limit together (pin_limit_race.spec).
+ */
+static int64
+pinned_count(int64 user_id)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+	int			rc;
+
+	im_prepare(&plan,
+			   "SELECT pg_catalog.count(*) FROM im.user_conversation "
+			   "WHERE user_id" EQ "$1 "
+			   "  AND conversation_pinned_at" GT "'-infinity'::pg_catalog.timestamptz",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(user_id);
+	rc = SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(), InvalidSnapshot, false, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "im_sync: counting pinned conversations failed: %s", SPI_result_code_string(rc));
+	return im_get_int64(0, 1, NULL);
+}
+
 PG_FUNCTION_INFO_V1(im_pin_conversation);
 /*
  * pin_conversation(user_id, conversation_id, pin, trace_id DEFAULT NULL):
@@ -237,7 +267,6 @@ Datum
 im_pin_conversation(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr state_plan;
-	static SPIPlanPtr count_plan;
 	static SPIPlanPtr update_plan;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int64		conversation_id = im_arg_id(fcinfo, 1, "conversation_id");
@@ -279,13 +308,7 @@ im_pin_conversation(PG_FUNCTION_ARGS)
 	{
 		if (pin)
 		{
-			im_prepare(&count_plan,
-					   "SELECT pg_catalog.count(*) FROM im.user_conversation "
-					   "WHERE user_id" EQ "$1 "
-					   "  AND conversation_pinned_at" GT "'-infinity'::pg_catalog.timestamptz",
-					   1, INT8OID);
-			im_exec(count_plan, args, NULL, 0);
-			if (im_get_int64(0, 1, NULL) >= IM_MAX_PINNED)
+			if (pinned_count(user_id) >= IM_MAX_PINNED)
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("user " INT64_FORMAT " already has %d pinned conversations",

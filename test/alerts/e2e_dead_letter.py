@@ -9,50 +9,30 @@ script makes a dead letter the poison drill's way (test/drills/
 im_sync.fanout_max_attempts = 2, the fanout worker failing it twice), polls
 Prometheus's /api/v1/alerts until ImSyncFanoutDeadLetters fires, repairs
 (drops the trigger, im.repair_fanout(retry_dead => true)) and polls until the
-alert is gone.  Every wait polls against a deadline.
+alert is gone.  Every wait polls against a deadline.  Printing, checks,
+queries and waits are the drills' own (test/drills/drill_lib.py), on
+database $IM_ALERTS_DB.
 """
+import functools
 import json
 import os
 import sys
-import time
 import urllib.parse
 import urllib.request
 
-import psycopg2
+# the drills' helpers: say, check (failures), connecting and querying, wait_for
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "drills"))
+import drill_lib  # noqa: E402
+from drill_lib import say, check, failures  # noqa: E402
 
 PROM = os.environ["IM_PROM_URL"].rstrip("/")
 DB = os.environ.get("IM_ALERTS_DB", "im_alerts")
 ALERT = "ImSyncFanoutDeadLetters"
 # generous: the machine is shared; each wait returns as soon as its condition holds
 DEADLINE = float(os.environ.get("IM_ALERTS_DEADLINE", "60"))
-failures = []
-
-
-def say(msg):
-    print(msg, flush=True)
-
-
-def check(ok, what):
-    say(f"    {'ok  ' if ok else 'FAIL'}  {what}")
-    if not ok:
-        failures.append(what)
-    return ok
-
-
-def q(sql, args=None):
-    conn = psycopg2.connect(dbname=DB, connect_timeout=5)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall() if cur.description else []
-    finally:
-        conn.close()
-
-
-def q1(sql, args=None):
-    rows = q(sql, args)
-    return rows[0][0] if rows else None
+q = functools.partial(drill_lib.q, db=DB)
+q1 = functools.partial(drill_lib.q1, db=DB)
+wait_for = functools.partial(drill_lib.wait_for, timeout=DEADLINE)
 
 
 def api(path, **params):
@@ -66,20 +46,6 @@ def api(path, **params):
 
 def alerts(name):
     return [a for a in api("/api/v1/alerts")["alerts"] if a["labels"].get("alertname") == name]
-
-
-def wait_for(what, cond, deadline=DEADLINE, step=0.25):
-    """Polls cond() until it returns a true value or the deadline passes."""
-    t0 = time.monotonic()
-    while True:
-        v = cond()
-        if v:
-            say(f"    ..    {what} ({time.monotonic() - t0:.1f} s)")
-            return v
-        if time.monotonic() - t0 > deadline:
-            check(False, f"{what}: not within {deadline:.0f} s")
-            return v
-        time.sleep(step)
 
 
 def scraped_dead_letters():

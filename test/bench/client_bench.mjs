@@ -6,10 +6,9 @@
 //     every device activated at the same cut before the events were written.
 //  2. send on one page → display on the other (headless chromium, two
 //     devices of two users): p50/p99 over MESSAGES messages, one at a time.
-import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
-import { sql, token, waitFor, Gateway, TMP, client, FileStorage, WS } from '../client/harness.mjs';
+import { sql, token, waitFor, Gateway, TMP, client, FileStorage, WS, launchChromium } from '../client/harness.mjs';
 
 const EVENTS = Number(process.env.BENCH_EVENTS || 10000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 3);
@@ -101,21 +100,13 @@ console.log(`catch-up of ${EVENTS} events, median of ${ROUNDS}: client with file
             `raw sync frames ${median(rawRates).toFixed(0)} events/s, ratio ${median(ratios).toFixed(2)}`);
 
 // ---- 2. send on one page → display on the other
-const require = createRequire(new URL('../../gateway/package.json', import.meta.url));
-const puppeteer = require('puppeteer-core');
 const A = 9_100_011; const B = 9_100_012;
 const c2 = Number(sql(`SELECT im.create_conversation('group', ARRAY[${A}, ${B}]::bigint[], ${A})`));
-const browser = await puppeteer.launch({
-  executablePath: process.env.IM_CHROMIUM || '/usr/bin/chromium', headless: true,
-  userDataDir: fs.mkdtempSync(path.join(TMP, 'chromium-bench-')),
-  args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update',
-         '--disable-sync', '--disable-dev-shm-usage', '--disable-background-timer-throttling',
-         '--disable-renderer-backgrounding', '--disable-backgrounding-occluded-windows'],
-});
+const browser = await launchChromium(fs.mkdtempSync(path.join(TMP, 'chromium-bench-')));
 async function open(tok) {
   const page = await (await browser.createBrowserContext()).newPage();
   await page.goto(`${gw.httpUrl}web/#token=${encodeURIComponent(tok)}`);
-  await page.waitForFunction(() => document.getElementById('status').dataset.state === 'online', { polling: 50, timeout: 60000 });
+  await page.waitForFunction(() => ['ready', 'online'].includes(document.getElementById('status').dataset.state), { polling: 50, timeout: 60000 });
   await page.waitForSelector(`#conversations li[data-conv="${c2}"]`);
   await page.click(`#conversations li[data-conv="${c2}"]`);
   return page;

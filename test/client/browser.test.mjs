@@ -7,11 +7,8 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import crypto from 'node:crypto';
-import { createRequire } from 'node:module';
-import { sql, newUser, token, waitFor, Gateway, TMP } from './harness.mjs';
-
-const require = createRequire(new URL('../../gateway/package.json', import.meta.url));
-const puppeteer = require('puppeteer-core');
+import { sql, newUser, token, waitFor, Gateway, TMP, launchChromium } from './harness.mjs';
+import { seedConversations, openAsNewDevice, openByClick, paneSeqs, scrollToFirst } from './new_device.mjs';
 
 const gw = new Gateway();
 let browser;
@@ -114,17 +111,7 @@ before(async () => {
   fs.mkdirSync(shots, { recursive: true });
   conv = Number(sql(`SELECT im.create_conversation('group', ARRAY[${A}, ${B}]::bigint[], ${A})`));
   await gw.start();
-  browser = await puppeteer.launch({
-    executablePath: process.env.IM_CHROMIUM || '/usr/bin/chromium',
-    headless: true,
-    userDataDir: profile,
-    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-           '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage',
-           // two pages are two devices: the one in the background must keep running
-           '--disable-background-timer-throttling', '--disable-renderer-backgrounding',
-           '--disable-backgrounding-occluded-windows'],
-    protocolTimeout: 60000,
-  });
+  browser = await launchChromium(profile, { protocolTimeout: 60000 });
   tokA = token(A, 'web-a');
   pa = await open(tokA);
   tokB = token(B, 'web-b');
@@ -476,4 +463,67 @@ test('the conversation list: most recent first, unread counts; pinned on top whe
   await shot(pa, '11-pinned-conversation');
   await pa.click(`#conversations li[data-conv="${c3}"] .conv-pin-btn`);
   await waitFor('unpinned', async () => (await listOrder(pa))[0] === conv || listOrder(pa));
+});
+
+// ---- a new device (contract §20): the recent conversations first, only
+// the last historyPage positions of the conversation it opens, older ones
+// as the pane is scrolled up.  A small history here; 200 conversations of
+// 500 messages and the first screen's times are test/bench/new_device.sh.
+const ND_CONVS = 20; const ND_MSGS = 100; const HISTORY_PAGE = 50;
+const bodiesShown = (page) => page.$$eval('#messages li.message .body', (els) => els.map((e) => e.textContent));
+const range = (from, to) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
+let nd = null;   // the new device's page, its frame counts, the opened conversation
+
+test('a new device lists the recent conversations first; it fetches no history but the last historyPage positions of the one it opens', async () => {
+  const V = newUser(); const S = newUser();
+  const t0 = Date.now();
+  await seedConversations(V, S, ND_CONVS, ND_MSGS);
+  const seeded = Date.now() - t0;
+  const { context, page, counts, marks } = await openAsNewDevice(browser, gw.httpUrl, token(V, 'new-device'), ND_CONVS);
+  console.log(`new device, ${ND_CONVS} x ${ND_MSGS} (seeded in ${seeded} ms): first item ${Math.round(marks.firstItem)} ms, `
+              + `${ND_CONVS} listed ${Math.round(marks.listed)} ms, ready ${Math.round(marks.ready)} ms after navigation; `
+              + `sent ${JSON.stringify(counts.sent)}`);
+  // the list: every conversation, in the server's recent order, with its unread count
+  const want = sql(`SELECT string_agg(conversation_id::text, ',' ORDER BY n) FROM im.recent_conversations(${V}, 1000) WITH ORDINALITY r(conversation_id, kind, mode, last_msg_seq, read_msg_seq, unread_count, dirty_target_msg_seq, dirty_version, head_msg_seq, last_activity_at, conversation_pinned, left_conversation, my_role, muted_until, next_cursor, n)`)
+    .split(',').map(Number);
+  assert.equal(want.length, ND_CONVS);
+  await waitFor('the list in the recent order', async () => JSON.stringify(await listOrder(page)) === JSON.stringify(want) || listOrder(page));
+  const unreads = await page.$$eval('#conversations li[data-conv] .unread', (els) => els.map((e) => Number(e.dataset.unread)));
+  assert.deepEqual(unreads, want.map(() => ND_MSGS));
+  assert.equal(await page.$eval('#status', (e) => e.dataset.snapshots), '1');
+  // the first screen came from one snapshot and the list pages: no history
+  assert.equal(counts.sent.snapshot_begin, 1);
+  assert.equal(counts.sent.snapshot_fetch, counts.snapshotPages);
+  assert.ok(counts.sent.recent_conversations >= 1, JSON.stringify(counts.sent));
+  assert.deepEqual(counts.fetches, {}, 'no history fetched before a conversation is opened');
+  await shot(page, '12-new-device-list');
+  // open the top one: its last historyPage positions, nothing of the rest
+  const top = want[0];
+  const openMs = await openByClick(page, top, HISTORY_PAGE);
+  console.log(`new device: conversation opened, ${HISTORY_PAGE} lines shown in ${openMs} ms`);
+  assert.deepEqual(await bodiesShown(page), range(ND_MSGS - HISTORY_PAGE + 1, ND_MSGS).map((i) => `m${i}`));
+  assert.deepEqual(Object.keys(counts.fetches).map(Number), [top], `history fetched only for the opened conversation: ${JSON.stringify(counts.fetches)}`);
+  assert.ok(counts.positions[top] <= HISTORY_PAGE, `opened: ${counts.positions[top]} positions fetched`);
+  assert.ok(counts.limits[top] <= HISTORY_PAGE, `opened: a fetch asked for ${counts.limits[top]}`);
+  assert.ok(await page.$('#messages li.older'), 'older history is offered');
+  await shot(page, '13-new-device-opened');
+  nd = { context, page, counts, conv: top };
+});
+
+test('older history on scroll: the pane scrolled to the top pages back, in order, without duplicates, to the first message', async (t) => {
+  if (!nd) { t.skip('the new device did not open'); return; }
+  const { context, page, counts, conv } = nd;
+  const loads = await scrollToFirst(page);
+  // the create event (msg_seq 1) and every message once, in order
+  assert.deepEqual(await paneSeqs(page), range(1, ND_MSGS + 1));
+  assert.deepEqual(await bodiesShown(page), range(1, ND_MSGS).map((i) => `m${i}`));
+  console.log(`older history: ${loads} scroll steps, ${counts.fetches[conv]} fetches in all`);
+  // every position fetched once, historyPage at a time (the opening page and
+  // one page per load); still nothing of the other conversations
+  assert.equal(counts.positions[conv], ND_MSGS + 1);
+  assert.equal(counts.fetches[conv], Math.ceil((ND_MSGS + 1) / HISTORY_PAGE));
+  assert.ok(counts.limits[conv] <= HISTORY_PAGE);
+  assert.deepEqual(Object.keys(counts.fetches).map(Number), [conv]);
+  await shot(page, '14-older-history-first-message');
+  await context.close();
 });

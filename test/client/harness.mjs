@@ -123,6 +123,22 @@ export class Gateway {
   }
 }
 
+// Debian's chromium, headless, through puppeteer-core from the lockfile;
+// pages in the background keep running (two pages are two devices).
+export function launchChromium(userDataDir, extra = {}) {
+  const puppeteer = require('puppeteer-core');
+  return puppeteer.launch({
+    executablePath: env.IM_CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    userDataDir,
+    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
+           '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage',
+           '--disable-background-timer-throttling', '--disable-renderer-backgrounding',
+           '--disable-backgrounding-occluded-windows'],
+    ...extra,
+  });
+}
+
 export async function freePort() {
   const net = await import('node:net');
   return new Promise((resolve) => {

@@ -94,6 +94,22 @@ def wait_ready(timeout=90):
     return False
 
 
+def wait_for(what, cond, timeout=60, step=0.25):
+    """Polls cond() until it returns a true value (returned) or the deadline
+    passes (a failed check; the last value is returned); says how long it
+    took."""
+    t0 = time.monotonic()
+    while True:
+        v = cond()
+        if v:
+            say(f"    ..    {what} ({time.monotonic() - t0:.1f} s)")
+            return v
+        if time.monotonic() - t0 > timeout:
+            check(False, f"{what}: not within {timeout:.0f} s")
+            return v
+        time.sleep(step)
+
+
 def kill9(pid):
     """SIGKILL one backend of OUR server (the pid came from its pg_stat_activity)."""
     os.kill(pid, signal.SIGKILL)
