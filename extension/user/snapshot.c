@@ -68,14 +68,12 @@
 /*
  * contract §14: an item's `pinned`, the body list of the latest
  * pin position in `pos` (delivered to the user, visible at its own
- * position) of conversation c, [] when none.
+ * position) of conversation c (agg's pin_message_id), [] when none.
  */
 #define SNAPSHOT_PINNED_SQL \
 	"pg_catalog.jsonb_build_object('pinned', COALESCE((" \
 	"  SELECT pe.body" " OPERATOR(pg_catalog.->) " "'pinned' FROM im.event pe " \
-	"  WHERE pe.message_id" EQ "(SELECT x.message_id FROM pos x " \
-	"        WHERE x.conversation_id" EQ "c.conversation_id AND x.kind" EQ "'pin' " \
-	"        ORDER BY x.msg_seq DESC LIMIT 1)), '[]'::pg_catalog.jsonb))"
+	"  WHERE pe.message_id" EQ "a.pin_message_id), '[]'::pg_catalog.jsonb))"
 
 /* contract §20: an item's conversation_pinned, on a catalog that has pins */
 #define SNAPSHOT_CONVERSATION_PINNED_SQL \
@@ -118,26 +116,36 @@
 	"                             THEN p.leave_seq END) ORDER BY p.join_seq) AS periods " \
 	"  FROM per p WHERE p.join_event_id IN (SELECT message_id FROM pos) " \
 	"  GROUP BY p.conversation_id), " \
-	"item AS (" \
+	/* \
+	 * one pass over the positions for every conversation's figures (a \
+	 * per-conversation scan of pos would cost conversations x positions) \
+	 */ \
+	"agg AS (" \
+	"  SELECT x.conversation_id, pg_catalog.max(x.msg_seq) AS last_msg_seq, " \
+	"         (pg_catalog.array_agg(x.mode ORDER BY x.msg_seq DESC) " \
+	"            FILTER (WHERE x.own AND x.mode IS NOT NULL))[1] AS mode, " \
+	"         pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FILTER (WHERE x.kind" EQ "'recall') AS recalled, " \
+	"         (pg_catalog.array_agg(x.message_id ORDER BY x.msg_seq DESC) " \
+	"            FILTER (WHERE x.kind" EQ "'pin'))[1] AS pin_message_id " \
+	"  FROM pos x GROUP BY x.conversation_id), " \
+	/* built once per conversation: the digest and the page size read it again */ \
+	"item AS MATERIALIZED (" \
 	"  SELECT c.conversation_id, pg_catalog.jsonb_build_object(" \
 	"    'conversation_id', c.conversation_id, 'kind', k.kind, " \
-	"    'mode', COALESCE((SELECT x.mode FROM pos x WHERE x.conversation_id" EQ "c.conversation_id " \
-	"                        AND x.own AND x.mode IS NOT NULL ORDER BY x.msg_seq DESC LIMIT 1), k.mode), " \
+	"    'mode', COALESCE(a.mode, k.mode), " \
 	"    'version', COALESCE(uc.version, 0), 'periods', c.periods, " \
-	"    'last_msg_seq', COALESCE((SELECT pg_catalog.max(x.msg_seq) FROM pos x " \
-	"                        WHERE x.conversation_id" EQ "c.conversation_id), 0), " \
+	"    'last_msg_seq', COALESCE(a.last_msg_seq, 0), " \
 	"    'read_msg_seq', COALESCE(uc.read_msg_seq, 0), 'unread_count', COALESCE(uc.unread_count, 0), " \
 	"    'dirty_target_msg_seq', COALESCE(uc.dirty_target_msg_seq, 0), " \
 	"    'dirty_version', COALESCE(uc.dirty_version, 0), " \
-	"    'recalled_message_ids', COALESCE((SELECT pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FROM pos x " \
-	"                        WHERE x.conversation_id" EQ "c.conversation_id " \
-	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb))" \
+	"    'recalled_message_ids', COALESCE(a.recalled, '[]'::pg_catalog.jsonb))" \
 	/* the latest pin position visible at or before the cut */ \
 	"    " OP_CONCAT SNAPSHOT_PINNED_SQL " " conversation_pinned " AS body " \
 	"  FROM conv c JOIN im.conversation k ON k.conversation_id" EQ "c.conversation_id " \
+	"  LEFT JOIN agg a ON a.conversation_id" EQ "c.conversation_id " \
 	"  LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "$1 " \
 	"       AND uc.conversation_id" EQ "c.conversation_id), " \
-	"numbered AS (" \
+	"numbered AS MATERIALIZED (" \
 	"  SELECT i.conversation_id, " \
 	"         i.body" OP_CONCAT "pg_catalog.jsonb_build_object('digest', " SHA256_HEX("i.body::pg_catalog.text") ") AS item " \
 	"  FROM item i) " \
