@@ -1,6 +1,7 @@
 /*
  * request_key.c — the idempotency key of every request that appends a
- * position (send, recall, edit, react, pin): its digest and the lookup of
+ * position (send, recall, edit, react, pin; a takedown's key is the
+ * moderator's, takedown.c): its digest and the lookup of
  * an earlier request under the same (sender_id, client_msg_id).
  *
  * One file below send.c and message_relations.c, so every kind shares one
@@ -73,49 +74,13 @@ im_request_digest(const char *kind, int64 conversation_id, int64 target_message_
 	return d;
 }
 
-/* Result columns of the idempotency lookup. */
-enum
+/*
+ * A retry is answered with the original: make this transaction as durable as
+ * a new request's would be.
+ */
+void
+im_request_retry_durable(void)
 {
-	Anum_existing_message_id = 1,
-	Anum_existing_msg_seq,
-	Anum_existing_request_digest,
-	Anum_existing_kind,
-	Anum_existing_conversation_id
-};
-
-bool
-im_request_existing(int64 sender_id, const char *client_msg_id, const bytea *digest,
-					int64 *message_id, int64 *msg_seq)
-{
-	static SPIPlanPtr plan;
-	Datum		args[2];
-	bool		isnull;
-	Datum		stored;
-
-	im_prepare(&plan,
-			   "SELECT message_id, msg_seq, request_digest, kind, conversation_id FROM im.event "
-			   "WHERE sender_id" EQ "$1 AND client_msg_id" EQ "$2 AND request_digest IS NOT NULL",
-			   2, INT8OID, TEXTOID);
-	args[0] = Int64GetDatum(sender_id);
-	args[1] = CStringGetTextDatum(client_msg_id);
-	if (im_exec(plan, args, NULL, 0) == 0)
-		return false;
-	*message_id = im_get_int64(0, Anum_existing_message_id, NULL);
-	*msg_seq = im_get_int64(0, Anum_existing_msg_seq, NULL);
-	stored = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-						   Anum_existing_request_digest, &isnull);
-	if (isnull || VARSIZE_ANY_EXHDR(DatumGetByteaPP(stored)) != PG_SHA256_DIGEST_LENGTH ||
-		memcmp(VARDATA_ANY(DatumGetByteaPP(stored)), VARDATA(digest),
-			   PG_SHA256_DIGEST_LENGTH) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_IM_CONFLICT),
-				 errmsg(IM_KEY_REUSED_ERRMSG,
-						client_msg_id, sender_id),
-				 errdetail("The key was first used for message " INT64_FORMAT " (kind %s) in conversation " INT64_FORMAT ".",
-						   *message_id, im_get_text(0, Anum_existing_kind),
-						   im_get_int64(0, Anum_existing_conversation_id, NULL)),
-				 errhint(IM_KEY_REUSED_ERRHINT)));
-
 	/*
 	 * A retry is confirmed only once the original is as durable as a new
 	 * send would be.  The original's commit may have been cut short in its
@@ -132,6 +97,56 @@ im_request_existing(int64 sender_id, const char *client_msg_id, const bytea *dig
 				 errmsg("cannot confirm a retried request on a standby"),
 				 errhint("Connect to the primary (target_session_attrs=read-write).")));
 	(void) GetTopTransactionId();
+}
+
+bool
+im_request_digest_matches(uint64 row, int col, const bytea *digest)
+{
+	bool		isnull;
+	Datum		stored = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, &isnull);
+
+	return !isnull && VARSIZE_ANY_EXHDR(DatumGetByteaPP(stored)) == PG_SHA256_DIGEST_LENGTH &&
+		memcmp(VARDATA_ANY(DatumGetByteaPP(stored)), VARDATA(digest), PG_SHA256_DIGEST_LENGTH) == 0;
+}
+
+/* Result columns of the idempotency lookup. */
+enum
+{
+	Anum_existing_message_id = 1,
+	Anum_existing_msg_seq,
+	Anum_existing_request_digest,
+	Anum_existing_kind,
+	Anum_existing_conversation_id
+};
+
+bool
+im_request_existing(int64 sender_id, const char *client_msg_id, const bytea *digest,
+					int64 *message_id, int64 *msg_seq)
+{
+	static SPIPlanPtr plan;
+	Datum		args[2];
+
+	im_prepare(&plan,
+			   "SELECT message_id, msg_seq, request_digest, kind, conversation_id FROM im.event "
+			   "WHERE sender_id" EQ "$1 AND client_msg_id" EQ "$2 AND request_digest IS NOT NULL",
+			   2, INT8OID, TEXTOID);
+	args[0] = Int64GetDatum(sender_id);
+	args[1] = CStringGetTextDatum(client_msg_id);
+	if (im_exec(plan, args, NULL, 0) == 0)
+		return false;
+	*message_id = im_get_int64(0, Anum_existing_message_id, NULL);
+	*msg_seq = im_get_int64(0, Anum_existing_msg_seq, NULL);
+	if (!im_request_digest_matches(0, Anum_existing_request_digest, digest))
+		ereport(ERROR,
+				(errcode(ERRCODE_IM_CONFLICT),
+				 errmsg(IM_KEY_REUSED_ERRMSG,
+						client_msg_id, sender_id),
+				 errdetail("The key was first used for message " INT64_FORMAT " (kind %s) in conversation " INT64_FORMAT ".",
+						   *message_id, im_get_text(0, Anum_existing_kind),
+						   im_get_int64(0, Anum_existing_conversation_id, NULL)),
+				 errhint(IM_KEY_REUSED_ERRHINT)));
+
+	im_request_retry_durable();
 	return true;
 }
 

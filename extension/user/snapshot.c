@@ -60,7 +60,8 @@
  * leave_seq only when the leave event is delivered; last_msg_seq the highest
  * delivered visible position; mode the one carried by the latest delivered
  * position the user saw at its own msg_seq; recalled_message_ids the targets
- * of delivered recalls.  read_msg_seq, unread_count, the dirty marker and the
+ * of delivered recalls, taken_down_message_ids those of delivered takedowns
+ * (contract §17).  read_msg_seq, unread_count, the dirty marker and the
  * row version are the user_conversation row in the cut: the read state may
  * be ahead of the log (contract §6), the rest changes only together with
  * the log, in the fanout transaction.
@@ -89,7 +90,7 @@
 	"  SELECT e.conversation_id, e.message_id, e.msg_seq, e.kind, e.target_message_id, " \
 	"         CASE WHEN e.kind" EQ "'mode' THEN e.body" OP_GET_TEXT "'mode' " \
 	"              ELSE e.mode END AS mode, " \
-	"         (e.kind NOT IN ('recall', 'edit') AND EXISTS (SELECT 1 FROM per p " \
+	"         (e.kind NOT IN ('recall', 'edit', 'takedown') AND EXISTS (SELECT 1 FROM per p " \
 	"            WHERE p.conversation_id" EQ "e.conversation_id " \
 	"              AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ")) AS own " \
 	"  FROM im.event e " \
@@ -131,7 +132,10 @@
 	"    'dirty_version', COALESCE(uc.dirty_version, 0), " \
 	"    'recalled_message_ids', COALESCE((SELECT pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FROM pos x " \
 	"                        WHERE x.conversation_id" EQ "c.conversation_id " \
-	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb))" \
+	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb), " \
+	"    'taken_down_message_ids', COALESCE((SELECT pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FROM pos x " \
+	"                        WHERE x.conversation_id" EQ "c.conversation_id " \
+	"                          AND x.kind" EQ "'takedown'), '[]'::pg_catalog.jsonb))" \
 	/* the latest pin position visible at or before the cut */ \
 	"    " OP_CONCAT SNAPSHOT_PINNED_SQL " " conversation_pinned " AS body " \
 	"  FROM conv c JOIN im.conversation k ON k.conversation_id" EQ "c.conversation_id " \
