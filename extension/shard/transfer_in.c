@@ -403,12 +403,14 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 		 * (a quarantined transfer retried after the recall's arrived) never
 		 * brings the body back (sql/95_shard_recall_retry).  A takedown's
 		 * tombstone is a recalled one that is also taken_down (contract
-		 * §17), copied with it on a catalog that has the column.
+		 * §17), copied with it on a catalog that has the column; a payload
+		 * without the key (a node before takedowns) is not taken down.
 		 */
 #define EVENTS_SQL(td_set, td_old, td_new) \
 				   "INSERT INTO im.event" \
 				   " SELECT x.* FROM pg_catalog.jsonb_array_elements($1->'events') j," \
-				   "   pg_catalog.jsonb_populate_record(NULL::im.event, j.value" MINUS "'request_digest') x" \
+				   "   pg_catalog.jsonb_populate_record(NULL::im.event," \
+				   "     '{\"taken_down\": false}'::pg_catalog.jsonb" OP_CONCAT "(j.value" MINUS "'request_digest')) x" \
 				   " ORDER BY x.msg_seq " \
 				   "ON CONFLICT (message_id) DO UPDATE SET body = EXCLUDED.body," \
 				   "  content_type = EXCLUDED.content_type, recalled = EXCLUDED.recalled" td_set \

@@ -27,6 +27,7 @@
 #include "core/im_sync.h"
 #include "core/common.h"
 #include "core/im_sql.h"
+#include "core/version_check.h"
 #include "conversation/conversation.h"
 #include "user/user.h"
 
@@ -119,6 +120,7 @@ im_event_row_read(uint64 row, int first_col, ImEventRow *ev)
 	ev->has_target = !isnull;
 	ev->recalled = im_get_bool(row, first_col + C_recalled, NULL);
 	ev->taken_down = im_get_bool(row, first_col + C_taken_down, NULL);
+	ev->takedown_keys = IM_CATALOG_HAS_TAKEDOWN();
 	ev->created_at = DatumGetTimestampTz(column(row, first_col + C_created_at, &isnull));
 	/* a message's reply key; a pin's target is its pinned message */
 	ev->relation_keys = im_relation_catalog();
@@ -231,11 +233,15 @@ im_event_json_make(ImEventPage *page, const ImEventRow *ev, ImEventJson *out)
 	/*
 	 * contract §17: a takedown's tombstone is recalled in the column (every
 	 * tombstone rule applies) but shown as taken_down, not recalled; erased
-	 * (contract §18) is false until erasure sets it
+	 * (contract §18) is false until erasure sets it; an older catalog's
+	 * objects have neither key, as its release answered
 	 */
 	bytes += set_bool(NEXT(K_recalled), ev->recalled && !ev->taken_down);
-	bytes += set_bool(NEXT(K_taken_down), ev->taken_down);
-	bytes += set_bool(NEXT(K_erased), false);
+	if (ev->takedown_keys)
+	{
+		bytes += set_bool(NEXT(K_taken_down), ev->taken_down);
+		bytes += set_bool(NEXT(K_erased), false);
+	}
 	/* as jsonb_build_object converts a timestamptz */
 	bytes += set_string(page, NEXT(K_created_at),
 						JsonEncodeDateTime(NULL, TimestampTzGetDatum(ev->created_at),

@@ -174,6 +174,7 @@ typedef struct ImEventRow
 	int64		target_message_id;
 	bool		recalled;		/* the column: a recall's or a takedown's tombstone */
 	bool		taken_down;		/* contract §17: readers then see recalled false */
+	bool		takedown_keys;	/* the catalog has takedowns: the taken_down and erased keys */
 	TimestampTz created_at;
 	/* contract §14: a message carries reply_to_message_id (NULL
 	 * when none) once the catalog has relations (relation_keys) */
