@@ -158,7 +158,8 @@ def sha256_hex(text):
 # ------------------------------------------------------------ local store
 
 POS_KEYS = ('kind', 'conversation_id', 'msg_seq', 'message_id', 'sender_id',
-            'content_type', 'body', 'target_message_id', 'recalled', 'created_at')
+            'content_type', 'body', 'target_message_id', 'recalled', 'created_at',
+            'taken_down', 'erased')
 # Contract §14 (reactions, pins, replies): a message also carries reply_to_message_id; in
 # fetch_messages it carries its reactions as the reader sees them.
 REPLY_KEY = 'reply_to_message_id'
@@ -167,7 +168,7 @@ REACTION_KEYS = ('👍', '❤', '🎉', 'ok')
 
 
 def pos_keys(kind):
-    """The keys of a position of this kind (contract §11, §14)."""
+    """The keys of a position of this kind (contract §11, §14, §17, §18)."""
     return POS_KEYS + (REPLY_KEY,) if kind == 'message' else POS_KEYS
 
 
