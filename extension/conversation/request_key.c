@@ -75,22 +75,18 @@ im_request_digest(const char *kind, int64 conversation_id, int64 target_message_
 }
 
 /*
- * A retry is answered with the original: make this transaction as durable as
- * a new request's would be.
+ * A retry is confirmed only once the original is as durable as a new
+ * request would be.  The original's commit may have been cut short in its
+ * wait for a synchronous standby (then the gateway answered UNAVAILABLE); a
+ * retry that wrote nothing would commit without a commit record and so
+ * without waiting, and could confirm a message a failover then loses.  An
+ * xid gives this transaction a commit record after the original's, and its
+ * wait covers both (extension/doc/operations.md, "Running with a standby";
+ * isolation spec retry_waits_for_standby).
  */
 void
 im_request_retry_durable(void)
 {
-	/*
-	 * A retry is confirmed only once the original is as durable as a new
-	 * send would be.  The original's commit may have been cut short in its
-	 * wait for a synchronous standby (then the gateway answered UNAVAILABLE);
-	 * a retry that wrote nothing would commit without a commit record and so
-	 * without waiting, and could confirm a message a failover then loses.
-	 * An xid gives this transaction a commit record after the original's,
-	 * and its wait covers both (extension/doc/operations.md, "Running with a
-	 * standby"; isolation spec retry_waits_for_standby).
-	 */
 	if (RecoveryInProgress())
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),

@@ -83,7 +83,16 @@
 	OP_CONCAT "pg_catalog.jsonb_build_object('conversation_pinned', " \
 	"  COALESCE(uc.conversation_pinned_at" GT "'-infinity'::pg_catalog.timestamptz, false)) "
 
-#define SNAPSHOT_ITEMS_SQL(conversation_pinned) \
+/*
+ * contract §17: an item's taken_down_message_ids, the targets of delivered
+ * takedowns, on a catalog that has them
+ */
+#define SNAPSHOT_TAKEN_DOWN_SQL \
+	OP_CONCAT "pg_catalog.jsonb_build_object('taken_down_message_ids', COALESCE((" \
+	"  SELECT pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FROM pos x " \
+	"  WHERE x.conversation_id" EQ "c.conversation_id AND x.kind" EQ "'takedown'), '[]'::pg_catalog.jsonb))"
+
+#define SNAPSHOT_ITEMS_SQL(conversation_pinned, taken_down) \
 	"WITH per AS (" \
 	"  SELECT p.* FROM im.membership_period p WHERE p.user_id" EQ "$1), " \
 	"pos AS (" \
@@ -132,10 +141,8 @@
 	"    'dirty_version', COALESCE(uc.dirty_version, 0), " \
 	"    'recalled_message_ids', COALESCE((SELECT pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FROM pos x " \
 	"                        WHERE x.conversation_id" EQ "c.conversation_id " \
-	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb), " \
-	"    'taken_down_message_ids', COALESCE((SELECT pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FROM pos x " \
-	"                        WHERE x.conversation_id" EQ "c.conversation_id " \
-	"                          AND x.kind" EQ "'takedown'), '[]'::pg_catalog.jsonb))" \
+	"                          AND x.kind" EQ "'recall'), '[]'::pg_catalog.jsonb))" \
+	"    " taken_down " " \
 	/* the latest pin position visible at or before the cut */ \
 	"    " OP_CONCAT SNAPSHOT_PINNED_SQL " " conversation_pinned " AS body " \
 	"  FROM conv c JOIN im.conversation k ON k.conversation_id" EQ "c.conversation_id " \
@@ -258,7 +265,7 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr head_plan;
 	static SPIPlanPtr snap_plan;
-	static SPIPlanPtr items_plans[2];
+	static SPIPlanPtr items_plans[3];
 	SPIPlanPtr	items_plan;
 	static SPIPlanPtr empty_plan;
 	static SPIPlanPtr seal_plan;
@@ -332,10 +339,13 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 		elog(ERROR, "im_sync: snapshot row not created");
 	snapshot_id = im_get_int64(0, 1, NULL);
 
-	if (IM_CATALOG_HAS_RECENCY())
-		items_plan = im_prepare(&items_plans[1], SNAPSHOT_ITEMS_SQL(SNAPSHOT_CONVERSATION_PINNED_SQL), 1, INT8OID);
+	if (IM_CATALOG_HAS_TAKEDOWN())
+		items_plan = im_prepare(&items_plans[2], SNAPSHOT_ITEMS_SQL(SNAPSHOT_CONVERSATION_PINNED_SQL,
+																 SNAPSHOT_TAKEN_DOWN_SQL), 1, INT8OID);
+	else if (IM_CATALOG_HAS_RECENCY())
+		items_plan = im_prepare(&items_plans[1], SNAPSHOT_ITEMS_SQL(SNAPSHOT_CONVERSATION_PINNED_SQL, ""), 1, INT8OID);
 	else
-		items_plan = im_prepare(&items_plans[0], SNAPSHOT_ITEMS_SQL(""), 1, INT8OID);
+		items_plan = im_prepare(&items_plans[0], SNAPSHOT_ITEMS_SQL("", ""), 1, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(snapshot_id);
 	exec_in_cut(items_plan, args, cut, 0);

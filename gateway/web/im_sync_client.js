@@ -367,10 +367,12 @@ class View {
       if (prev && prev.taken_down) p.taken_down = true;
       if (p.recalled) p.reactionsByUser = {};
     }
-    // the server tombstones a recalled message's edits and reactions too (send.c)
-    if ((e.kind === 'edit' || e.kind === 'reaction') && prev && prev.recalled) { p.recalled = true; p.body = null; }
+    // the server tombstones a recalled or taken-down message's edits and
+    // reactions too (message_relations.c)
+    const tomb = (from) => { p.recalled = true; p.body = null; if (from.taken_down) p.taken_down = true; };
+    if ((e.kind === 'edit' || e.kind === 'reaction') && prev && prev.recalled) tomb(prev);
     const earlyTarget = p.target_message_id != null ? this.position(p.target_message_id) : null;
-    if ((e.kind === 'edit' || e.kind === 'reaction') && earlyTarget && earlyTarget.recalled) { p.recalled = true; p.body = null; }
+    if ((e.kind === 'edit' || e.kind === 'reaction') && earlyTarget && earlyTarget.recalled) tomb(earlyTarget);
     this.putPosition(p);
     if (e.msg_seq > c.last_msg_seq) c.last_msg_seq = e.msg_seq;
     // only a message moves a conversation in the recent order (contract §20)
@@ -386,8 +388,9 @@ class View {
           // no edited text of a recalled message stays visible (contract §1),
           // and it keeps no reactions (contract §14)
           for (const q of this.positions.get(e.conversation_id).values()) {
-            if ((q.kind === 'edit' || q.kind === 'reaction') && q.target_message_id === p.target_message_id && !q.recalled) {
-              q.recalled = true; q.body = null; this.touch(q);
+            if ((q.kind === 'edit' || q.kind === 'reaction') && q.target_message_id === p.target_message_id &&
+                (!q.recalled || (target.taken_down && !q.taken_down))) {
+              q.recalled = true; q.body = null; q.taken_down = !!target.taken_down; this.touch(q);
             }
           }
         }
