@@ -155,6 +155,12 @@ async def test_takedown_through_sync():
     rc = await ap.req({"type": "recall", "conversation_id": conv, "client_msg_id": "td-r",
                        "target_message_id": bad["message_id"]})
     assert rc["type"] == "error" and rc["code"] == "CONFLICT", rc
+    # the moderator's side (through the router too: the target's node, every node's log)
+    ev = sql("SELECT conversation_id, sender_id, body FROM im.moderation_evidence(%s)", bad["message_id"])
+    assert ev == [(conv, a, {"text": "abuse"})], ev
+    log = sql("SELECT moderator, action, user_id, conversation_id, reason FROM im.moderation_log(0, 1000) "
+              "WHERE message_id = %s", bad["message_id"])
+    assert log == [("e2e-mod", "takedown", a, conv, "spam")], log
     for c in (ap, bd, bp):
         await c.close()
 
