@@ -115,7 +115,7 @@ typedef struct DirectColumn
 
 /*
  * im.event's columns at every catalog version (1.3 added reply and pin
- * targets, 1.10 the trace id, 1.12 taken_down).  The general path names trace_id only in
+ * targets, 1.10 the trace id; then the takedown flag).  The general path names trace_id only in
  * the statement of a traced request (STMT_TRACED).
  */
 static const DirectColumn event_columns[] = {

@@ -39,6 +39,20 @@
 #define IM_MAX_REASON 1000
 
 /*
+ * The library may run on an older catalog until ALTER EXTENSION UPDATE; it
+ * has no evidence table or takedown kind there.
+ */
+static void
+require_takedown_catalog(void)
+{
+	if (!IM_CATALOG_HAS_TAKEDOWN())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("takedowns need the im_sync 1.12 catalog"),
+				 errhint("Run ALTER EXTENSION im_sync UPDATE.")));
+}
+
+/*
  * Serializes the requests under one (moderator, client_msg_id), whatever
  * their conversation: taken before the conversation lock, released at the
  * end of the transaction.
@@ -237,11 +251,7 @@ im_takedown_message(PG_FUNCTION_ARGS)
 							   moderator, reason, 0);
 	im_srf_begin(fcinfo);
 	im_spi_connect();
-	if (!IM_CATALOG_HAS_TAKEDOWN())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("takedowns need the im_sync 1.12 catalog"),
-				 errhint("Run ALTER EXTENSION im_sync UPDATE.")));
+	require_takedown_catalog();
 
 	lock_key(moderator, client_msg_id);
 	im_lock_conversation(conversation_id, &conv);
@@ -290,11 +300,7 @@ im_moderation_evidence(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
-	if (!IM_CATALOG_HAS_TAKEDOWN())
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("takedowns need the im_sync 1.12 catalog"),
-				 errhint("Run ALTER EXTENSION im_sync UPDATE.")));
+	require_takedown_catalog();
 	im_prepare(&plan,
 			   "SELECT v.conversation_id, v.sender_id, v.body, v.taken_down_at, "
 			   "       v.taken_down_at" PLUS "pg_catalog.make_interval(secs => $2) "
