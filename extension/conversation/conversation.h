@@ -26,7 +26,7 @@
  */
 typedef struct ImNewEvent
 {
-	const char *kind;			/* message create join leave recall edit mode */
+	const char *kind;			/* message create join leave recall edit mode takedown … */
 	int64		sender_id;
 	const char *client_msg_id;
 	bytea	   *request_digest;
@@ -104,13 +104,21 @@ extern Datum im_jsonb_from_cstring(const char *json);
 extern void im_relation_check_reply(int64 conversation_id, int64 user_id, int64 target_message_id);
 
 /*
- * A recall of target_message_id was just appended (send.c, under the
- * conversation lock): if the target is pinned, append a `pin` position
+ * A recall or takedown of target_message_id was just appended (send.c,
+ * takedown.c, under the conversation lock): if the target is pinned, append a `pin` position
  * with the list without it, in the same transaction (with the recall's
  * trace id, NULL for none).
  */
 extern void im_relation_recalled(ImConversation *conv, int64 target_message_id,
 								 const char *trace_id);
+
+/*
+ * The tombstone of a recall or takedown (under the conversation lock, after
+ * its position): the target and every edit and reaction of it lose their
+ * bodies and are marked recalled, and with taken_down also taken_down
+ * (readers then show recalled false; a catalog with the column only).
+ */
+extern void im_tombstone_target(int64 target_message_id, bool taken_down);
 
 /*
  * Kinds fanned out through the dirty marker in a shared_log conversation
@@ -153,6 +161,14 @@ extern bytea *im_request_digest(const char *kind, int64 conversation_id,
  */
 extern bool im_request_existing(int64 sender_id, const char *client_msg_id,
 								const bytea *digest, int64 *message_id, int64 *msg_seq);
+/*
+ * The durability of an answered retry (an xid, so its commit waits for a
+ * synchronous standby as the original's did; a standby refuses): every
+ * lookup that answers a retry with the original calls it.
+ */
+extern void im_request_retry_durable(void);
+/* Whether the bytea column col of SPI result row `row` is this digest. */
+extern bool im_request_digest_matches(uint64 row, int col, const bytea *digest);
 /*
  * Both, for a react or pin request: detail and body_text stand in for
  * content_type and body in the digest; *digest is the one to store.

@@ -115,7 +115,7 @@ typedef struct DirectColumn
 
 /*
  * im.event's columns at every catalog version (1.3 added reply and pin
- * targets, 1.10 the trace id).  The general path names trace_id only in
+ * targets, 1.10 the trace id; then the takedown flag).  The general path names trace_id only in
  * the statement of a traced request (STMT_TRACED).
  */
 static const DirectColumn event_columns[] = {
@@ -136,6 +136,7 @@ static const DirectColumn event_columns[] = {
 	{"reply_to_message_id", FILL_NULL, INT8OID, NULL, 0},
 	{"pin_message_id", FILL_NULL, INT8OID, NULL, 0},
 	{"trace_id", FILL_TRACE_ID, TEXTOID, NULL, STMT_TRACED},
+	{"taken_down", FILL_FALSE, BOOLOID, NULL, 0},
 	{NULL}
 };
 

@@ -532,6 +532,30 @@ im_relation_recalled(ImConversation *conv, int64 target_message_id, const char *
 	ev.body = im_jsonb_from_cstring(pin_body(ids, nids, NULL, target));
 	ev.trace_id = trace_id;
 	if (!im_append_event(conv, &ev, &message_id, &msg_seq))
-		elog(ERROR, "im_sync: the pin list change of the recall of " INT64_FORMAT " was not appended",
+		elog(ERROR, "im_sync: the pin list change of the recall or takedown of " INT64_FORMAT " was not appended",
 			 target_message_id);
+}
+
+/*
+ * A recalled or taken-down target keeps no reactions (contract §14, §17):
+ * the target, its edits and reactions become tombstones in one statement.
+ * A recall's statement names no column a catalog before takedowns lacks.
+ */
+void
+im_tombstone_target(int64 target_message_id, bool taken_down)
+{
+	static SPIPlanPtr recall_plan;
+	static SPIPlanPtr takedown_plan;
+	Datum		args[1];
+
+#define TOMBSTONE_SQL(set) \
+	"UPDATE im.event SET recalled = true, body = NULL" set " " \
+	"WHERE message_id" EQ "$1 " \
+	"   OR (target_message_id" EQ "$1 AND kind IN ('edit', 'reaction'))"
+
+	args[0] = Int64GetDatum(target_message_id);
+	im_exec(taken_down ? im_prepare(&takedown_plan, TOMBSTONE_SQL(", taken_down = true"), 1, INT8OID)
+			: im_prepare(&recall_plan, TOMBSTONE_SQL(""), 1, INT8OID),
+			args, NULL, 0);
+#undef TOMBSTONE_SQL
 }

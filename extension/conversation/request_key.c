@@ -1,6 +1,7 @@
 /*
  * request_key.c — the idempotency key of every request that appends a
- * position (send, recall, edit, react, pin): its digest and the lookup of
+ * position (send, recall, edit, react, pin; a takedown's key is the
+ * moderator's, takedown.c): its digest and the lookup of
  * an earlier request under the same (sender_id, client_msg_id).
  *
  * One file below send.c and message_relations.c, so every kind shares one
@@ -73,6 +74,37 @@ im_request_digest(const char *kind, int64 conversation_id, int64 target_message_
 	return d;
 }
 
+/*
+ * A retry is confirmed only once the original is as durable as a new
+ * request would be.  The original's commit may have been cut short in its
+ * wait for a synchronous standby (then the gateway answered UNAVAILABLE); a
+ * retry that wrote nothing would commit without a commit record and so
+ * without waiting, and could confirm a message a failover then loses.  An
+ * xid gives this transaction a commit record after the original's, and its
+ * wait covers both (extension/doc/operations.md, "Running with a standby";
+ * isolation spec retry_waits_for_standby).
+ */
+void
+im_request_retry_durable(void)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot confirm a retried request on a standby"),
+				 errhint("Connect to the primary (target_session_attrs=read-write).")));
+	(void) GetTopTransactionId();
+}
+
+bool
+im_request_digest_matches(uint64 row, int col, const bytea *digest)
+{
+	bool		isnull;
+	Datum		stored = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, &isnull);
+
+	return !isnull && VARSIZE_ANY_EXHDR(DatumGetByteaPP(stored)) == PG_SHA256_DIGEST_LENGTH &&
+		memcmp(VARDATA_ANY(DatumGetByteaPP(stored)), VARDATA(digest), PG_SHA256_DIGEST_LENGTH) == 0;
+}
+
 /* Result columns of the idempotency lookup. */
 enum
 {
@@ -89,8 +121,6 @@ im_request_existing(int64 sender_id, const char *client_msg_id, const bytea *dig
 {
 	static SPIPlanPtr plan;
 	Datum		args[2];
-	bool		isnull;
-	Datum		stored;
 
 	im_prepare(&plan,
 			   "SELECT message_id, msg_seq, request_digest, kind, conversation_id FROM im.event "
@@ -102,11 +132,7 @@ im_request_existing(int64 sender_id, const char *client_msg_id, const bytea *dig
 		return false;
 	*message_id = im_get_int64(0, Anum_existing_message_id, NULL);
 	*msg_seq = im_get_int64(0, Anum_existing_msg_seq, NULL);
-	stored = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-						   Anum_existing_request_digest, &isnull);
-	if (isnull || VARSIZE_ANY_EXHDR(DatumGetByteaPP(stored)) != PG_SHA256_DIGEST_LENGTH ||
-		memcmp(VARDATA_ANY(DatumGetByteaPP(stored)), VARDATA(digest),
-			   PG_SHA256_DIGEST_LENGTH) != 0)
+	if (!im_request_digest_matches(0, Anum_existing_request_digest, digest))
 		ereport(ERROR,
 				(errcode(ERRCODE_IM_CONFLICT),
 				 errmsg(IM_KEY_REUSED_ERRMSG,
@@ -116,22 +142,7 @@ im_request_existing(int64 sender_id, const char *client_msg_id, const bytea *dig
 						   im_get_int64(0, Anum_existing_conversation_id, NULL)),
 				 errhint(IM_KEY_REUSED_ERRHINT)));
 
-	/*
-	 * A retry is confirmed only once the original is as durable as a new
-	 * send would be.  The original's commit may have been cut short in its
-	 * wait for a synchronous standby (then the gateway answered UNAVAILABLE);
-	 * a retry that wrote nothing would commit without a commit record and so
-	 * without waiting, and could confirm a message a failover then loses.
-	 * An xid gives this transaction a commit record after the original's,
-	 * and its wait covers both (extension/doc/operations.md, "Running with a
-	 * standby"; isolation spec retry_waits_for_standby).
-	 */
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
-				 errmsg("cannot confirm a retried request on a standby"),
-				 errhint("Connect to the primary (target_session_attrs=read-write).")));
-	(void) GetTopTransactionId();
+	im_request_retry_durable();
 	return true;
 }
 

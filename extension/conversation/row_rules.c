@@ -20,7 +20,7 @@
  * Invariants protected here (contract §1, §3, §14):
  *   - a position carries an idempotency key exactly when it has a sender and
  *     is not a system event (create, join, leave, mode);
- *   - a target_message_id exactly on recall, edit and reaction;
+ *   - a target_message_id exactly on recall, edit, reaction and takedown;
  *   - a reply target only on a message, a pin target only on a pin;
  *   - a direct conversation names its ordered pair (lo < hi), a group none.
  */
@@ -61,7 +61,7 @@ arg_is_any(FunctionCallInfo fcinfo, int argno, const char *const *words)
  *                       reply_to_message_id, pin_message_id) -> boolean
  * The 1.5 CHECKs event_kind_fields, event_reply_to_check, event_pin_check:
  *   (client_msg_id IS NULL) = (sender_id IS NULL OR kind IN (system kinds))
- *   AND (target_message_id IS NOT NULL) = (kind IN ('recall', 'edit', 'reaction'))
+ *   AND (target_message_id IS NOT NULL) = (kind IN ('recall', 'edit', 'reaction', 'takedown'))
  *   AND (reply_to_message_id IS NULL OR kind = 'message')
  *   AND (pin_message_id IS NULL OR kind = 'pin')
  * kind is NOT NULL (checked before any CHECK); a NULL kind answers NULL, as
@@ -72,7 +72,7 @@ Datum
 im_event_fields_valid(PG_FUNCTION_ARGS)
 {
 	static const char *const system_kinds[] = {"create", "join", "leave", "mode", NULL};
-	static const char *const target_kinds[] = {"recall", "edit", "reaction", NULL};
+	static const char *const target_kinds[] = {"recall", "edit", "reaction", "takedown", NULL};
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();

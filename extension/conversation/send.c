@@ -20,6 +20,7 @@
 #include "core/locks.h"
 #include "core/shmem.h"
 #include "core/im_sql.h"
+#include "core/version_check.h"
 #include "conversation/conversation.h"
 
 #include <math.h>
@@ -174,24 +175,27 @@ require_active_member(int64 conversation_id, int64 user_id)
 
 /*
  * The target of a recall or edit: a `message` of the same conversation
- * (else P0002), sent by the caller (else 42501), not recalled (else IS409).
+ * (else P0002), sent by the caller (else 42501), neither taken down nor
+ * recalled (else IS409).
  * Read under the conversation lock, so a concurrent recall is ordered.
  */
 static void
 check_target(SendRequest *req)
 {
-	static SPIPlanPtr plan;
+	static SPIPlanPtr plans[2];
 	Datum		args[1];
 	bool		isnull;
 	char	   *kind;
 	int64		conv;
 
-	im_prepare(&plan,
-			   "SELECT kind, conversation_id, sender_id, recalled FROM im.event "
-			   "WHERE message_id" EQ "$1",
-			   1, INT8OID);
+#define TARGET_SQL(taken_down) \
+	"SELECT kind, conversation_id, sender_id, recalled, " taken_down " FROM im.event " \
+	"WHERE message_id" EQ "$1"
+
 	args[0] = Int64GetDatum(req->target_message_id);
-	if (im_exec(plan, args, NULL, 0) == 1)
+	if (im_exec(IM_CATALOG_HAS_TAKEDOWN() ? im_prepare(&plans[1], TARGET_SQL("taken_down"), 1, INT8OID)
+				: im_prepare(&plans[0], TARGET_SQL("false"), 1, INT8OID),
+				args, NULL, 0) == 1)
 	{
 		kind = im_get_text(0, 1);
 		conv = im_get_int64(0, 2, NULL);
@@ -213,30 +217,17 @@ check_target(SendRequest *req)
 				 errmsg("message " INT64_FORMAT " was not sent by user " INT64_FORMAT,
 						req->target_message_id, req->sender_id),
 				 errdetail("Only the sender of a message can %s it.", req->kind)));
+	/* a takedown is a tombstone no recall or edit can undo (contract §17) */
+	if (im_get_bool(0, 5, NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_IM_CONFLICT),
+				 errmsg("message " INT64_FORMAT " was taken down by a moderator", req->target_message_id),
+				 errdetail("A taken-down message can be neither recalled nor edited.")));
 	if (im_get_bool(0, 4, NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_IM_CONFLICT),
 				 errmsg("message " INT64_FORMAT " is already recalled", req->target_message_id),
 				 errdetail("A recalled message can be neither recalled again nor edited.")));
-}
-
-/*
- * After the recall event: tombstone the target and every edit and reaction
- * of it (a recalled target keeps no reactions, contract §14).
- */
-static void
-tombstone_target(int64 target_message_id)
-{
-	static SPIPlanPtr plan;
-	Datum		args[1];
-
-	im_prepare(&plan,
-			   "UPDATE im.event SET recalled = true, body = NULL "
-			   "WHERE message_id" EQ "$1 "
-			   "   OR (target_message_id" EQ "$1 AND kind IN ('edit', 'reaction'))",
-			   1, INT8OID);
-	args[0] = Int64GetDatum(target_message_id);
-	im_exec(plan, args, NULL, 0);
 }
 
 static void
@@ -318,7 +309,7 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 			created = true;
 			if (strcmp(req->kind, "recall") == 0)
 			{
-				tombstone_target(req->target_message_id);
+				im_tombstone_target(req->target_message_id, false);
 				/* a pinned target leaves the pin list at a new position */
 				im_relation_recalled(&conv, req->target_message_id, req->trace_id);
 			}

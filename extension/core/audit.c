@@ -1,6 +1,7 @@
 /*
  * audit.c — rows of im.audit (node-local, neither side): what happened to a
- * device or its push target, never a token or a body.
+ * device or its push target, or a moderation action; never a token or a
+ * body.
  */
 #include "core/im_sync.h"
 #include "core/common.h"
@@ -28,4 +29,19 @@ im_audit_device(const char *action, int64 user_id, const char *device_id, const 
 	else
 		nulls[3] = 'n';
 	im_exec(plan, args, nulls, 0);
+}
+
+void
+im_audit_moderation(const char *action, int64 user_id, const char *detail_json)
+{
+	static SPIPlanPtr plan;
+	Datum		args[3];
+
+	im_prepare(&plan,
+			   "INSERT INTO im.audit (action, user_id, detail) VALUES ($1, $2, $3::pg_catalog.jsonb)",
+			   3, TEXTOID, INT8OID, TEXTOID);
+	args[0] = CStringGetTextDatum(action);
+	args[1] = Int64GetDatum(user_id);
+	args[2] = CStringGetTextDatum(detail_json);
+	im_exec(plan, args, NULL, 0);
 }

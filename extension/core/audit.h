@@ -1,5 +1,6 @@
 /*
- * audit.h — rows of im.audit (audit.c).
+ * audit.h — rows of im.audit (audit.c): devices, push targets and
+ * moderation actions.
  */
 #ifndef IM_AUDIT_H
 #define IM_AUDIT_H
@@ -12,5 +13,13 @@
  */
 extern void im_audit_device(const char *action, int64 user_id, const char *device_id,
 							const char *detail_json);
+
+/*
+ * One row of im.audit for a moderation action (contract §17; the actions
+ * moderation_log lists, ops/moderation_log.c): user_id the affected user,
+ * detail_json the keys moderator, conversation_id, message_id, reason (absent
+ * when none) and the action's own; never a body.  Inside SPI.
+ */
+extern void im_audit_moderation(const char *action, int64 user_id, const char *detail_json);
 
 #endif							/* IM_AUDIT_H */

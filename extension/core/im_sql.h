@@ -64,7 +64,7 @@
  * name (IM_EVENT_COLUMN_KEYS, in order), then the relation columns
  * (IM_EVENT_RELATION_COLS_SQL): a message's reply_to_message_id, a pin's
  * target (kept in pin_message_id, its target_message_id key), NULLs on a
- * catalog without them.  The one C builder of these objects
+ * catalog without them, and taken_down (false on a catalog without it).  The one C builder of these objects
  * (user/event_json.c) reads them; sync pages and fetch_messages both
  * select them with IM_EVENT_COLUMNS_SQL.  X(column) is applied to each
  * name of IM_EVENT_COLUMN_KEYS, SEP between.
@@ -76,7 +76,8 @@
 
 #define IM_EVENT_RELATION_COLS_SQL(S) \
 	IM_SHAPE_CHOOSE(S, "e.reply_to_message_id, e.pin_message_id", \
-					"NULL::pg_catalog.int8, NULL::pg_catalog.int8")
+					"NULL::pg_catalog.int8, NULL::pg_catalog.int8") ", " \
+	IM_TAKEDOWN_CHOOSE(S, "e.taken_down", "false")
 
 #define IM_EVENT_COLUMN_SQL(column) "e." #column
 #define IM_EVENT_COLUMNS_SQL(S) \
@@ -119,11 +120,19 @@
 	IM_ITEM_PROCESSED_SQL("(SELECT o.state FROM im.outbox o WHERE o.source_event_id" EQ event_id ")", created)
 
 /*
+ * The kinds whose position tombstones its target (a recall, a moderator's
+ * takedown: contract §3, §17): unread drops the target when one is
+ * processed, as `kind" EQ IM_TOMBSTONE_KINDS_SQL`.
+ */
+#define IM_TOMBSTONE_KINDS_SQL "ANY ('{recall,takedown}'::pg_catalog.text[])"
+
+/*
  * Unread recount of contract §3 for fanout conversations: $1 user_id,
  * $2 conversation_id, $3 read_msg_seq.  Counts `message` positions from
  * other senders whose outbox item is processed (IM_ITEM_PROCESSED_SQL),
- * visible to the user by a membership period, not recalled by a processed
- * recall, not deleted for the user, above the read cursor.  Fanout keeps
+ * visible to the user by a membership period, not recalled or taken down by
+ * a processed recall or takedown, not deleted for the user, above the read
+ * cursor.  Fanout keeps
  * unread_count equal to this by increments; report_read/delete_for_me/
  * reconcile use it directly.
  */
@@ -136,7 +145,7 @@
 	"  AND EXISTS (SELECT 1 FROM im.membership_period p WHERE p.conversation_id" EQ "e.conversation_id " \
 	"              AND p.user_id" EQ "$1 AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
 	"  AND NOT EXISTS (SELECT 1 FROM im.event r WHERE r.target_message_id" EQ "e.message_id " \
-	"              AND r.kind" EQ "'recall' " \
+	"              AND r.kind" EQ IM_TOMBSTONE_KINDS_SQL " " \
 	"              AND " IM_EVENT_PROCESSED_SQL("r.message_id", "r.created_at") ") " \
 	"  AND NOT EXISTS (SELECT 1 FROM im.deleted_for_me d WHERE d.user_id" EQ "$1 " \
 	"              AND d.message_id" EQ "e.message_id)"
@@ -160,5 +169,12 @@
 	" AND (e.kind" NE "'reaction' OR " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
 	"WHERE o.outbox_id" EQ "ANY ($1::pg_catalog.int8[]) AND o.private_user_id IS NULL "
 
-#endif							/* IM_SQL_H */
+/*
+ * Whether a legal hold (contract §18) covers what user `user_id` sent in
+ * conversation `conversation_id` (SQL expressions): then retention, erasure
+ * and evidence expiry keep it.  The one seam the legal-hold tables fill;
+ * until they exist no hold covers anything.
+ */
+#define IM_LEGAL_HOLD_COVERS_SQL(conversation_id, user_id) "false"
 
+#endif							/* IM_SQL_H */

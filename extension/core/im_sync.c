@@ -35,6 +35,7 @@ int			im_reconcile_outbox_age_s = 60;
 int			im_max_page_bytes = 1024 * 1024;
 int			im_token_key_max_age_s = 30 * 86400;
 int			im_audit_retention_s = 90 * 86400;
+int			im_evidence_retention_s = 90 * 86400;
 int			im_transfer_retention_s = 86400;
 int			im_maintenance_interval_s = 300;
 char	   *im_push_public_key_file = NULL;
@@ -155,6 +156,10 @@ define_settings(void)
 	DefineCustomIntVariable("im_sync.audit_retention",
 							"Audit rows older than this are collected by maintenance.",
 							NULL, &im_audit_retention_s, 90 * 86400, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.evidence_retention",
+							"Bodies of taken-down messages are kept as moderation evidence this long, then erased by maintenance (unless a legal hold covers them).",
+							NULL, &im_evidence_retention_s, 90 * 86400, 0, INT_MAX,
 							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomIntVariable("im_sync.transfer_retention",
 							"Applied inbound transfers whose acknowledgement every subscriber confirmed are kept this long before maintenance prunes them.",

@@ -36,6 +36,7 @@ extern int	im_reconcile_outbox_age_s;
 extern int	im_max_page_bytes;
 extern int	im_token_key_max_age_s;
 extern int	im_audit_retention_s;
+extern int	im_evidence_retention_s;
 extern int	im_transfer_retention_s;
 extern int	im_maintenance_interval_s;
 /* offline push (contract §9, §13) */

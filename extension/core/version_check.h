@@ -38,6 +38,7 @@ extern bool im_catalog_at_least(int major, int minor);
  * IM_SHAPE_CHOOSE(S, with, without):
  *   WITH_RELATIONS  im.event has the reply and pin columns
  *                   (reply_to_message_id, pin_message_id; contract §14);
+ *   WITH_TAKEDOWN   the same and im.event.taken_down (contract §17);
  *   NO_RELATIONS    an older catalog, answered as its release did
  *                   (extension/doc/upgrades.md).
  */
@@ -50,14 +51,31 @@ extern bool im_catalog_at_least(int major, int minor);
  */
 #define IM_CATALOG_HAS_RECENCY() im_catalog_at_least(1, 11)
 
+/*
+ * im.event has taken_down and the takedown kind, im.takedown_evidence
+ * exists (contract §17).
+ */
+#define IM_CATALOG_HAS_TAKEDOWN() im_catalog_at_least(1, 12)
+
+/*
+ * WITH_TAKEDOWN is WITH_RELATIONS on a catalog whose im.event also has
+ * taken_down: IM_TAKEDOWN_CHOOSE(S, with, without) picks its fragment.
+ */
 #define IM_SHAPE_CHOOSE(S, with, without) IM_SHAPE_CHOOSE_##S(with, without)
+#define IM_SHAPE_CHOOSE_WITH_TAKEDOWN(with, without) with
 #define IM_SHAPE_CHOOSE_WITH_RELATIONS(with, without) with
 #define IM_SHAPE_CHOOSE_NO_RELATIONS(with, without) without
+#define IM_TAKEDOWN_CHOOSE(S, with, without) IM_TAKEDOWN_CHOOSE_##S(with, without)
+#define IM_TAKEDOWN_CHOOSE_WITH_TAKEDOWN(with, without) with
+#define IM_TAKEDOWN_CHOOSE_WITH_RELATIONS(with, without) without
+#define IM_TAKEDOWN_CHOOSE_NO_RELATIONS(with, without) without
 
 /* the plan slots of a shaped statement: static SPIPlanPtr slots[IM_SHAPES] */
-#define IM_SHAPES 2
+#define IM_SHAPES 3
 #define IM_PREPARE_SHAPED(slots, STMT, ...) \
-	(IM_CATALOG_HAS_RELATIONS() \
+	(IM_CATALOG_HAS_TAKEDOWN() \
+	 ? im_prepare(&(slots)[2], STMT(WITH_TAKEDOWN), __VA_ARGS__) \
+	 : IM_CATALOG_HAS_RELATIONS() \
 	 ? im_prepare(&(slots)[1], STMT(WITH_RELATIONS), __VA_ARGS__) \
 	 : im_prepare(&(slots)[0], STMT(NO_RELATIONS), __VA_ARGS__))
 

@@ -478,8 +478,8 @@ enum
 };
 
 /*
- * Whether message `e` (an im.event alias) is recalled by a recall whose item
- * was processed here BEFORE this run (an item of the run still reads
+ * Whether message `e` (an im.event alias) is recalled (or taken down) by a
+ * recall (or takedown) whose item was processed here BEFORE this run (an item of the run still reads
  * 'pending'): then the recount (IM_UNREAD_RECOUNT_SQL) no longer counts it,
  * and delivering it late — a dead letter or dead transfer retried after its
  * recall, a transfer that arrived after the recall's — must not add it to
@@ -488,7 +488,7 @@ enum
 #define RECALL_PROCESSED_SQL(e) \
 	"(" e ".recalled AND EXISTS (SELECT 1 FROM im.event rc" \
 	"   LEFT JOIN im.outbox rco ON rco.source_event_id" EQ "rc.message_id" \
-	"   WHERE rc.target_message_id" EQ e ".message_id AND rc.kind" EQ "'recall'" \
+	"   WHERE rc.target_message_id" EQ e ".message_id AND rc.kind" EQ IM_TOMBSTONE_KINDS_SQL \
 	"     AND " IM_ITEM_PROCESSED_SQL("rco.state", "rc.created_at") "))"
 
 /*
@@ -606,7 +606,7 @@ lean_run_plan(void)
 					  "       AND num.msg_seq" GT "u.read_msg_seq AND dm.user_id IS NULL" \
 					  "       AND NOT num.recall_done" \
 					  "      THEN 1" \
-					  "      WHEN num.kind" EQ "'recall' AND num.t_done" \
+					  "      WHEN num.kind" EQ IM_TOMBSTONE_KINDS_SQL " AND num.t_done" \
 					  "       AND num.t_sender" NE "u.user_id AND num.t_seq" GT "u.read_msg_seq" \
 					  "       AND dt.user_id IS NULL" \
 					  "      THEN -1 ELSE 0 END) AS delta," \

@@ -21,6 +21,10 @@
  *     sync_changes would make them; ended ones are deleted once the largest
  *     of token_ttl and recovery_ttl has passed since they ended;
  *   - audit rows older than im_sync.audit_retention;
+ *   - moderation evidence: the kept body of a taken-down message once it
+ *     was taken down more than im_sync.evidence_retention ago, unless a
+ *     legal hold covers it (IM_LEGAL_HOLD_COVERS_SQL); the row stays (the
+ *     takedown's idempotency key) with body NULL and erased_at set;
  *   - a sharded node's transfer records.  Its own
  *     applied records (im.transfer_ack) once every logical slot of this
  *     database has confirmed them: a mark (the WAL insert position, taken
@@ -66,7 +70,8 @@ typedef struct RetentionStep
 								 * $4 recovery_ttl, $5 snapshot_ttl,
 								 * $6 audit_retention, $7 transfer_retention
 								 * (seconds); $8 the oldest start of another
-								 * running transaction, NULL when none */
+								 * running transaction, NULL when none;
+								 * $9 evidence_retention (seconds) */
 	int			limit;
 	int			since_minor;	/* the 1.x catalog whose tables it needs */
 } RetentionStep;
@@ -139,6 +144,15 @@ static const RetentionStep steps[] = {
 	 "d AS (DELETE FROM im.audit a USING c WHERE a.audit_id" EQ "c.audit_id RETURNING 1) "
 	 "SELECT pg_catalog.count(*) FROM d",
 	 IM_RETENTION_BATCH},
+	{"takedown_evidence",
+	 "WITH c AS (SELECT v.target_message_id FROM im.takedown_evidence v "
+	 "  WHERE v.erased_at IS NULL AND v.taken_down_at" LT AGO("$9")
+	 "    AND NOT " IM_LEGAL_HOLD_COVERS_SQL("v.conversation_id", "v.sender_id") " "
+	 "  ORDER BY v.taken_down_at LIMIT $1), "
+	 "d AS (UPDATE im.takedown_evidence v SET body = NULL, erased_at = pg_catalog.now() FROM c "
+	 "  WHERE v.target_message_id" EQ "c.target_message_id RETURNING 1) "
+	 "SELECT pg_catalog.count(*) FROM d",
+	 IM_RETENTION_BATCH, 12},
 	/*
 	 * The ack mark: when every logical slot of this database has confirmed
 	 * the previous mark's position, acks older than its time are confirmed;
@@ -203,8 +217,8 @@ static void
 retention_collect(void)
 {
 	static SPIPlanPtr plans[NUM_STEPS];
-	Datum		args[8];
-	char		nulls[8] = "       ";
+	Datum		args[9];
+	char		nulls[9] = "        ";
 	TimestampTz oldest;
 
 	args[1] = Float8GetDatum((double) im_inbox_retention_s);
@@ -216,6 +230,7 @@ retention_collect(void)
 	oldest = im_oldest_other_xact_start();
 	args[7] = TimestampTzGetDatum(oldest);
 	nulls[7] = oldest != 0 ? ' ' : 'n';
+	args[8] = Float8GetDatum((double) im_evidence_retention_s);
 
 	im_spi_connect();
 	for (int i = 0; i < (int) NUM_STEPS; i++)
@@ -227,9 +242,9 @@ retention_collect(void)
 			continue;
 		/* a step without a limit changes few rows (expired leases, a mark) */
 		args[0] = Int64GetDatum(steps[i].limit > 0 ? steps[i].limit : PG_INT64_MAX);
-		im_prepare(&plans[i], steps[i].sql, 8,
+		im_prepare(&plans[i], steps[i].sql, 9,
 				   INT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID, FLOAT8OID,
-				   TIMESTAMPTZOID);
+				   TIMESTAMPTZOID, FLOAT8OID);
 		im_exec(plans[i], args, nulls, 1);
 		n = im_get_int64(0, 1, NULL);
 		if (n > 0)

@@ -42,7 +42,7 @@ CREATE DOMAIN im.head_seq AS bigint CONSTRAINT head_seq_check CHECK (VALUE >= 0)
 -- (im.event, contract §14)
 CREATE DOMAIN im.event_kind AS text
     CONSTRAINT event_kind_check
-    CHECK (VALUE IN ('message', 'create', 'join', 'leave', 'recall', 'edit', 'mode', 'reaction', 'pin'));
+    CHECK (VALUE IN ('message', 'create', 'join', 'leave', 'recall', 'edit', 'mode', 'reaction', 'pin', 'takedown'));
 CREATE DOMAIN im.event_seq AS bigint CONSTRAINT event_seq_check CHECK (VALUE >= 1);
 CREATE DOMAIN im.outbox_state AS text CONSTRAINT outbox_state_check CHECK (VALUE IN ('pending', 'done', 'dead'));
 

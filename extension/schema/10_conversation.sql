@@ -87,6 +87,7 @@ CREATE TABLE im.event (
     reply_to_message_id bigint,       -- a message's reply target
     pin_message_id    bigint,         -- a pin's target; NULL for the list change a recall makes
     trace_id          text,           -- the request's trace id (contract §21); NULL: none
+    taken_down        boolean NOT NULL DEFAULT false,  -- a moderator's takedown tombstone (contract §17)
     UNIQUE (conversation_id, msg_seq),
     -- which kinds carry an idempotency key, a target, a reply or pin target
     -- (one CHECK, its rule in C: row_rules.c)
@@ -136,6 +137,8 @@ COMMENT ON TABLE im.conversation IS 'One row per conversation; head_msg_seq is t
 COMMENT ON TABLE im.event IS 'Every conversation position: messages and control events, gap-free msg_seq per conversation; a recall tombstones its target (contract §1, §3)';
 COMMENT ON COLUMN im.event.reply_to_message_id IS 'A message''s reply target, a message of the same conversation (contract §14)';
 COMMENT ON COLUMN im.event.pin_message_id IS 'A pin position''s target; NULL for the list change a recall makes (contract §14)';
+COMMENT ON COLUMN im.event.recalled IS 'A tombstone: recalled by its sender, or taken down (then taken_down is true too and readers show recalled false) (contract §3, §17)';
+COMMENT ON COLUMN im.event.taken_down IS 'Taken down by a moderator: a tombstone for every reader, its body kept apart in im.takedown_evidence (contract §17)';
 COMMENT ON COLUMN im.event.trace_id IS 'The trace id of the request that wrote this position, NULL for none (contract §21)';
 COMMENT ON INDEX im.event_sender_id_client_msg_id_key IS 'The idempotency key (sender, client_msg_id) of the events this node accepted; copies carry no digest (contract §3, §15)';
 COMMENT ON TABLE im.membership_period IS 'Membership periods [join_seq, leave_seq] of a user in a conversation, never overlapping, at most one open (contract §2)';

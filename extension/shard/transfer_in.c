@@ -392,30 +392,42 @@ apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_
 		 * copy (an older catalog: upgrades.md, "Catalog history kept in code").
 		 */
 		static SPIPlanPtr events;
+		static SPIPlanPtr events_takedown;
 		static SPIPlanPtr periods;
 		static SPIPlanPtr states;
 		static SPIPlanPtr outbox;
 		static SPIPlanPtr outbox_traced;
 
-		im_prepare(&events,
-				   "INSERT INTO im.event"
-				   " SELECT x.* FROM pg_catalog.jsonb_array_elements($1->'events') j,"
-				   "   pg_catalog.jsonb_populate_record(NULL::im.event, j.value" MINUS "'request_digest') x"
-				   " ORDER BY x.msg_seq "
-				   "ON CONFLICT (message_id) DO UPDATE SET body = EXCLUDED.body,"
-				   "  content_type = EXCLUDED.content_type, recalled = EXCLUDED.recalled"
-				   /* shconc (bytes): an unchanged copy is not rewritten (no WAL) */
-				   "  WHERE (im.event.body, im.event.content_type, im.event.recalled)"
-				   "    IS DISTINCT FROM (EXCLUDED.body, EXCLUDED.content_type, EXCLUDED.recalled)"
-				   /*
-					* A recalled copy is a tombstone (contract §12.4): an older
-					* payload (a quarantined transfer retried after the recall's
-					* arrived) never brings the body back
-					* (sql/95_shard_recall_retry).
-					*/
-				   "    AND NOT im.event.recalled",
-				   1, JSONBOID);
-		im_exec(events, args, NULL, 0);
+		/*
+		 * A recalled copy is a tombstone (contract §12.4): an older payload
+		 * (a quarantined transfer retried after the recall's arrived) never
+		 * brings the body back (sql/95_shard_recall_retry).  A takedown's
+		 * tombstone is a recalled one that is also taken_down (contract
+		 * §17), copied with it on a catalog that has the column; a payload
+		 * without the key (a node before takedowns) is not taken down.
+		 */
+#define EVENTS_SQL(td_set, td_old, td_new) \
+				   "INSERT INTO im.event" \
+				   " SELECT x.* FROM pg_catalog.jsonb_array_elements($1->'events') j," \
+				   "   pg_catalog.jsonb_populate_record(NULL::im.event," \
+				   "     '{\"taken_down\": false}'::pg_catalog.jsonb" OP_CONCAT "(j.value" MINUS "'request_digest')) x" \
+				   " ORDER BY x.msg_seq " \
+				   "ON CONFLICT (message_id) DO UPDATE SET body = EXCLUDED.body," \
+				   "  content_type = EXCLUDED.content_type, recalled = EXCLUDED.recalled" td_set \
+				   /* shconc (bytes): an unchanged copy is not rewritten (no WAL) */ \
+				   "  WHERE (im.event.body, im.event.content_type, im.event.recalled" td_old ")" \
+				   "    IS DISTINCT FROM (EXCLUDED.body, EXCLUDED.content_type, EXCLUDED.recalled" td_new ")" \
+				   "    AND NOT im.event.recalled"
+
+		if (IM_CATALOG_HAS_TAKEDOWN())
+			im_prepare(&events_takedown,
+					   EVENTS_SQL(", taken_down = EXCLUDED.taken_down", ", im.event.taken_down",
+								  ", EXCLUDED.taken_down"),
+					   1, JSONBOID);
+		else
+			im_prepare(&events, EVENTS_SQL("", "", ""), 1, JSONBOID);
+#undef EVENTS_SQL
+		im_exec(IM_CATALOG_HAS_TAKEDOWN() ? events_takedown : events, args, NULL, 0);
 		im_prepare(&periods,
 				   "INSERT INTO im.membership_period"
 				   " SELECT x.* FROM pg_catalog.jsonb_populate_recordset(NULL::im.membership_period,"

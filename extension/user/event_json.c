@@ -27,6 +27,7 @@
 #include "core/im_sync.h"
 #include "core/common.h"
 #include "core/im_sql.h"
+#include "core/version_check.h"
 #include "conversation/conversation.h"
 #include "user/user.h"
 
@@ -47,6 +48,8 @@
 enum
 {
 	IM_EVENT_COLUMN_KEYS(KEY_INDEX, COMMA),
+	K_taken_down,
+	K_erased,
 	K_sync_seq,
 	K_reply_to_message_id,
 	K_reactions,
@@ -55,11 +58,13 @@ enum
 };
 
 StaticAssertDecl(K_count == IM_EVENT_KEYS, "IM_EVENT_KEYS counts the keys of a position object");
-StaticAssertDecl(K_sync_seq + 2 == IM_EVENT_COLUMNS,
-				 "IM_EVENT_COLUMNS counts IM_EVENT_COLUMN_KEYS and the two relation columns");
+StaticAssertDecl(K_taken_down + 3 == IM_EVENT_COLUMNS,
+				 "IM_EVENT_COLUMNS counts IM_EVENT_COLUMN_KEYS and the three relation columns");
 
 static const char *const event_keys[IM_EVENT_KEYS] = {
 	IM_EVENT_COLUMN_KEYS(KEY_NAME, COMMA),
+	[K_taken_down] = "taken_down",
+	[K_erased] = "erased",
 	[K_sync_seq] = "sync_seq",
 	[K_reply_to_message_id] = "reply_to_message_id",
 	[K_reactions] = "reactions",
@@ -81,6 +86,7 @@ enum
 	C_created_at,
 	C_reply_to_message_id,
 	C_pin_message_id,
+	C_taken_down,
 	C_count
 };
 
@@ -113,6 +119,8 @@ im_event_row_read(uint64 row, int first_col, ImEventRow *ev)
 	ev->target_message_id = im_get_int64(row, first_col + C_target_message_id, &isnull);
 	ev->has_target = !isnull;
 	ev->recalled = im_get_bool(row, first_col + C_recalled, NULL);
+	ev->taken_down = im_get_bool(row, first_col + C_taken_down, NULL);
+	ev->takedown_keys = IM_CATALOG_HAS_TAKEDOWN();
 	ev->created_at = DatumGetTimestampTz(column(row, first_col + C_created_at, &isnull));
 	/* a message's reply key; a pin's target is its pinned message */
 	ev->relation_keys = im_relation_catalog();
@@ -144,6 +152,14 @@ set_null(JsonbValue *v)
 {
 	v->type = jbvNull;
 	return 4;					/* null */
+}
+
+static int64
+set_bool(JsonbValue *v, bool b)
+{
+	v->type = jbvBool;
+	v->val.boolean = b;
+	return b ? 4 : 5;			/* true / false */
 }
 
 static int64
@@ -214,12 +230,17 @@ im_event_json_make(ImEventPage *page, const ImEventRow *ev, ImEventJson *out)
 	bytes += ev->body ? set_jsonb(page, NEXT(K_body), ev->body) : set_null(NEXT(K_body));
 	bytes += ev->has_target ? set_int(NEXT(K_target_message_id), ev->target_message_id) :
 		set_null(NEXT(K_target_message_id));
+	/*
+	 * contract §17: a takedown's tombstone is recalled in the column (every
+	 * tombstone rule applies) but shown as taken_down, not recalled; erased
+	 * (contract §18) is false until erasure sets it; an older catalog's
+	 * objects have neither key, as its release answered
+	 */
+	bytes += set_bool(NEXT(K_recalled), ev->recalled && !ev->taken_down);
+	if (ev->takedown_keys)
 	{
-		JsonbValue *r = NEXT(K_recalled);
-
-		r->type = jbvBool;
-		r->val.boolean = ev->recalled;
-		bytes += ev->recalled ? 4 : 5;	/* true / false */
+		bytes += set_bool(NEXT(K_taken_down), ev->taken_down);
+		bytes += set_bool(NEXT(K_erased), false);
 	}
 	/* as jsonb_build_object converts a timestamptz */
 	bytes += set_string(page, NEXT(K_created_at),

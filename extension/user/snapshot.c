@@ -60,7 +60,8 @@
  * leave_seq only when the leave event is delivered; last_msg_seq the highest
  * delivered visible position; mode the one carried by the latest delivered
  * position the user saw at its own msg_seq; recalled_message_ids the targets
- * of delivered recalls.  read_msg_seq, unread_count, the dirty marker and the
+ * of delivered recalls, taken_down_message_ids those of delivered takedowns
+ * (contract §17).  read_msg_seq, unread_count, the dirty marker and the
  * row version are the user_conversation row in the cut: the read state may
  * be ahead of the log (contract §6), the rest changes only together with
  * the log, in the fanout transaction.
@@ -80,14 +81,22 @@
 	OP_CONCAT "pg_catalog.jsonb_build_object('conversation_pinned', " \
 	"  COALESCE(uc.conversation_pinned_at" GT "'-infinity'::pg_catalog.timestamptz, false)) "
 
-#define SNAPSHOT_ITEMS_SQL(conversation_pinned) \
+/*
+ * contract §17: an item's taken_down_message_ids, the targets of delivered
+ * takedowns, on a catalog that has them
+ */
+#define SNAPSHOT_TAKEN_DOWN_SQL \
+	OP_CONCAT "pg_catalog.jsonb_build_object('taken_down_message_ids', " \
+	"  COALESCE(a.taken_down, '[]'::pg_catalog.jsonb))"
+
+#define SNAPSHOT_ITEMS_SQL(conversation_pinned, taken_down) \
 	"WITH per AS (" \
 	"  SELECT p.* FROM im.membership_period p WHERE p.user_id" EQ "$1), " \
 	"pos AS (" \
 	"  SELECT e.conversation_id, e.message_id, e.msg_seq, e.kind, e.target_message_id, " \
 	"         CASE WHEN e.kind" EQ "'mode' THEN e.body" OP_GET_TEXT "'mode' " \
 	"              ELSE e.mode END AS mode, " \
-	"         (e.kind NOT IN ('recall', 'edit') AND EXISTS (SELECT 1 FROM per p " \
+	"         (e.kind NOT IN ('recall', 'edit', 'takedown') AND EXISTS (SELECT 1 FROM per p " \
 	"            WHERE p.conversation_id" EQ "e.conversation_id " \
 	"              AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ")) AS own " \
 	"  FROM im.event e " \
@@ -125,6 +134,7 @@
 	"         (pg_catalog.array_agg(x.mode ORDER BY x.msg_seq DESC) " \
 	"            FILTER (WHERE x.own AND x.mode IS NOT NULL))[1] AS mode, " \
 	"         pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FILTER (WHERE x.kind" EQ "'recall') AS recalled, " \
+	"         pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FILTER (WHERE x.kind" EQ "'takedown') AS taken_down, " \
 	"         (pg_catalog.array_agg(x.message_id ORDER BY x.msg_seq DESC) " \
 	"            FILTER (WHERE x.kind" EQ "'pin'))[1] AS pin_message_id " \
 	"  FROM pos x GROUP BY x.conversation_id), " \
@@ -139,6 +149,7 @@
 	"    'dirty_target_msg_seq', COALESCE(uc.dirty_target_msg_seq, 0), " \
 	"    'dirty_version', COALESCE(uc.dirty_version, 0), " \
 	"    'recalled_message_ids', COALESCE(a.recalled, '[]'::pg_catalog.jsonb))" \
+	"    " taken_down " " \
 	/* the latest pin position visible at or before the cut */ \
 	"    " OP_CONCAT SNAPSHOT_PINNED_SQL " " conversation_pinned " AS body " \
 	"  FROM conv c JOIN im.conversation k ON k.conversation_id" EQ "c.conversation_id " \
@@ -262,7 +273,7 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr head_plan;
 	static SPIPlanPtr snap_plan;
-	static SPIPlanPtr items_plans[2];
+	static SPIPlanPtr items_plans[3];
 	SPIPlanPtr	items_plan;
 	static SPIPlanPtr empty_plan;
 	static SPIPlanPtr seal_plan;
@@ -336,10 +347,13 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 		elog(ERROR, "im_sync: snapshot row not created");
 	snapshot_id = im_get_int64(0, 1, NULL);
 
-	if (IM_CATALOG_HAS_RECENCY())
-		items_plan = im_prepare(&items_plans[1], SNAPSHOT_ITEMS_SQL(SNAPSHOT_CONVERSATION_PINNED_SQL), 1, INT8OID);
+	if (IM_CATALOG_HAS_TAKEDOWN())
+		items_plan = im_prepare(&items_plans[2], SNAPSHOT_ITEMS_SQL(SNAPSHOT_CONVERSATION_PINNED_SQL,
+																 SNAPSHOT_TAKEN_DOWN_SQL), 1, INT8OID);
+	else if (IM_CATALOG_HAS_RECENCY())
+		items_plan = im_prepare(&items_plans[1], SNAPSHOT_ITEMS_SQL(SNAPSHOT_CONVERSATION_PINNED_SQL, ""), 1, INT8OID);
 	else
-		items_plan = im_prepare(&items_plans[0], SNAPSHOT_ITEMS_SQL(""), 1, INT8OID);
+		items_plan = im_prepare(&items_plans[0], SNAPSHOT_ITEMS_SQL("", ""), 1, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(snapshot_id);
 	exec_in_cut(items_plan, args, cut, 0);

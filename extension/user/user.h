@@ -172,7 +172,9 @@ typedef struct ImEventRow
 	Jsonb	   *body;			/* NULL → JSON null */
 	bool		has_target;
 	int64		target_message_id;
-	bool		recalled;
+	bool		recalled;		/* the column: a recall's or a takedown's tombstone */
+	bool		taken_down;		/* contract §17: readers then see recalled false */
+	bool		takedown_keys;	/* the catalog has takedowns: the taken_down and erased keys */
 	TimestampTz created_at;
 	/* contract §14: a message carries reply_to_message_id (NULL
 	 * when none) once the catalog has relations (relation_keys) */
@@ -192,9 +194,9 @@ typedef struct ImEventRow
 
 /*
  * The number of result columns IM_EVENT_COLUMNS_SQL (core/im_sql.h) selects:
- * IM_EVENT_COLUMN_KEYS and the two of IM_EVENT_RELATION_COLS_SQL.
+ * IM_EVENT_COLUMN_KEYS and the three of IM_EVENT_RELATION_COLS_SQL.
  */
-#define IM_EVENT_COLUMNS 12
+#define IM_EVENT_COLUMNS 13
 
 /*
  * Reads the IM_EVENT_COLUMNS_SQL columns of SPI result row `row`, the first
@@ -207,7 +209,7 @@ extern bool im_event_row_read(uint64 row, int first_col, ImEventRow *ev);
 
 /* The keys of a §11 object, at most (a sync event has no reactions, a
  * fetch_messages object no sync_seq, only a message a reply key). */
-#define IM_EVENT_KEYS 14
+#define IM_EVENT_KEYS 16
 
 /* One §11 object, converted and measured, ready to be added to a page. */
 typedef struct ImEventJson

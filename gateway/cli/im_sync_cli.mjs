@@ -32,8 +32,9 @@ for (let i = 0; i < args.length; i++) {
 }
 if (!opts.url || !opts.token || !rest.length) usage();
 const [command, ...params] = rest;
-const text = (b) => (b == null ? '(recalled)' : typeof b.text === 'string' ? b.text : JSON.stringify(b));
-const line = (m) => `${m.conversation_id}#${m.msg_seq} ${m.sender_id}: ${text(m.body)}${m.edited ? ' (edited)' : ''}` +
+const text = (m) => (m.taken_down ? '(removed by a moderator)' : m.body == null ? '(recalled)'
+  : typeof m.body.text === 'string' ? m.body.text : JSON.stringify(m.body));
+const line = (m) => `${m.conversation_id}#${m.msg_seq} ${m.sender_id}: ${text(m)}${m.edited ? ' (edited)' : ''}` +
   (Object.keys(m.reactions).length ? ` ${JSON.stringify(m.reactions)}` : '');
 
 let printed = new Map();

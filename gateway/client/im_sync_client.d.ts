@@ -119,7 +119,7 @@ export interface Conversation {
 }
 
 export interface Position {
-  kind: 'message' | 'create' | 'join' | 'leave' | 'recall' | 'edit' | 'mode' | 'reaction' | 'pin' | string;
+  kind: 'message' | 'create' | 'join' | 'leave' | 'recall' | 'edit' | 'mode' | 'reaction' | 'pin' | 'takedown' | string;
   conversation_id: number;
   msg_seq: number;
   message_id: number | null;
@@ -128,6 +128,10 @@ export interface Position {
   body: any;
   target_message_id: number | null;
   recalled: boolean;
+  /** Taken down by a moderator (contract §17): a tombstone, body null, recalled false. */
+  taken_down: boolean;
+  /** Erased (contract §18): a tombstone, body null. */
+  erased: boolean;
   created_at: string;
   /** Messages only. */
   reply_to_message_id?: number | null;

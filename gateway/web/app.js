@@ -239,7 +239,7 @@ function conversationItem({ c, last, at }) {
   const preview = el('div', { class: 'conv-preview' });
   if (last) {
     preview.append(el('span', { class: 'conv-text' },
-      `${whoIs(last.sender_id)}: ${last.recalled ? 'message recalled' : bodyText(last.body)}`.slice(0, 60)));
+      `${whoIs(last.sender_id)}: ${isGone(last) ? tombText(last) : bodyText(last.body)}`.slice(0, 60)));
   }
   if (at) preview.append(el('span', { class: 'conv-time' }, dayKey(new Date(at)) === dayKey(new Date()) ? hhmm(new Date(at)) : dayLabel(new Date(at))));
   const li = el('li', { 'data-conv': c.conversation_id, 'data-pinned': String(!!c.conversation_pinned),
@@ -276,9 +276,16 @@ function messageMenu(m, mine, conv) {
   return menu;
 }
 
+// a tombstone: recalled by its sender, removed by a moderator (contract
+// §17) or erased (§18); what the line shows instead of the body
+function isGone(m) { return !!(m.recalled || m.taken_down || m.erased); }
+function tombText(m) {
+  return m.taken_down ? 'removed by a moderator' : m.erased ? 'message erased' : 'message recalled';
+}
+
 function messageItem(m, conv, byId, live) {
   const mine = m.sender_id === client.userId;
-  const gone = m.recalled || m.taken_down || m.erased;
+  const gone = isGone(m);
   const li = el('li', { class: `message${mine ? ' mine' : ''}${gone ? ' tombstone' : ''}${shown === m.message_id ? ' flash' : ''}`, id: `m-${m.message_id}`,
                         'data-seq': m.msg_seq, 'data-mid': m.message_id });
   const at = timeOf(m.created_at);
@@ -287,12 +294,12 @@ function messageItem(m, conv, byId, live) {
   li.append(head);
   if (m.reply_to_message_id != null && !gone) {
     const t = byId.get(m.reply_to_message_id);
-    const quote = t ? `${whoIs(t.sender_id)}: ${t.recalled ? 'message recalled' : bodyText(t.body)}` : 'an earlier message';
+    const quote = t ? `${whoIs(t.sender_id)}: ${isGone(t) ? tombText(t) : bodyText(t.body)}` : 'an earlier message';
     li.append(el('button', { type: 'button', class: 'reply', 'data-target': m.reply_to_message_id,
       title: 'show the message this replies to', onclick: () => showMessage(m.reply_to_message_id) },
     `reply to ${quote.length > 40 ? `${quote.slice(0, 40)}...` : quote}`));
   }
-  const tomb = m.taken_down ? 'message taken down' : m.erased ? 'message erased' : 'message recalled';
+  const tomb = tombText(m);
   li.append(el('span', { class: 'body' }, gone ? tomb : bodyText(m.body)));
   if (m.edited && !gone) li.append(el('span', { class: 'edited' }, 'edited'));
   if (mine && !gone) {

@@ -351,7 +351,10 @@ class View {
     const p = {
       kind: e.kind, conversation_id: e.conversation_id, msg_seq: e.msg_seq,
       message_id: e.message_id, sender_id: e.sender_id, content_type: e.content_type,
-      body: e.body, target_message_id: e.target_message_id ?? null, recalled: !!e.recalled,
+      body: e.body, target_message_id: e.target_message_id ?? null,
+      // `recalled` here is any tombstone (as in the server's column): a
+      // moderator's takedown is one too, shown as taken_down (contract §17)
+      recalled: !!e.recalled || !!e.taken_down, taken_down: !!e.taken_down, erased: !!e.erased,
       created_at: e.created_at, reply_to_message_id: e.reply_to_message_id ?? null,
     };
     if (e.kind === 'message') {
@@ -361,12 +364,15 @@ class View {
       p.deleted = prev ? !!prev.deleted : false;
       p.edited = prev ? !!prev.edited : false;
       if (prev && prev.recalled) { p.recalled = true; p.body = null; }
+      if (prev && prev.taken_down) p.taken_down = true;
       if (p.recalled) p.reactionsByUser = {};
     }
-    // the server tombstones a recalled message's edits and reactions too (send.c)
-    if ((e.kind === 'edit' || e.kind === 'reaction') && prev && prev.recalled) { p.recalled = true; p.body = null; }
+    // the server tombstones a recalled or taken-down message's edits and
+    // reactions too (message_relations.c)
+    const tomb = (from) => { p.recalled = true; p.body = null; if (from.taken_down) p.taken_down = true; };
+    if ((e.kind === 'edit' || e.kind === 'reaction') && prev && prev.recalled) tomb(prev);
     const earlyTarget = p.target_message_id != null ? this.position(p.target_message_id) : null;
-    if ((e.kind === 'edit' || e.kind === 'reaction') && earlyTarget && earlyTarget.recalled) { p.recalled = true; p.body = null; }
+    if ((e.kind === 'edit' || e.kind === 'reaction') && earlyTarget && earlyTarget.recalled) tomb(earlyTarget);
     this.putPosition(p);
     if (e.msg_seq > c.last_msg_seq) c.last_msg_seq = e.msg_seq;
     // only a message moves a conversation in the recent order (contract §20)
@@ -374,14 +380,17 @@ class View {
     const target = p.target_message_id != null ? this.position(p.target_message_id) : null;
     switch (e.kind) {
       case 'recall':
+      case 'takedown':
         if (target) {
           target.recalled = true; target.body = null; target.reactionsByUser = {};
+          if (e.kind === 'takedown') target.taken_down = true;
           this.touch(target);
           // no edited text of a recalled message stays visible (contract §1),
           // and it keeps no reactions (contract §14)
           for (const q of this.positions.get(e.conversation_id).values()) {
-            if ((q.kind === 'edit' || q.kind === 'reaction') && q.target_message_id === p.target_message_id && !q.recalled) {
-              q.recalled = true; q.body = null; this.touch(q);
+            if ((q.kind === 'edit' || q.kind === 'reaction') && q.target_message_id === p.target_message_id &&
+                (!q.recalled || (target.taken_down && !q.taken_down))) {
+              q.recalled = true; q.body = null; q.taken_down = !!target.taken_down; this.touch(q);
             }
           }
         }
@@ -1336,10 +1345,10 @@ export class ImSyncClient {
         this.view.applyPosition(m, me); loaded++;
         if (m.kind === 'message') ids.add(m.message_id);
       }
-      // reactions, edits and recalls already local whose target arrived only
+      // reactions, edits, recalls and takedowns already local whose target arrived only
       // now (they came first, with the newer history): applied again, in order
       const later = [...(this.view.positions.get(conversationId) || new Map()).values()]
-        .filter((q) => q.msg_seq > upTo && ids.has(q.target_message_id) && ['reaction', 'edit', 'recall'].includes(q.kind))
+        .filter((q) => q.msg_seq > upTo && ids.has(q.target_message_id) && ['reaction', 'edit', 'recall', 'takedown'].includes(q.kind))
         .sort((a, b) => a.msg_seq - b.msg_seq);
       for (const q of later) this.view.applyPosition(q, me);
       if (r.history_status === 'PREPARING') return { status: 'PREPARING', restoreTaskId: r.restore_task_id ?? null, loaded };
@@ -1415,7 +1424,8 @@ export class ImSyncClient {
       .map((p) => {
         const out = { kind: p.kind, conversation_id: p.conversation_id, msg_seq: p.msg_seq, message_id: p.message_id,
                       sender_id: p.sender_id, content_type: p.content_type, body: p.body,
-                      target_message_id: p.target_message_id, recalled: p.recalled, created_at: p.created_at };
+                      target_message_id: p.target_message_id, recalled: !!p.recalled && !p.taken_down,
+                      taken_down: !!p.taken_down, erased: !!p.erased, created_at: p.created_at };
         if (p.kind === 'message') {
           out.reply_to_message_id = p.reply_to_message_id;
           out.edited = !!p.edited;

@@ -360,7 +360,7 @@ test('a shared_log switch reads as a sentence', async () => {
   await openConversation(pb);
 });
 
-test('actions in a menu per message: react, pin, reply, edit, recall; reactions as counts, a tombstone', async () => {
+test('actions in a menu per message: react, pin, reply, edit, recall; reactions as counts, a tombstone, a takedown', async () => {
   await openConversation(pa);
   await openConversation(pb);
   // one "..." button per line, no menu open, no action buttons on the lines
@@ -402,6 +402,14 @@ test('actions in a menu per message: react, pin, reply, edit, recall; reactions 
   await menuItem(pa, gone, 'recall-btn');
   for (const page of [pa, pb]) {
     await lineIs(page, gone, (l) => l.tombstone && l.body === 'message recalled' && JSON.stringify(l.buttons) === '[]', 'a tombstone');
+  }
+  // a moderator's takedown reaches both pages through sync: "removed by a moderator"
+  await send(pb, 'to be taken down');
+  const removed = await midOf(pa, 'to be taken down');
+  sql(`SELECT created FROM im.takedown_message('mod', ${conv}, ${removed}, 'spam', 'browser-${removed}')`);
+  for (const page of [pa, pb]) {
+    await lineIs(page, removed, (l) => l.tombstone && l.body === 'removed by a moderator' && JSON.stringify(l.buttons) === '[]',
+                 'a moderator\'s tombstone');
   }
   // B reacts too: the count is the number of users
   await menuItem(pb, target, 'react-like');

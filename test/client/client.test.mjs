@@ -104,6 +104,30 @@ test('message_status: the four facts for the sender, FORBIDDEN for anyone else',
   await assert.rejects(b.messageStatus(sent.message_id), (e) => e.code === 'FORBIDDEN');
 });
 
+test('a moderator\'s takedown reaches a device through sync like a recall: a tombstone, unread drops', async () => {
+  const A = newUser(); const B = newUser();
+  const conv = group([A, B]);
+  const a = track(client(gw, token(A, 'a'), new MemoryStorage()));
+  const b = track(client(gw, token(B, 'b'), new MemoryStorage()));
+  await Promise.all([a.start(), b.start()]);
+  const kept = await a.send(conv, { text: 'fine' });
+  const bad = await a.send(conv, { text: 'abuse' });
+  await b.react(conv, bad.message_id, '👍', true);
+  await converge(b, B, conv);
+  assert.equal(b.conversations().find((x) => x.conversation_id === conv).unread, 2);
+  sql(`SELECT created FROM im.takedown_message('mod', ${conv}, ${bad.message_id}, 'spam', 'client-${bad.message_id}')`);
+  await waitFor('the tombstone on b', () => {
+    const m = b.messages(conv).find((x) => x.message_id === bad.message_id);
+    return (m && m.taken_down && !m.recalled && m.body === null && JSON.stringify(m.reactions) === '{}') || m;
+  });
+  await converge(b, B, conv);
+  await converge(a, A, conv);
+  assert.equal(b.conversations().find((x) => x.conversation_id === conv).unread, 1);
+  assert.equal(b.messages(conv).find((x) => x.message_id === kept.message_id).taken_down, false);
+  // a recall cannot undo it
+  await assert.rejects(a.recall(conv, bad.message_id), (e) => e.code === 'CONFLICT');
+});
+
 test('the outbox: queued offline, kept across a restart, each operation exactly once', async () => {
   const A = newUser(); const B = newUser();
   const conv = group([A, B]);

@@ -51,7 +51,8 @@ function sortedObject(o) {
 }
 export function normalize(p) {
   const n = { kind: p.kind, msg_seq: p.msg_seq, message_id: p.message_id, sender_id: p.sender_id,
-              body: p.body, recalled: p.recalled, target_message_id: p.target_message_id ?? null };
+              body: p.body, recalled: p.recalled, taken_down: !!p.taken_down, erased: !!p.erased,
+              target_message_id: p.target_message_id ?? null };
   if (p.kind === 'message') {
     n.reply_to_message_id = p.reply_to_message_id ?? null;
     n.reactions = sortedObject(p.reactions);

@@ -242,7 +242,7 @@ class Client:
 
     def view(self, conv):
         """Message bodies by message_id as this device's log shows them
-        (recalls and edits applied)."""
+        (recalls, takedowns and edits applied)."""
         msgs = {}
         for seq in sorted(self.events):
             e = self.events[seq]
@@ -250,7 +250,7 @@ class Client:
                 continue
             if e["kind"] == "message":
                 msgs[e["message_id"]] = None if e["recalled"] else e["body"]
-            elif e["kind"] == "recall":
+            elif e["kind"] in ("recall", "takedown"):
                 msgs[e["target_message_id"]] = None
             elif e["kind"] == "edit" and e["target_message_id"] in msgs and msgs[e["target_message_id"]] is not None:
                 msgs[e["target_message_id"]] = e["body"]

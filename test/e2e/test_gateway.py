@@ -125,6 +125,46 @@ async def test_hint_loss():
         await c.close()
 
 
+async def test_takedown_through_sync():
+    """A moderator's takedown (contract §17) reaches a device through sync
+    like a recall: the message's event comes back as a tombstone (body
+    null, recalled false, taken_down true), the takedown event names it;
+    fetch_messages agrees; a recall of it is CONFLICT."""
+    a, b, conv = setup_pair()
+    ap = await Client.login(a, "phone")
+    await ap.bootstrap()
+    bd = await Client.login(b, "desktop")
+    await bd.bootstrap()
+    bad = await send(ap, conv, "td-1", {"text": "abuse"})
+    fine = await send(ap, conv, "td-2", {"text": "fine"})
+    await converge(bd, conv, {bad["message_id"]: {"text": "abuse"}, fine["message_id"]: {"text": "fine"}})
+    sql("SELECT created FROM im.takedown_message('e2e-mod', %s, %s, 'spam', %s)",
+        conv, bad["message_id"], "td-%d" % bad["message_id"])
+    await converge(bd, conv, {bad["message_id"]: None, fine["message_id"]: {"text": "fine"}})
+    tds = [e for e in bd.events.values() if e["kind"] == "takedown"]
+    assert len(tds) == 1 and tds[0]["target_message_id"] == bad["message_id"], tds
+    assert tds[0]["body"] == {"reason": "spam"} and tds[0]["sender_id"] is None, tds
+    # a fresh device replays the log: the message itself is the tombstone
+    bp = await Client.login(b, "phone")
+    await bp.bootstrap()
+    fm = await bp.req({"type": "fetch_messages", "conversation_id": conv, "after_seq": 0, "limit": 100})
+    byid = {x["message_id"]: x for x in fm["messages"] if x["kind"] == "message"}
+    m = byid[bad["message_id"]]
+    assert m["body"] is None and m["recalled"] is False and m["taken_down"] is True and m["erased"] is False, m
+    assert byid[fine["message_id"]]["taken_down"] is False, byid
+    rc = await ap.req({"type": "recall", "conversation_id": conv, "client_msg_id": "td-r",
+                       "target_message_id": bad["message_id"]})
+    assert rc["type"] == "error" and rc["code"] == "CONFLICT", rc
+    # the moderator's side (through the router too: the target's node, every node's log)
+    ev = sql("SELECT conversation_id, sender_id, body FROM im.moderation_evidence(%s)", bad["message_id"])
+    assert ev == [(conv, a, {"text": "abuse"})], ev
+    log = sql("SELECT moderator, action, user_id, conversation_id, reason FROM im.moderation_log(0, 1000) "
+              "WHERE message_id = %s", bad["message_id"])
+    assert log == [("e2e-mod", "takedown", a, conv, "spam")], log
+    for c in (ap, bd, bp):
+        await c.close()
+
+
 async def test_shared_log_hint():
     """shared_log groups: a message reaches connected members as a
     CONVERSATION_ADVANCED hint naming the conversation and its head."""
@@ -405,7 +445,7 @@ async def test_db_restart():
     await c.close()
 
 
-TESTS = [test_scenario_2_1, test_hint_loss, test_shared_log_hint, test_supersede_4008, test_revoke_4003,
+TESTS = [test_scenario_2_1, test_hint_loss, test_takedown_through_sync, test_shared_log_hint, test_supersede_4008, test_revoke_4003,
          test_spoofed_ids_forbidden, test_bad_frames_isolated, test_first_frame_rules,
          test_rate_limit_4029, test_reconnect_storm_refusal, test_http_endpoints, test_db_restart]
 

@@ -158,7 +158,8 @@ def sha256_hex(text):
 # ------------------------------------------------------------ local store
 
 POS_KEYS = ('kind', 'conversation_id', 'msg_seq', 'message_id', 'sender_id',
-            'content_type', 'body', 'target_message_id', 'recalled', 'created_at')
+            'content_type', 'body', 'target_message_id', 'recalled', 'created_at',
+            'taken_down', 'erased')
 # Contract §14 (reactions, pins, replies): a message also carries reply_to_message_id; in
 # fetch_messages it carries its reactions as the reader sees them.
 REPLY_KEY = 'reply_to_message_id'
@@ -167,14 +168,14 @@ REACTION_KEYS = ('👍', '❤', '🎉', 'ok')
 
 
 def pos_keys(kind):
-    """The keys of a position of this kind (contract §11, §14)."""
+    """The keys of a position of this kind (contract §11, §14, §17, §18)."""
     return POS_KEYS + (REPLY_KEY,) if kind == 'message' else POS_KEYS
 
 
 def hides_with_target(kind):
     """Kinds hidden with their target when it is deleted for the user
     (contract §1): a pin names its target only in its body, so never."""
-    return kind in ('recall', 'edit', 'reaction')
+    return kind in ('recall', 'edit', 'reaction', 'takedown')
 
 
 class Conv:
@@ -240,40 +241,54 @@ def apply_position(st, p, floor=0):
         # A fresher copy can never un-recall; keep the tombstone.
         pos['body'] = None
         pos['recalled'] = True
+    if old is not None and old['taken_down'] and not pos['taken_down']:
+        pos['body'] = None        # nor undo a takedown (contract §17)
+        pos['taken_down'] = True
     c.pos[pos['msg_seq']] = pos
     kind = pos['kind']
     if kind == 'message' and floor:
         c.edit_seq[pos['message_id']] = max(c.edit_seq.get(pos['message_id'], 0), floor)
-    if kind == 'recall':
+    if kind in ('recall', 'takedown'):
+        # a takedown (contract §17) tombstones as a recall does, shown as
+        # taken_down instead of recalled
+        flag = 'recalled' if kind == 'recall' else 'taken_down'
         t = c.by_id(pos['target_message_id'])
         if t is not None:
             t['body'] = None
-            t['recalled'] = True
+            t[flag] = True
         for q in c.pos.values():
             # a recall tombstones the target's edits and reactions (contract §14)
             if q['kind'] in ('edit', 'reaction') and q['target_message_id'] == pos['target_message_id']:
                 q['body'] = None
-                q['recalled'] = True
+                q[flag] = True
     elif kind == 'edit':
         t = c.by_id(pos['target_message_id'])
-        if pos['recalled']:
+        if pos['recalled'] or pos['taken_down']:
             if t is not None:
                 t['body'] = None
-                t['recalled'] = True
+                t['recalled' if pos['recalled'] else 'taken_down'] = True
         elif pos['msg_seq'] > c.edit_seq.get(pos['target_message_id'], 0):
             c.edit_seq[pos['target_message_id']] = pos['msg_seq']
-            if t is not None and not t['recalled']:
+            if t is not None and not gone(t):
                 t['body'] = pos['body']
-        if t is not None and t['recalled']:
-            pos['body'] = None
-            pos['recalled'] = True
+        tomb_like(pos, t)
     elif kind == 'reaction':
         # full state per (sender, target): nothing to merge, the view takes
         # the latest position (reaction_view); a recalled target keeps none
-        t = c.by_id(pos['target_message_id'])
-        if t is not None and t['recalled']:
-            pos['body'] = None
-            pos['recalled'] = True
+        tomb_like(pos, c.by_id(pos['target_message_id']))
+
+
+def gone(p):
+    """A tombstone: recalled, or taken down by a moderator (contract §17)."""
+    return bool(p['recalled'] or p['taken_down'])
+
+
+def tomb_like(pos, t):
+    """An edit or reaction of a tombstoned target is a tombstone of the
+    same kind."""
+    if t is not None and gone(t):
+        pos['body'] = None
+        pos['recalled' if t['recalled'] else 'taken_down'] = True
 
 
 def reaction_view(conv, mid, user):
@@ -461,7 +476,7 @@ class Model:
         for itself: a narrower set of targets, each one valid."""
         if ROUTER:
             return sorted(p['message_id'] for p in self.fetch_all(u, c)
-                          if p['kind'] == 'message' and bool(p['recalled']) == recalled)
+                          if p['kind'] == 'message' and gone(p) == recalled)
         return [r['message_id'] for r in self.q(
             "SELECT e.message_id FROM im.event e WHERE e.conversation_id = %s AND e.kind = 'message' "
             "AND e.recalled = %s AND EXISTS (SELECT 1 FROM im.membership_period p WHERE p.conversation_id = %s "
@@ -527,6 +542,25 @@ class Model:
         m[3] = True
         self.note('recall u%d c%d msg %d -> seq %d' % (s, c, mid, r['msg_seq']))
         self.count('op.recall')
+
+    def op_takedown(self):
+        """A moderator takes down any live message (contract §17); a lost
+        response's retry answers the original; the sender can no longer
+        recall or edit it."""
+        live = [m for m in self.sent if not m[3]]
+        if not live:
+            return self.op_send()
+        m = self.rng.choice(live)
+        c, s, mid, _ = m
+        k = self.key()
+        r = self.q1("SELECT * FROM im.takedown_message('model-mod', %s, %s, 'spam', %s)", (c, mid, k))
+        check(r['created'], 'takedown not created: %r', r)
+        if self.rng.random() < 0.2:
+            r2 = self.q1("SELECT * FROM im.takedown_message('model-mod', %s, %s, 'spam', %s)", (c, mid, k))
+            check(not r2['created'] and r2['msg_seq'] == r['msg_seq'], 'takedown retry: %r vs %r', r, r2)
+        m[3] = True
+        self.note('takedown c%d msg %d -> seq %d' % (c, mid, r['msg_seq']))
+        self.count('op.takedown')
 
     def op_edit(self):
         m = self._own_live()
@@ -990,6 +1024,9 @@ class Model:
             for mid in it['recalled_message_ids'] or []:
                 t = conv.by_id(mid)
                 check(t is None or t['recalled'], 'manifest recalls %s, fetch_messages shows it live', mid)
+            for mid in it.get('taken_down_message_ids') or []:
+                t = conv.by_id(mid)
+                check(t is None or t['taken_down'], 'manifest takes down %s, fetch_messages shows it live', mid)
             # pins: the item's pin list is the latest pin position up to its last_msg_seq
             check(it['pinned'] == pin_view(conv), 'snapshot item c%d pinned %r, fetch_messages up to %d says %r',
                   c, it['pinned'], it['last_msg_seq'], pin_view(conv))
@@ -1041,7 +1078,7 @@ class Model:
                 # recount: exact in fanout mode; in shared_log mode the upper
                 # bound max(0, target - read), never below the true count.
                 true_unread = sum(1 for p in pos if p['kind'] == 'message' and p['sender_id'] != u
-                                  and not p['recalled'] and p['msg_seq'] > cl['read_msg_seq'])
+                                  and not gone(p) and p['msg_seq'] > cl['read_msg_seq'])
                 if cl['mode'] == 'fanout':
                     check(cl['unread_count'] == true_unread,
                           'user %d conversation %d (fanout): unread_count %d, recount from fetch_messages %d',
@@ -1061,7 +1098,7 @@ class Model:
                 for c, (want, read) in truth.items():
                     have = [got[c].pos[s] for s in sorted(got[c].pos)]
                     if have != want:
-                        extra = [p for p in have if p not in want and p['kind'] in ('recall', 'edit')]
+                        extra = [p for p in have if p not in want and p['kind'] in ('recall', 'edit', 'takedown')]
                         for p in (extra if not ROUTER else []):
                             if self.q("SELECT 1 FROM im.deleted_for_me WHERE user_id = %s AND message_id = %s",
                                       (u, p['target_message_id'])):
@@ -1135,7 +1172,7 @@ class Model:
                (self.op_leave, 3), (self.op_read, 4), (self.op_delete, 2), (self.op_fanout, 12),
                (self.op_sync, 30), (self.op_rollback, 6), (self.op_reinstall, 2),
                (self.op_late_ack, 3), (self.op_gc, 1), (self.op_mode, 3), (self.op_open, 3),
-               (self.op_react, 6), (self.op_pin, 2)]
+               (self.op_react, 6), (self.op_pin, 2), (self.op_takedown, 2)]
         if ROUTER:
             # only through a router, so the single-node seeds replay as before
             ops.append((self.op_send_delete, 4))

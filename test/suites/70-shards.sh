@@ -116,7 +116,7 @@ export IM_GW_URL="ws://127.0.0.1:$port/" IM_E2E_MAX_FRAME=65536
 
 if want e2e; then
   echo "--- e2e against the router"
-  "$py" test/e2e/test_gateway.py scenario hint_loss shared_log supersede revoke spoofed bad_frames \
+  "$py" test/e2e/test_gateway.py scenario hint_loss takedown shared_log supersede revoke spoofed bad_frames \
       first_frame rate_limit reconnect_storm http || rc=1
   # hello_order: a stale hello must not supersede a newer one
   for t in body_roundtrip int_range large_replies relations hello_order; do

@@ -458,6 +458,18 @@ CREATE FUNCTION im_router.pin_message(user_id bigint, conversation_id bigint, ta
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.pin_message; $$;
 
+-- §17 moderation: a takedown on the conversation's node, its evidence on
+-- the node holding the target (a message id carries its conversation's
+-- bucket)
+CREATE FUNCTION im_router.takedown_message(moderator text, conversation_id bigint, target_message_id bigint,
+                                           reason text, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.takedown_message; $$;
+CREATE FUNCTION im_router.moderation_evidence(target_message_id bigint)
+RETURNS TABLE(conversation_id bigint, sender_id bigint, body jsonb,
+              taken_down_at timestamptz, erase_after timestamptz)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(target_message_id); TARGET im.moderation_evidence; $$;
+
 -- the conversation node holds the positions, the shared log and (for users
 -- placed elsewhere) the deletions for fetch_messages
 CREATE FUNCTION im_router.fetch_messages(user_id bigint, conversation_id bigint, after_seq bigint,
@@ -594,6 +606,16 @@ RETURNS TABLE(name text, value double precision, help text, type text, labels js
 LANGUAGE plproxy AS $$
     CLUSTER 'im_sync'; RUN ON im_router.route(part);
     SELECT m.name, m.value, m.help, m.type, m.labels FROM im.metrics() m;
+$$;
+
+-- moderation_log's part: one node's page of its own audit ids
+CREATE FUNCTION im_router.on_node_moderation_log(part int, after_id bigint, page_limit int)
+RETURNS TABLE(id bigint, at timestamptz, moderator text, action text, user_id bigint,
+              conversation_id bigint, message_id bigint, reason text)
+LANGUAGE plproxy AS $$
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
+    SELECT l.id, l.at, l.moderator, l.action, l.user_id, l.conversation_id, l.message_id, l.reason
+      FROM im.moderation_log(after_id, page_limit) l;
 $$;
 
 -- trace_message's parts: the conversation node's answer (its accepted row
@@ -1179,6 +1201,26 @@ $$;
  * router's own: im_router_node_up{node} (0 when unreachable; its series are
  * then missing) and im_router_cluster_version.  The nodes must be at 1.10.
  */
+/*
+ * moderation_log (contract §17): every node's page, merged by time (then
+ * id).  Audit ids are each node's own, so after_id applies on every node
+ * alike and a page holds at most page_limit rows of all nodes together
+ * (extension/doc/decisions.md).  An unreachable node fails the call: a log
+ * missing a node's actions would look complete.
+ */
+CREATE FUNCTION im_router.moderation_log(after_id bigint DEFAULT 0, page_limit int DEFAULT 100)
+RETURNS TABLE(id bigint, at timestamptz, moderator text, action text, user_id bigint,
+              conversation_id bigint, message_id bigint, reason text)
+LANGUAGE sql
+SET search_path = pg_catalog, im_router, pg_temp
+AS $$
+    SELECT l.id, l.at, l.moderator, l.action, l.user_id, l.conversation_id, l.message_id, l.reason
+      FROM im_router.node_parts() n,
+           LATERAL im_router.on_node_moderation_log(n.part, after_id, page_limit) l
+     ORDER BY l.at, l.id
+     LIMIT page_limit
+$$;
+
 CREATE FUNCTION im_router.metrics()
 RETURNS TABLE(name text, value double precision, help text, type text, labels jsonb)
 LANGUAGE plpgsql
@@ -1342,6 +1384,8 @@ BEGIN
                     'delete_for_me', 'message_status', 'message_facts',
                     -- §20 recency and conversation pins
                     'recent_conversations', 'pin_conversation',
+                    -- §17 moderation
+                    'takedown_message', 'moderation_evidence', 'moderation_log',
                     -- §8 tokens
                     'issue_device_token', 'authenticate', 'rotate_token_key', 'retire_token_key',
                     -- §13 push
