@@ -132,6 +132,8 @@ extern ImRowFate im_transfer_row_fate(const char *self, const char *writer, cons
 /* NULL when this node takes the row in; else why not */
 extern const char *im_transfer_refusal(const char *self, const char *from, const char *source,
 									   const char *dest, int64 conversation_id);
+extern const char *im_receipt_transfer_refusal(const char *self, const char *from, const char *source,
+											   const char *dest, int64 sender_id);
 extern const char *im_ack_refusal(const char *self, const char *from, const char *source,
 								  const char *applied_by);
 
