@@ -640,9 +640,10 @@ im_receipt_apply_carried(const char *source, Datum payload, int64 conversation_i
 					 errmsg("group receipt from node \"%s\" names conversation " INT64_FORMAT ", a %s conversation",
 							source, conversation_id, ckind)));
 		/*
-		 * One statement: the parts checked, the source's parts replaced and
-		 * the sender's pending row marked due for the messages it holds.
-		 * A part that fails a check makes the whole receipt fail.
+		 * One statement: the parts checked, the source's parts replaced
+		 * (those that changed) and the sender's pending row marked due for
+		 * the messages of those this node holds.  A part that fails a check
+		 * makes the whole receipt fail.
 		 */
 		im_prepare(&parts_plan,
 				   "WITH x AS ("
@@ -657,7 +658,10 @@ im_receipt_apply_carried(const char *source, Datum payload, int64 conversation_i
 				   "      ($2" OP_MOD CppAsString2(IM_SHARD_BUCKETS) ")"
 				   "   OR EXISTS (SELECT 1 FROM im.event e WHERE e.message_id" EQ "x.message_id"
 				   "     AND (e.conversation_id" NE "$2 OR e.sender_id IS DISTINCT FROM $3"
-				   "          OR e.kind" NE "'message'))),"
+				   "          OR e.kind" NE "'message'))"
+				   /* a part this node holds for another sender or conversation */
+				   "   OR EXISTS (SELECT 1 FROM im.receipt_part p WHERE p.message_id" EQ "x.message_id"
+				   "     AND p.node_name" EQ "$4 AND (p.sender_id" NE "$3 OR p.conversation_id" NE "$2))),"
 				   " total AS (SELECT pg_catalog.count(*) AS n FROM x),"
 				   " up AS (INSERT INTO im.receipt_part AS rp (message_id, node_name, sender_id, conversation_id,"
 				   "    delivered_count, read_count, member_count)"
@@ -667,7 +671,9 @@ im_receipt_apply_carried(const char *source, Datum payload, int64 conversation_i
 				   "  ON CONFLICT (message_id, node_name) DO UPDATE SET"
 				   "   delivered_count = EXCLUDED.delivered_count, read_count = EXCLUDED.read_count,"
 				   "   member_count = EXCLUDED.member_count, updated_at = pg_catalog.now()"
-				   "  WHERE rp.sender_id" EQ "EXCLUDED.sender_id AND rp.conversation_id" EQ "EXCLUDED.conversation_id"
+				   /* the same part again changes nothing (and marks nothing due) */
+				   "  WHERE (rp.delivered_count, rp.read_count, rp.member_count)"
+				   "    IS DISTINCT FROM (EXCLUDED.delivered_count, EXCLUDED.read_count, EXCLUDED.member_count)"
 				   "  RETURNING rp.message_id),"
 				   " due AS (INSERT INTO im.receipt_pending AS rp (user_id, conversation_id, dirty_from_msg_seq,"
 				   "    dirty_to_msg_seq, dirty)"
@@ -694,13 +700,8 @@ im_receipt_apply_carried(const char *source, Datum payload, int64 conversation_i
 							" has %s", source, conversation_id,
 							n > 0 ? psprintf(UINT64_FORMAT " invalid parts", n) : "no parts"),
 					 errhint("Each part is {message_id of the conversation's message by the sender, delivered_count,"
-							 " read_count, member_count}, counts 0 to member_count; nothing of it was applied.")));
-		if (im_get_int64(0, 3, NULL) != im_get_int64(0, 2, NULL))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("group receipt from node \"%s\" for conversation " INT64_FORMAT
-							" names a message this node's parts hold for another sender or conversation",
-							source, conversation_id)));
+							 " read_count, member_count}, counts 0 to member_count, of a message no other sender's"
+							 " or conversation's part names; nothing of it was applied.")));
 	}
 	im_wake_fanout_at_commit();
 }
