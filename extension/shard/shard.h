@@ -38,7 +38,9 @@ extern int64 im_transfer_apply(int max_transfers);
  * node); a dead one holds nothing.  A quarantined transfer with no
  * next_attempt_at (judged at arrival as sent before its source's pruning
  * horizon: an operator's question, never retried by itself) holds nothing
- * either.
+ * either, nor does a carried receipt (source_event_id 0, user/receipt.c):
+ * receipts need no order (cumulative or replacing), so a failing one is
+ * retried alone and never keeps the conversation's messages from a node.
  *
  * IM_TRANSFER_HOLDERS_SQL: the quarantined transfers waiting out their
  * backoff, each with the latest pending transfer before it in its
@@ -61,7 +63,8 @@ extern int64 im_transfer_apply(int max_transfers);
 	"   WHERE p.conversation_id" EQ "q.conversation_id AND p.state" EQ "'pending'" \
 	"     AND (p.msg_seq, p.transfer_id)" LT "(q.msg_seq, q.transfer_id)" \
 	"   ORDER BY p.msg_seq DESC, p.transfer_id DESC LIMIT 1) lp ON true" \
-	" WHERE q.state" EQ "'quarantined' AND q.next_attempt_at" GT "pg_catalog.now()"
+	" WHERE q.state" EQ "'quarantined' AND q.next_attempt_at" GT "pg_catalog.now()" \
+	"   AND q.source_event_id" NE "0"
 #define IM_TRANSFER_BLOCKERS_OF_SQL(holders) \
 	"SELECT DISTINCT ON (h.conversation_id) h.conversation_id, h.msg_seq, h.transfer_id" \
 	" FROM " holders " h WHERE h.pending_msg_seq IS NULL" \

@@ -974,10 +974,15 @@ im_transfer_apply(int max_transfers)
 			continue;
 		if (apply_one(sources[i], ids[i], payloads[i], convs[i], seqs[i], events[i], &quarantined))
 			applied++;
-		else
+		else if (events[i] != 0)	/* a carried receipt holds nothing (shard.h) */
 		{
 			held = true;
 			held_conversation = convs[i];
+		}
+		if (events[i] == 0)
+		{
+			quarantined = false;
+			continue;			/* nor is it what the pass took of its conversation */
 		}
 		if (npass == 0 || pass[npass - 1].last.conversation_id != convs[i])
 			npass++;

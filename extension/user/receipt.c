@@ -531,7 +531,9 @@ im_set_read_receipts(PG_FUNCTION_ARGS)
  * that sender, with counts no larger than its members.
  *   direct: (delivered_through_seq, read_through_seq) with GREATEST, so
  *           order and duplicates do not matter; a NULL read_through_seq is
- *           a reader who turned read receipts off (read_hidden);
+ *           a reader who turned read receipts off (read_hidden, set by a
+ *           receipt not behind the state held, cleared by one that moved
+ *           it forward: an older receipt arriving late changes nothing);
  *   group:  each part replaces the source's part of its message
  *           (im.receipt_part); the sender's messages it names are marked
  *           due, and emit_group sums the parts.
@@ -607,15 +609,24 @@ im_receipt_apply_carried(const char *source, Datum payload, int64 conversation_i
 				   "  read_through_seq, read_hidden, dirty)"
 				   " SELECT $1, $2, $3, COALESCE($4, 0), $4 IS NULL, true FROM im.conversation c"
 				   " WHERE c.conversation_id" EQ "$2 AND c.kind" EQ "'direct'"
-				   "  AND pg_catalog.least($1, $5)" EQ "c.direct_user_lo AND GREATEST($1, $5)" EQ "c.direct_user_hi"
+				   "  AND LEAST($1, $5)" EQ "c.direct_user_lo AND GREATEST($1, $5)" EQ "c.direct_user_hi"
 				   "  AND $1" NE "$5 "
 				   "ON CONFLICT (user_id, conversation_id) DO UPDATE SET"
 				   "  delivered_through_seq = GREATEST(rp.delivered_through_seq, EXCLUDED.delivered_through_seq),"
 				   "  read_through_seq = GREATEST(rp.read_through_seq, EXCLUDED.read_through_seq),"
-				   "  read_hidden = EXCLUDED.read_hidden,"
+				   /*
+					* hidden as the newest receipt says: an older one (delivered
+					* behind) keeps it, one that moved forward sets it
+					*/
+				   "  read_hidden = CASE WHEN EXCLUDED.delivered_through_seq" LT "rp.delivered_through_seq"
+				   "    THEN rp.read_hidden WHEN EXCLUDED.read_hidden THEN true"
+				   "    WHEN EXCLUDED.delivered_through_seq" GT "rp.delivered_through_seq"
+				   "      OR EXCLUDED.read_through_seq" GT "rp.read_through_seq THEN false"
+				   "    ELSE rp.read_hidden END,"
 				   "  dirty = rp.dirty OR EXCLUDED.delivered_through_seq" GT "rp.delivered_through_seq"
 				   "    OR EXCLUDED.read_through_seq" GT "rp.read_through_seq"
-				   "    OR EXCLUDED.read_hidden IS DISTINCT FROM rp.read_hidden",
+				   "    OR (EXCLUDED.read_hidden AND NOT rp.read_hidden"
+				   "        AND EXCLUDED.delivered_through_seq" GE "rp.delivered_through_seq)",
 				   5, INT8OID, INT8OID, INT8OID, INT8OID, INT8OID);
 		args[0] = Int64GetDatum(sender);
 		args[1] = Int64GetDatum(conversation_id);
