@@ -51,7 +51,8 @@ extern int64 im_transfer_apply(int max_transfers);
  * one): the conversation's blocker.
  * IM_TRANSFERS_DUE_OF_SQL(holders, cols): the transfers an apply pass
  * takes, as rows of `cols` of im.transfer_in t: pending or retryable
- * quarantined ones, before their conversation's blocker.  An apply pass
+ * quarantined ones, before their conversation's blocker (a carried
+ * receipt, never a blocker, once its backoff is over).  An apply pass
  * reads the holders once and derives the blockers after its applies from
  * them (transfer_in.c); IM_TRANSFERS_DUE_SQL(cols) reads them itself.
  */
@@ -72,7 +73,8 @@ extern int64 im_transfer_apply(int max_transfers);
 #define IM_TRANSFERS_DUE_OF_SQL(holders, cols) \
 	"WITH blk AS (" IM_TRANSFER_BLOCKERS_OF_SQL(holders) ") " \
 	"SELECT " cols " FROM im.transfer_in t LEFT JOIN blk b ON b.conversation_id" EQ "t.conversation_id " \
-	"WHERE (t.state" EQ "'pending' OR (t.state" EQ "'quarantined' AND t.next_attempt_at IS NOT NULL)) " \
+	"WHERE (t.state" EQ "'pending' OR (t.state" EQ "'quarantined' AND t.next_attempt_at IS NOT NULL" \
+	"        AND (t.source_event_id" NE "0 OR t.next_attempt_at" LE "pg_catalog.now()))) " \
 	"  AND (b.conversation_id IS NULL OR (t.msg_seq, t.transfer_id)" LT "(b.msg_seq, b.transfer_id))"
 #define IM_TRANSFERS_DUE_SQL(cols) IM_TRANSFERS_DUE_OF_SQL("(" IM_TRANSFER_HOLDERS_SQL ")", cols)
 /*
