@@ -237,7 +237,8 @@ emit_group(int64 sender, int64 conversation_id, int64 from, int64 to, bool carry
 	Datum		args[5];
 	int64	   *ids;
 	int64	   *seqs;
-	int64	   *pd,
+	int64	   *pids,
+			   *pd,
 			   *pr,
 			   *pm;
 	int			nparts = 0;
@@ -257,6 +258,7 @@ emit_group(int64 sender, int64 conversation_id, int64 from, int64 to, bool carry
 	n = (int) im_exec(plan, args, NULL, 0);
 	ids = palloc(sizeof(int64) * Max(n, 1));
 	seqs = palloc(sizeof(int64) * Max(n, 1));
+	pids = palloc(sizeof(int64) * Max(n, 1));
 	pd = palloc(sizeof(int64) * Max(n, 1));
 	pr = palloc(sizeof(int64) * Max(n, 1));
 	pm = palloc(sizeof(int64) * Max(n, 1));
@@ -279,7 +281,7 @@ emit_group(int64 sender, int64 conversation_id, int64 from, int64 to, bool carry
 		{
 			if (members == 0)
 				continue;		/* nobody of the audience here: no part */
-			ids[nparts] = ids[i];
+			pids[nparts] = ids[i];
 			pd[nparts] = delivered;
 			pr[nparts] = read;
 			pm[nparts] = members;
@@ -314,7 +316,7 @@ emit_group(int64 sender, int64 conversation_id, int64 from, int64 to, bool carry
 				   "   pg_catalog.unnest($4::pg_catalog.int8[]), pg_catalog.unnest($5::pg_catalog.int8[])) x(m, d, r, c)",
 				   5, INT8OID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID);
 		args[0] = Int64GetDatum(sender);
-		args[1] = im_int8_array(ids, nparts);
+		args[1] = im_int8_array(pids, nparts);
 		args[2] = im_int8_array(pd, nparts);
 		args[3] = im_int8_array(pr, nparts);
 		args[4] = im_int8_array(pm, nparts);
