@@ -219,6 +219,7 @@ print(f"group {group} on {node_of(group)}: sender {gs} on {n1}, members "
       f"{[(u, node_of(u)) for u in members]}", flush=True)
 q(router, "SELECT * FROM im.set_read_receipts(%s, false)", (off,))
 gm = q(router, "SELECT * FROM im.send_message(%s, %s, 'g1', '{\"text\":\"all\"}')", (gs, group))[0]
+gm2 = q(router, "SELECT * FROM im.send_message(%s, %s, 'g2', '{\"text\":\"two\"}')", (gs, group))[0]
 drain()
 # delivered: members[0] (n1), members[1] (n2), members[3] (n3, off); read: members[1], members[3]
 for u in (members[0], members[1], members[3]):
@@ -227,8 +228,8 @@ for u in (members[1], members[3]):
     q(router, "SELECT * FROM im.report_read(%s, %s, %s)", (u, group, gm["msg_seq"]))
 
 
-def facts():
-    rows = q(router, "SELECT * FROM im.message_facts(%s, %s)", (gs, gm["message_id"]))
+def facts(mid=None):
+    rows = q(router, "SELECT * FROM im.message_facts(%s, %s)", (gs, mid or gm["message_id"]))
     setting_off = {off}
     return (len(rows), sum(1 for r in rows if r["any_device_synced"]),
             sum(1 for r in rows if r["user_read"] and r["user_id"] not in setting_off))
@@ -239,16 +240,22 @@ check(want == (5, 3, 1), "group: message_facts through the router (5 members, 3 
       want)
 
 
-def counts_are(expect):
+def counts_are(expect, expect2=None):
+    """the newest receipt of gm (and of gm2) has these (members, delivered, read)"""
+    def newest(r, mid):
+        mine = [e for e in r if e.get("message_id") == mid]
+        return (mine[-1]["member_count"], mine[-1]["delivered_count"], mine[-1]["read_count"]) if mine else None
+
     def pred(r):
-        mine = [e for e in r if e.get("message_id") == gm["message_id"]]
-        return bool(mine) and (mine[-1]["member_count"], mine[-1]["delivered_count"],
-                               mine[-1]["read_count"]) == expect
+        return newest(r, gm["message_id"]) == expect and (
+            expect2 is None or newest(r, gm2["message_id"]) == expect2)
     return pred
 
 
-rs = newest_receipt_where("group: the sender's receipt sums the nodes' parts to message_facts' counts",
-                          gs, group, counts_are(want))
+want_2 = facts(gm2["message_id"])
+check(want_2 == (5, 3, 0), "group: the second message delivered to the same three, read by none", want_2)
+rs = newest_receipt_where("group: the sender's receipts of both messages sum the nodes' parts to "
+                          "message_facts' counts", gs, group, counts_are(want, want_2))
 check(q1(nodes[n1], "SELECT count(DISTINCT node_name) FROM im.receipt_part WHERE message_id = %s",
          (gm["message_id"],)) == 2, "group: the sender's node holds one part from each other node")
 # the rest deliver and read: still equal to message_facts
@@ -259,7 +266,10 @@ q(router, "SELECT * FROM im.report_read(%s, %s, %s)", (members[0], group, gm["ms
 want2 = facts()
 check(want2 == (5, 5, 4), "group: message_facts after every member read (the one with receipts off not counted)",
       want2)
-newest_receipt_where("group: the sender's receipt follows message_facts again", gs, group, counts_are(want2))
+want2_2 = facts(gm2["message_id"])
+check(want2_2 == (5, 5, 0), "group: the second message delivered to all, read by none", want2_2)
+newest_receipt_where("group: the sender's receipts follow message_facts again", gs, group,
+                     counts_are(want2, want2_2))
 
 # --------------------------------------------------------------- duplicates
 drain()
