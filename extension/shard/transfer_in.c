@@ -683,6 +683,7 @@ apply_one(const char *source, int64 transfer_id, Datum payload,
 						"; the later transfers of its conversation flow past it" :
 						!im_catalog_at_least(1, 7) ? "" :
 						transient ? "; transient, not counted as an attempt: backing off" :
+						source_event_id == 0 ? "; a carried receipt: will retry, holding nothing" :
 						"; will retry, holding the later transfers of its conversation",
 						im_log_trace("transfer", payload_trace_id(payload, source_event_id)))));
 	return ok;

@@ -40,6 +40,8 @@ async def test_set_read_receipts():
     direct = sql("SELECT im.direct_conversation(%s, %s)", a, b)[0][0]
     ca = await Client.login(a, "phone")
     cb = await Client.login(b, "phone")
+    for c in (ca, cb):
+        await c.bootstrap()
     r = await expect(ca, {"type": "set_read_receipts", "enabled": False, "id": "s1",
                           "trace_id": "receipts-trace-1"}, "set_read_receipts_result")
     assert r == {"type": "set_read_receipts_result", "id": "s1", "trace_id": "receipts-trace-1",
