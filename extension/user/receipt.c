@@ -324,8 +324,8 @@ emit_group(int64 sender, int64 conversation_id, int64 from, int64 to, bool carry
 		receipt = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		receipt = PointerGetDatum(PG_DETOAST_DATUM_COPY(receipt));
 		carry_receipt(sender, conversation_id, seqs[0], receipt);
-		return 1;
 	}
+	/* the receipts written here (a carried one is written on the sender's node) */
 	return carry ? 0 : n;
 }
 
