@@ -17,13 +17,20 @@
  *      may have changed; shared_log groups get nothing;
  *   3. the producer emits the due rows (direct: at once; groups: at most
  *      once per im_sync.receipt_interval) as private events of the
- *      sender, which fanout writes into the sender's log like any other.
+ *      sender, which fanout writes into the sender's log like any other;
+ *      on a sharded node, a row whose sender is placed on another node is
+ *      carried there instead (carry_receipt: a transfer row) and applied
+ *      by that node (im_receipt_apply_carried), which emits it in its own
+ *      step 3 (sharding.md "Receipts").
  *
  * Invariants protected:
  *   - receipts follow the four facts (contract §7): group counts are
  *     message_facts' rows counted (im_message_fact_counts), read only for
  *     readers with read receipts on; a user with them off makes no read
  *     state known (direct: read_through_seq is null);
+ *   - across nodes a node counts only the users it places: each node's
+ *     part is its own members' facts, the sender's node sums the parts
+ *     (one per node, replaced, never added twice) with its own members;
  *   - nothing is lost: a fact committed after the producer read the facts
  *     left its own source row, which marks the pending row dirty again;
  *   - lock order: the producer takes source rows (its DELETE skips none
@@ -377,7 +384,7 @@ emit_due(int max_rows)
 	DueRow	   *rows;
 	int64		written = 0;
 
-	/* the read_hidden column is the 1.12 catalog's */
+	/* read_hidden exists only on a catalog that carries receipts */
 	if (im_catalog_at_least(1, 12))
 		im_prepare(&plans[1], EMIT_DUE_SQL(IM_READ_HIDDEN_SQL), 2, INT4OID, INT4OID);
 	else
