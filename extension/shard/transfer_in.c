@@ -86,7 +86,9 @@ row_text(TriggerData *td, const char *name)
  * A transfer new to im.transfer_in but sent before its source's pruning
  * horizon (maintenance.c pruned the exact records of that age) is judged,
  * not applied blindly: this node's outbox item of its event (of a deletion
- * handed off: its deleted_for_me row) is the record that it was applied (a
+ * handed off: its deleted_for_me row; a carried receipt is always taken
+ * for a replay, since every later receipt of its source supersedes it) is
+ * the record that it was applied (a
  * duplicate: settled as applied, counted, acked again); without one it is
  * quarantined with the reason, so a replay of old WAL is never applied
  * twice and a very late new transfer is never dropped unseen
@@ -110,7 +112,13 @@ judged_beyond_horizon(Datum *args)
 			   "   '55000: sent before the pruning horizon of its source and this node holds no outbox item"
 			   " of its event: a new transfer delivered very late (retry it with im.shard_retry_quarantined)"
 			   " or a replay of one applied and pruned long ago (delete it)' END "
-			   "FROM (SELECT EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id" EQ "$3)"
+			   "FROM (SELECT ($4 OPERATOR(pg_catalog.?) 'receipt')"
+			   /*
+			    * a carried receipt is superseded by every later one of its
+			    * source (cumulative, or replacing its part): one sent before
+			    * the horizon is a replay, dropped as a duplicate
+			    */
+			   "   OR EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id" EQ "$3)"
 			   /* a handed-off deletion: this node's record of it */
 			   "   OR EXISTS (SELECT 1 FROM im.deleted_for_me d"
 			   "     WHERE d.user_id" EQ "($4->'deletion'->>'user_id')::pg_catalog.int8"
