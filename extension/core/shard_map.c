@@ -24,6 +24,7 @@
 #include "access/heapam.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
@@ -332,4 +333,26 @@ im_shard_self(PG_FUNCTION_ARGS)
 	if (self == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(self));
+}
+
+/*
+ * A transfer id is its node's WAL timeline in the bits from 40 up, then
+ * im.transfer_id_seq.  Destinations drop a transfer whose (source, id) they
+ * already recorded, so an id must never name two items.  A promoted
+ * standby's sequence can stand behind ids the old primary used in fanout
+ * transactions the standby never received but a destination had already
+ * decoded (PostgreSQL 15 logical senders do not wait for the synchronous
+ * standby); after promotion the node writes on a new timeline, so its ids
+ * can never equal one the old primary sent (drill standby_check: the
+ * failed-over node's transfers carry two timelines).  2^40 transfers per
+ * timeline.
+ */
+int64
+im_shard_transfer_id_base(void)
+{
+	TimeLineID	tli = GetWALInsertionTimeLine();
+
+	if (tli >= (1U << 22))
+		elog(ERROR, "im_sync: WAL timeline %u does not fit a transfer id", tli);
+	return (int64) tli << 40;
 }

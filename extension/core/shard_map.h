@@ -58,6 +58,13 @@ extern int	im_shard_round_robin_bucket(int64 seq_value);
 	"((" next ")" OP_TIMES factor ")" PLUS "((" key ")" OP_MOD factor ")"
 
 /* true when the bucket is this node's (always true when not sharded) */
+/*
+ * The high bits of every transfer id this node writes now (its WAL
+ * timeline; the low 40 bits are im.transfer_id_seq): shard/transfer_out.c's
+ * transfers and user/receipt.c's carried receipts.
+ */
+extern int64 im_shard_transfer_id_base(void);
+
 extern bool im_shard_owns_bucket(int bucket);
 
 /* the node owning a bucket, NULL when not sharded */

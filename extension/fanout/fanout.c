@@ -38,6 +38,7 @@
 #include "core/im_sql.h"
 #include "conversation/conversation.h"
 #include "push/push.h"
+#include "user/user.h"
 #include "fanout/fanout.h"
 #include "shard/shard.h"
 
@@ -924,6 +925,22 @@ queue_pushes(FanoutItem *items, int count)
 }
 
 /*
+ * a delivered run's group messages whose receipts other nodes take part in
+ * (user/receipt.c, sharding.md "Receipts"), in the same subtransaction
+ */
+static void
+receipts_delivered(FanoutItem *items, int count)
+{
+	int64	   *ids = palloc(sizeof(int64) * count);
+	int			n = 0;
+
+	for (int k = 0; k < count; k++)
+		if (strcmp(items[k].kind, "message") == 0)
+			ids[n++] = items[k].source_event_id;
+	im_receipt_note_delivered(items[0].conversation_id, ids, n);
+}
+
+/*
  * a delivered run's items with recipients on other nodes get
  * their transfer records in this same subtransaction, so an item is done
  * iff its local deliveries and its transfers commit together.
@@ -994,6 +1011,7 @@ deliver_item(FanoutBatch *b, FanoutItem *it, int count, StringInfo hints, bool c
 			if (strcmp(it->kind, "mode") == 0)
 				im_shared_log_mode_delivered(it->source_event_id);
 			queue_pushes(it, count);
+			receipts_delivered(it, count);
 		}
 		if (it->private_user_id == 0)
 			transfer_run(it, count);	/* the remote recipients */

@@ -51,11 +51,29 @@ CREATE TABLE im.receipt_pending (
     dirty_to_msg_seq      bigint,
     dirty                 boolean NOT NULL DEFAULT false,
     emitted_at            timestamptz,
+    read_hidden           boolean NOT NULL DEFAULT false,  -- direct, carried: the reader turned read receipts off
     PRIMARY KEY (user_id, conversation_id)
 );
 -- The producer's due rows.
 CREATE INDEX receipt_pending_dirty_idx ON im.receipt_pending (user_id, conversation_id) WHERE dirty;
 SELECT pg_catalog.pg_extension_config_dump('im.receipt_pending', '');
+
+-- Receipts across nodes (sharding.md "Receipts"): on the sender's node, per
+-- message of a fanout group, each other node's part (the counts of its own
+-- members), carried by a transfer and replaced by the next one of that
+-- node; the sender's receipt sums the parts and this node's own members.
+CREATE TABLE im.receipt_part (
+    message_id      bigint NOT NULL,
+    node_name       text   NOT NULL,   -- the node whose members the counts are
+    sender_id       bigint NOT NULL,
+    conversation_id bigint NOT NULL,
+    delivered_count bigint NOT NULL CHECK (delivered_count BETWEEN 0 AND member_count),
+    read_count      bigint NOT NULL CHECK (read_count BETWEEN 0 AND member_count),
+    member_count    bigint NOT NULL,
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (message_id, node_name)
+);
+SELECT pg_catalog.pg_extension_config_dump('im.receipt_part', '');
 
 -- The users who turned read receipts off (absent: on).
 CREATE TABLE im.receipt_setting (
@@ -380,6 +398,8 @@ COMMENT ON FUNCTION im.set_read_receipts(bigint, boolean, text) IS 'Turns the us
 COMMENT ON FUNCTION im.run_receipts(integer) IS 'Turns queued ACKs and read reports into receipt private events now, as the fanout workers do (contract §20)';
 COMMENT ON TABLE im.receipt_source IS 'ACKs and read reports not yet turned into receipts, one row per call that moved (contract §20)';
 COMMENT ON TABLE im.receipt_pending IS 'Per sender and conversation: the receipt state last emitted and what is due (contract §20)';
+COMMENT ON TABLE im.receipt_part IS 'Per message of a fanout group, the receipt counts another node carried for its own members (contract §15, §20)';
+COMMENT ON COLUMN im.receipt_pending.read_hidden IS 'A carried direct receipt''s reader turned read receipts off: no read state is emitted (contract §20)';
 COMMENT ON TABLE im.receipt_setting IS 'Users who turned read receipts off (contract §20)';
 COMMENT ON COLUMN im.private_event.payload IS 'A receipt''s keys besides conversation_id (contract §20), NULL for other kinds';
 COMMENT ON FUNCTION im.issue_device_token(bigint, text, interval) IS 'Issues a signed device token bound to the device''s registration (contract §8, §12)';

@@ -38,7 +38,9 @@ extern int64 im_transfer_apply(int max_transfers);
  * node); a dead one holds nothing.  A quarantined transfer with no
  * next_attempt_at (judged at arrival as sent before its source's pruning
  * horizon: an operator's question, never retried by itself) holds nothing
- * either.
+ * either, nor does a carried receipt (source_event_id 0, user/receipt.c):
+ * receipts need no order (cumulative or replacing), so a failing one is
+ * retried alone and never keeps the conversation's messages from a node.
  *
  * IM_TRANSFER_HOLDERS_SQL: the quarantined transfers waiting out their
  * backoff, each with the latest pending transfer before it in its
@@ -49,7 +51,8 @@ extern int64 im_transfer_apply(int max_transfers);
  * one): the conversation's blocker.
  * IM_TRANSFERS_DUE_OF_SQL(holders, cols): the transfers an apply pass
  * takes, as rows of `cols` of im.transfer_in t: pending or retryable
- * quarantined ones, before their conversation's blocker.  An apply pass
+ * quarantined ones, before their conversation's blocker (a carried
+ * receipt, never a blocker, once its backoff is over).  An apply pass
  * reads the holders once and derives the blockers after its applies from
  * them (transfer_in.c); IM_TRANSFERS_DUE_SQL(cols) reads them itself.
  */
@@ -61,7 +64,8 @@ extern int64 im_transfer_apply(int max_transfers);
 	"   WHERE p.conversation_id" EQ "q.conversation_id AND p.state" EQ "'pending'" \
 	"     AND (p.msg_seq, p.transfer_id)" LT "(q.msg_seq, q.transfer_id)" \
 	"   ORDER BY p.msg_seq DESC, p.transfer_id DESC LIMIT 1) lp ON true" \
-	" WHERE q.state" EQ "'quarantined' AND q.next_attempt_at" GT "pg_catalog.now()"
+	" WHERE q.state" EQ "'quarantined' AND q.next_attempt_at" GT "pg_catalog.now()" \
+	"   AND q.source_event_id" NE "0"
 #define IM_TRANSFER_BLOCKERS_OF_SQL(holders) \
 	"SELECT DISTINCT ON (h.conversation_id) h.conversation_id, h.msg_seq, h.transfer_id" \
 	" FROM " holders " h WHERE h.pending_msg_seq IS NULL" \
@@ -69,7 +73,8 @@ extern int64 im_transfer_apply(int max_transfers);
 #define IM_TRANSFERS_DUE_OF_SQL(holders, cols) \
 	"WITH blk AS (" IM_TRANSFER_BLOCKERS_OF_SQL(holders) ") " \
 	"SELECT " cols " FROM im.transfer_in t LEFT JOIN blk b ON b.conversation_id" EQ "t.conversation_id " \
-	"WHERE (t.state" EQ "'pending' OR (t.state" EQ "'quarantined' AND t.next_attempt_at IS NOT NULL)) " \
+	"WHERE (t.state" EQ "'pending' OR (t.state" EQ "'quarantined' AND t.next_attempt_at IS NOT NULL" \
+	"        AND (t.source_event_id" NE "0 OR t.next_attempt_at" LE "pg_catalog.now()))) " \
 	"  AND (b.conversation_id IS NULL OR (t.msg_seq, t.transfer_id)" LT "(b.msg_seq, b.transfer_id))"
 #define IM_TRANSFERS_DUE_SQL(cols) IM_TRANSFERS_DUE_OF_SQL("(" IM_TRANSFER_HOLDERS_SQL ")", cols)
 /*
@@ -132,6 +137,8 @@ extern ImRowFate im_transfer_row_fate(const char *self, const char *writer, cons
 /* NULL when this node takes the row in; else why not */
 extern const char *im_transfer_refusal(const char *self, const char *from, const char *source,
 									   const char *dest, int64 conversation_id);
+extern const char *im_receipt_transfer_refusal(const char *self, const char *from, const char *source,
+											   const char *dest, int64 sender_id);
 extern const char *im_ack_refusal(const char *self, const char *from, const char *source,
 								  const char *applied_by);
 

@@ -86,7 +86,9 @@ row_text(TriggerData *td, const char *name)
  * A transfer new to im.transfer_in but sent before its source's pruning
  * horizon (maintenance.c pruned the exact records of that age) is judged,
  * not applied blindly: this node's outbox item of its event (of a deletion
- * handed off: its deleted_for_me row) is the record that it was applied (a
+ * handed off: its deleted_for_me row; a carried receipt is always taken
+ * for a replay, since every later receipt of its source supersedes it) is
+ * the record that it was applied (a
  * duplicate: settled as applied, counted, acked again); without one it is
  * quarantined with the reason, so a replay of old WAL is never applied
  * twice and a very late new transfer is never dropped unseen
@@ -110,7 +112,13 @@ judged_beyond_horizon(Datum *args)
 			   "   '55000: sent before the pruning horizon of its source and this node holds no outbox item"
 			   " of its event: a new transfer delivered very late (retry it with im.shard_retry_quarantined)"
 			   " or a replay of one applied and pruned long ago (delete it)' END "
-			   "FROM (SELECT EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id" EQ "$3)"
+			   "FROM (SELECT ($4 OPERATOR(pg_catalog.?) 'receipt')"
+			   /*
+			    * a carried receipt is superseded by every later one of its
+			    * source (cumulative, or replacing its part): one sent before
+			    * the horizon is a replay, dropped as a duplicate
+			    */
+			   "   OR EXISTS (SELECT 1 FROM im.outbox o WHERE o.source_event_id" EQ "$3)"
 			   /* a handed-off deletion: this node's record of it */
 			   "   OR EXISTS (SELECT 1 FROM im.deleted_for_me d"
 			   "     WHERE d.user_id" EQ "($4->'deletion'->>'user_id')::pg_catalog.int8"
@@ -175,6 +183,65 @@ row_trace_id(TriggerData *td)
 	return payload_trace_id(payload, DatumGetInt64(id));
 }
 
+/* the payload has this top-level key ('deletion', 'receipt') */
+static bool
+payload_has_key(Datum payload, const char *name)
+{
+	Jsonb	   *j = DatumGetJsonbP(payload);
+	JsonbValue	key;
+
+	if (!JB_ROOT_IS_OBJECT(j))
+		return false;
+	key.type = jbvString;
+	key.val.string.val = (char *) name;
+	key.val.string.len = strlen(name);
+	return findJsonbValueFromContainer(&j->root, JB_FOBJECT, &key) != NULL;
+}
+
+/*
+ * A deletion for oneself handed off by the conversation's node (its payload
+ * has 'deletion'; read_state.c applies it) rather than a position.
+ */
+static bool
+payload_is_deletion(Datum payload)
+{
+	return payload_has_key(payload, "deletion");
+}
+
+/*
+ * A receipt carried from a reader's node to the sender's (its payload has
+ * 'receipt'; receipt.c applies it): its source is the reader's node, not
+ * the conversation's.  *sender: the receipt's sender_id (0 when it names
+ * none a number can read), read without SPI and never failing.
+ */
+static bool
+payload_is_receipt(Datum payload, int64 *sender)
+{
+	Jsonb	   *j = DatumGetJsonbP(payload);
+	JsonbValue *r;
+	JsonbValue *id;
+
+	*sender = 0;
+	if (!JB_ROOT_IS_OBJECT(j) ||
+		(r = getKeyJsonValueFromContainer(&j->root, "receipt", 7, NULL)) == NULL)
+		return false;
+	if (r->type == jbvBinary && JsonContainerIsObject(r->val.binary.data) &&
+		(id = getKeyJsonValueFromContainer(r->val.binary.data, "sender_id", 9, NULL)) != NULL &&
+		id->type == jbvNumeric)
+	{
+		char	   *txt = DatumGetCString(DirectFunctionCall1(numeric_out,
+															  NumericGetDatum(id->val.numeric)));
+		char	   *end;
+		long long	v;
+
+		errno = 0;
+		v = strtoll(txt, &end, 10);
+		if (errno == 0 && *end == '\0' && end != txt)
+			*sender = (int64) v;
+	}
+	return true;
+}
+
 /*
  * What to do with a row inserted into im.transfer_out (trust between
  * nodes, transfer_trust.c): store it — only this node's own fanout writing
@@ -212,7 +279,15 @@ arrival_action(TriggerData *td, const char *self, const char *dest)
 							source ? source : "?", dest ? dest : "?", self ? self : "(not sharded)")));
 			return ARRIVAL_DROP;
 		case IM_ROW_CHECK:
-			reason = im_transfer_refusal(self, from, source, dest, conversation_id);
+			{
+				Datum		payload = row_value(td, "payload", &isnull);
+				int64		sender;
+
+				if (!isnull && payload_is_receipt(payload, &sender))
+					reason = im_receipt_transfer_refusal(self, from, source, dest, sender);
+				else
+					reason = im_transfer_refusal(self, from, source, dest, conversation_id);
+			}
 			if (reason == NULL)
 				return ARRIVAL_RECORD;
 			break;
@@ -311,36 +386,30 @@ im_transfer_out_arrive(PG_FUNCTION_ARGS)
 }
 
 /*
- * A deletion for oneself handed off by the conversation's node (its payload
- * has 'deletion'; read_state.c applies it) rather than a position.
- */
-static bool
-payload_is_deletion(Datum payload)
-{
-	Jsonb	   *j = DatumGetJsonbP(payload);
-	JsonbValue	key;
-
-	if (!JB_ROOT_IS_OBJECT(j))
-		return false;
-	key.type = jbvString;
-	key.val.string.val = "deletion";
-	key.val.string.len = strlen("deletion");
-	return findJsonbValueFromContainer(&j->root, JB_FOBJECT, &key) != NULL;
-}
-
-/*
- * Apply one transfer's payload: copies (upserts that only move forward),
- * the recipients' heads and states, the outbox item.  $1 is the payload,
+ * Apply one transfer's payload from node source: copies (upserts that only
+ * move forward), the recipients' heads and states, the outbox item; or a
+ * deletion or a carried receipt.  $1 is the payload,
  * $2 the conversation, $3 the msg_seq, $4 the source event.
  */
 static void
-apply_payload(Datum payload, int64 conversation_id, int64 msg_seq, int64 source_event_id)
+apply_payload(const char *source, Datum payload, int64 conversation_id, int64 msg_seq, int64 source_event_id)
 {
 	static SPIPlanPtr plan;
 	static SPIPlanPtr users;
 	Datum		args[4];
 	uint64		n;
 
+	int64		receipt_sender;
+
+	/*
+	 * A carried receipt writes no copy (it may name a conversation this
+	 * node owns): receipt.c checks and applies it.
+	 */
+	if (payload_is_receipt(payload, &receipt_sender))
+	{
+		im_receipt_apply_carried(source, payload, conversation_id);
+		return;
+	}
 	/*
 	 * The map must agree: a copy never overwrites a conversation this node
 	 * owns, and only users placed here get heads (shard_map.c); otherwise
@@ -595,7 +664,7 @@ apply_one(const char *source, int64 transfer_id, Datum payload,
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		apply_payload(payload, conversation_id, msg_seq, source_event_id);
+		apply_payload(source, payload, conversation_id, msg_seq, source_event_id);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
@@ -634,6 +703,7 @@ apply_one(const char *source, int64 transfer_id, Datum payload,
 						"; the later transfers of its conversation flow past it" :
 						!im_catalog_at_least(1, 7) ? "" :
 						transient ? "; transient, not counted as an attempt: backing off" :
+						source_event_id == 0 ? "; a carried receipt: will retry, holding nothing" :
 						"; will retry, holding the later transfers of its conversation",
 						im_log_trace("transfer", payload_trace_id(payload, source_event_id)))));
 	return ok;
@@ -925,10 +995,15 @@ im_transfer_apply(int max_transfers)
 			continue;
 		if (apply_one(sources[i], ids[i], payloads[i], convs[i], seqs[i], events[i], &quarantined))
 			applied++;
-		else
+		else if (events[i] != 0)	/* a carried receipt holds nothing (shard.h) */
 		{
 			held = true;
 			held_conversation = convs[i];
+		}
+		if (events[i] == 0)
+		{
+			quarantined = false;
+			continue;			/* nor is it what the pass took of its conversation */
 		}
 		if (npass == 0 || pass[npass - 1].last.conversation_id != convs[i])
 			npass++;

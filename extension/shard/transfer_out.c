@@ -27,31 +27,8 @@
 #include "core/im_sql.h"
 #include "shard/shard.h"
 
-#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "utils/guc.h"
-
-/*
- * A transfer id is its node's WAL timeline in the bits from 40 up, then
- * im.transfer_id_seq.  Destinations drop a transfer whose (source, id) they
- * already recorded, so an id must never name two items.  A promoted
- * standby's sequence can stand behind ids the old primary used in fanout
- * transactions the standby never received but a destination had already
- * decoded (PostgreSQL 15 logical senders do not wait for the synchronous
- * standby); after promotion the node writes on a new timeline, so its ids
- * can never equal one the old primary sent (drill standby_check: the
- * failed-over node's transfers carry two timelines).  2^40 transfers per
- * timeline.
- */
-static int64
-transfer_id_timeline_bits(void)
-{
-	TimeLineID	tli = GetWALInsertionTimeLine();
-
-	if (tli >= (1U << 22))
-		elog(ERROR, "im_sync: WAL timeline %u does not fit a transfer id", tli);
-	return (int64) tli << 40;
-}
 
 /*
  * A row as jsonb without its NULL columns (the destination's
@@ -166,7 +143,7 @@ im_transfer_out_write(const int64 *outbox_ids, int n)
 			   "ORDER BY o.msg_seq, d.node",
 			   2, INT8ARRAYOID, INT8OID);
 	args[0] = im_int8_array(outbox_ids, n);
-	args[1] = Int64GetDatum(transfer_id_timeline_bits());
+	args[1] = Int64GetDatum(im_shard_transfer_id_base());
 	{
 		/*
 		 * No JIT for this statement: its estimate grows with tables that are
@@ -226,6 +203,6 @@ im_transfer_out_write_deletion(int64 outbox_id)
 			   "  AND cfg.bucket_nodes[(pe.user_id" OP_MOD "64)" PLUS "1]" NE "cfg.self_name",
 			   2, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(outbox_id);
-	args[1] = Int64GetDatum(transfer_id_timeline_bits());
+	args[1] = Int64GetDatum(im_shard_transfer_id_base());
 	return im_exec(plan, args, NULL, 0) == 1;
 }

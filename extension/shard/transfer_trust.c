@@ -16,7 +16,8 @@
  *   - a transfer is taken in only when it is addressed to this node, comes
  *     from the delivering node, which is not this node, and this node's map
  *     places the conversation's bucket on that node (so never a conversation
- *     this node owns); an ack only when it acknowledges a transfer of this
+ *     this node owns); a carried receipt instead when its sender is placed
+ *     on this node (it comes from the readers' node); an ack only when it acknowledges a transfer of this
  *     node and names the delivering node as its acker;
  *   - a payload carries rows of its transfer's conversation only: the
  *     conversation row, events and periods with that conversation id and
@@ -130,6 +131,36 @@ im_transfer_refusal(const char *self, const char *from, const char *source, cons
 	if (owner == NULL || strcmp(owner, source) != 0)
 		return psprintf("this node's map places conversation " INT64_FORMAT " (bucket %d) on node \"%s\", not on \"%s\"",
 						conversation_id, im_shard_bucket(conversation_id), owner ? owner : "?", source);
+	return NULL;
+}
+
+/*
+ * A carried receipt (user/receipt.c) comes from a reader's node, not from
+ * the conversation's: believed from its delivering node when addressed
+ * here, for a sender this node's map places here; what it reports is
+ * checked when it is applied (the reader placed on the source, the
+ * conversation their pair; a group part is the source's own).
+ */
+const char *
+im_receipt_transfer_refusal(const char *self, const char *from, const char *source, const char *dest,
+							int64 sender_id)
+{
+	const char *owner;
+
+	if (self == NULL)
+		return "this node has no shard map";
+	if (dest == NULL || strcmp(dest, self) != 0)
+		return psprintf("addressed to node \"%s\", not to this node", dest ? dest : "(null)");
+	if (source == NULL || strcmp(source, self) == 0)
+		return "it claims to come from this node itself";
+	if (from == NULL || strcmp(source, from) != 0)
+		return psprintf("it claims source \"%s\" but node \"%s\" delivered it", source, from ? from : "?");
+	if (sender_id <= 0)
+		return "a receipt that names no sender";
+	owner = im_shard_node_of_bucket(im_shard_bucket(sender_id));
+	if (owner == NULL || strcmp(owner, self) != 0)
+		return psprintf("a receipt for sender " INT64_FORMAT ", whom this node's map places on node \"%s\"",
+						sender_id, owner ? owner : "?");
 	return NULL;
 }
 

@@ -819,11 +819,11 @@ im_clear_dirty(PG_FUNCTION_ARGS)
  * (im.receipt_setting).  Called by the receipt producer (receipt.c).
  */
 void
-im_message_fact_counts(int64 message_id, int64 sender_id, int64 *delivered,
+im_message_fact_counts(int64 message_id, int64 sender_id, bool here_only, int64 *delivered,
 					   int64 *read, int64 *members)
 {
 	static SPIPlanPtr plan;
-	Datum		args[2];
+	Datum		args[3];
 
 	im_prepare(&plan,
 			   MESSAGE_SCOPE_SQL
@@ -832,11 +832,15 @@ im_message_fact_counts(int64 message_id, int64 sender_id, int64 *delivered,
 			   "  pg_catalog.count(*) FILTER (WHERE f.user_read AND NOT EXISTS ("
 			   "    SELECT 1 FROM im.receipt_setting rs WHERE rs.user_id" EQ "f.user_id "
 			   "    AND NOT rs.read_receipts)) "
-			   "FROM (" MESSAGE_FACTS_ROWS_SQL("WHERE s.user_id" NE "$2 ") ") "
+			   "FROM (" MESSAGE_FACTS_ROWS_SQL("WHERE s.user_id" NE "$2 AND (NOT $3 OR EXISTS ("
+											   "  SELECT 1 FROM im.shard_config sc WHERE sc.bucket_nodes["
+											   "  (s.user_id" OP_MOD CppAsString2(IM_SHARD_BUCKETS) ")" PLUS "1]"
+											   EQ "sc.self_name)) ") ") "
 			   "  f(user_id, accepted, in_scope, synced, user_read)",
-			   2, INT8OID, INT8OID);
+			   3, INT8OID, INT8OID, BOOLOID);
 	args[0] = Int64GetDatum(message_id);
 	args[1] = Int64GetDatum(sender_id);
+	args[2] = BoolGetDatum(here_only);
 	if (im_exec(plan, args, NULL, 0) != 1)
 		elog(ERROR, "im_sync: the receipt counts returned no row");
 	*members = im_get_int64(0, 1, NULL);

@@ -264,8 +264,21 @@ extern Jsonb *im_event_page_finish(ImEventPage *page);
  */
 extern void im_receipt_note(int64 user_id, int64 conversation_id, int64 from_seq, int64 to_seq);
 extern int64 im_receipts_produce(int max_rows);
-/* a fanout group receipt's counts from message_facts' rows (read_state.c) */
-extern void im_message_fact_counts(int64 message_id, int64 sender_id, int64 *delivered,
-								   int64 *read, int64 *members);
+/*
+ * a fanout group receipt's counts from message_facts' rows (read_state.c);
+ * here_only: only the users this node places (a sharded node's part)
+ */
+extern void im_message_fact_counts(int64 message_id, int64 sender_id, bool here_only,
+								   int64 *delivered, int64 *read, int64 *members);
+
+/*
+ * Receipts across nodes (receipt.c, sharding.md "Receipts"): the receipt
+ * a transfer carried from a reader's node, applied in the transfer's
+ * subtransaction (an ERROR quarantines the transfer); fanout's note that a
+ * run of a group's messages was delivered here (a part to send, or parts
+ * waiting for their message).
+ */
+extern void im_receipt_apply_carried(const char *source, Datum payload, int64 conversation_id);
+extern void im_receipt_note_delivered(int64 conversation_id, const int64 *event_ids, int n);
 
 #endif							/* IM_USER_H */

@@ -172,6 +172,8 @@ export class ImSyncClient {
   pin(conversationId: number, messageId: number, pinned: boolean): Promise<{ [column: string]: unknown }>;
   pinConversation(conversationId: number, pinned: boolean): Promise<{ conversation_pinned: boolean; [column: string]: unknown }>;
   messageStatus(messageId: number): Promise<MessageFacts[]>;
+  /** Read receipts on or off for this user (contract §20); resolves with the setting now. */
+  setReadReceipts(enabled: boolean): Promise<boolean>;
   deleteForMe(conversationId: number, messageId: number): Promise<boolean>;
   open(conversationId: number): Promise<HistoryResult>;
   loadOlder(conversationId: number): Promise<HistoryResult>;

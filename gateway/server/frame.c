@@ -37,6 +37,7 @@ const im_op_info im_ops[IM_OP_COUNT] = {
 	[IM_OP_MESSAGE_STATUS] = {"message_status", "message_status_result", IM_REPLY_ROWS},
 	[IM_OP_RECENT_CONVERSATIONS] = {"recent_conversations", "recent_conversations_result", IM_REPLY_ROWS},
 	[IM_OP_PIN_CONVERSATION] = {"pin_conversation", "pin_conversation_result", IM_REPLY_ROW},
+	[IM_OP_SET_READ_RECEIPTS] = {"set_read_receipts", "set_read_receipts_result", IM_REPLY_ROW},
 };
 
 typedef enum
@@ -178,6 +179,11 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 		{U, {F_INT, "conversation_id", 1, 0}, {F_BOOL, "pinned", 1, 0}},
 		"SELECT * FROM im.pin_conversation($1::bigint, $2::bigint, $3::boolean, trace_id => $4::text)", NULL
 	},
+	/* contract §20: read receipts on or off, for the session's user only */
+	[IM_OP_SET_READ_RECEIPTS] = {
+		{U, {F_BOOL, "enabled", 1, 0}},
+		"SELECT * FROM im.set_read_receipts($1::bigint, $2::boolean, trace_id => $3::text)", NULL
+	},
 };
 
 /*
@@ -187,7 +193,7 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 static const unsigned char traced[IM_OP_COUNT] = {
 	[IM_OP_SEND] = 1, [IM_OP_RECALL] = 1, [IM_OP_EDIT] = 1, [IM_OP_READ] = 1,
 	[IM_OP_CLEAR_DIRTY] = 1, [IM_OP_DELETE_FOR_ME] = 1, [IM_OP_REACT] = 1, [IM_OP_PIN] = 1,
-	[IM_OP_PIN_CONVERSATION] = 1,
+	[IM_OP_PIN_CONVERSATION] = 1, [IM_OP_SET_READ_RECEIPTS] = 1,
 };
 
 int

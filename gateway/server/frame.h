@@ -42,6 +42,7 @@ typedef enum im_op
 	IM_OP_MESSAGE_STATUS,		/* contract §16 */
 	IM_OP_RECENT_CONVERSATIONS,	/* contract §20 */
 	IM_OP_PIN_CONVERSATION,
+	IM_OP_SET_READ_RECEIPTS,	/* contract §20: the session user's own setting */
 	IM_OP_COUNT
 } im_op;
 

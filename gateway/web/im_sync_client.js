@@ -1375,6 +1375,13 @@ export class ImSyncClient {
     const r = await this.call({ type: 'message_status', message_id: messageId });
     return r.rows || [];
   }
+  // Read receipts on or off for this user (contract §20): off, others'
+  // receipts carry no read state of this user (delivery still).  A direct
+  // call, not queued: it answers with the setting now.
+  async setReadReceipts(enabled) {
+    const r = await this.call({ type: 'set_read_receipts', enabled: !!enabled });
+    return r.read_receipts;
+  }
   async deleteForMe(conversationId, messageId) {
     const r = await this.call({ type: 'delete_for_me', conversation_id: conversationId, message_id: messageId });
     this.requestSync();

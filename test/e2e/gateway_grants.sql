@@ -23,7 +23,8 @@ GRANT EXECUTE ON FUNCTION
 TO im_gateway_e2e;
 -- recency and conversation pins (contract §20)
 GRANT EXECUTE ON FUNCTION
-  im.recent_conversations(bigint, int, text), im.pin_conversation(bigint, bigint, boolean, text)
+  im.recent_conversations(bigint, int, text), im.pin_conversation(bigint, bigint, boolean, text),
+  im.set_read_receipts(bigint, boolean, text)
 TO im_gateway_e2e;
 -- push: presence (contract §13)
 GRANT EXECUTE ON FUNCTION

@@ -10,7 +10,8 @@
 #     fixed seeds; through the router it also deletes for a member on
 #     another node right after a send; 50 random seeds instead:
 #     IM_SHARDS_MODEL_ARGS="--random-seeds 50 --steps 200"),
-#     test/shards/deletefm_check.py (delete_for_me across nodes), the e2e
+#     test/shards/deletefm_check.py (delete_for_me across nodes),
+#     test/shards/receipts_check.py (receipts across nodes), the e2e
 #     suite (test_gateway.py without the single-
 #     database restart test, which test_shard_nodes.py replaces with a node
 #     stopped and restarted), the push end-to-end test, the Node client test,
@@ -23,7 +24,7 @@
 #     the end, also on failure.
 # A part that cannot run here says "NOT RUN" and why; it is never counted
 # as passed.  IM_SHARDS_SKIP (comma-separated part names: model, e2e,
-# deletefm, shard_nodes, client, push, transfer, forge, router, standby)
+# deletefm, receipts, shard_nodes, client, push, transfer, forge, router, standby)
 # leaves parts out; its default is empty (all parts run); skip_why says why a
 # part is left out
 # when one must be again.
@@ -100,6 +101,13 @@ fi
 if want deletefm; then
   echo "--- test/shards/deletefm_check.py"
   "$py" test/shards/deletefm_check.py "$ROUTER" "$IM_SHARDS_DIR" || rc=1
+fi
+
+# receipts across nodes (contract §20): carried from the reader's node to
+# the sender's, direct and fanout groups, duplicates, bad carried receipts
+if want receipts; then
+  echo "--- test/shards/receipts_check.py"
+  "$py" test/shards/receipts_check.py "$ROUTER" "$IM_SHARDS_DIR" || rc=1
 fi
 
 port=$(im_free_port)

@@ -720,6 +720,22 @@ RETURNS TABLE(user_id bigint, accepted boolean, in_sync_scope boolean, any_devic
               user_read boolean)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(message_id); TARGET im.message_facts; $$;
 
+-- contract §20: receipts; set_read_receipts on the user's node, run_receipts
+-- on every node (a receipt is produced on the reader's node and carried to
+-- the sender's by a transfer, so a round runs every node's producer)
+CREATE FUNCTION im_router.set_read_receipts(user_id bigint, enabled boolean, trace_id text DEFAULT NULL)
+RETURNS TABLE(read_receipts boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.set_read_receipts; $$;
+
+CREATE FUNCTION im_router.all_run_receipts(max_rows int) RETURNS SETOF bigint
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); TARGET im.run_receipts; $$;
+
+-- run_receipts: one producer pass on every node; the receipts written in all
+CREATE FUNCTION im_router.run_receipts(max_rows int DEFAULT 10000) RETURNS bigint
+LANGUAGE sql
+SET search_path = pg_catalog, im_router, pg_temp
+AS $$ SELECT coalesce(sum(n), 0)::bigint FROM im_router.all_run_receipts(max_rows) n $$;
+
 CREATE FUNCTION im_router.user_conversation_list(user_id bigint, page_limit int, after_conversation_id bigint)
 RETURNS TABLE(conversation_id bigint, kind text, mode text, last_msg_seq bigint, read_msg_seq bigint,
               unread_count bigint, dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint)
@@ -1383,7 +1399,7 @@ BEGIN
                     'conversation_list', 'fetch_messages', 'report_read', 'clear_dirty',
                     'delete_for_me', 'message_status', 'message_facts',
                     -- §20 recency and conversation pins
-                    'recent_conversations', 'pin_conversation',
+                    'recent_conversations', 'pin_conversation', 'set_read_receipts', 'run_receipts',
                     -- §17 moderation
                     'takedown_message', 'moderation_evidence', 'moderation_log',
                     -- §8 tokens
