@@ -49,6 +49,11 @@ extern bool im_catalog_at_least(int major, int minor);
  * conversation_pinned.
  */
 #define IM_CATALOG_HAS_RECENCY() im_catalog_at_least(1, 11)
+/*
+ * membership_period has role and muted_until, im.conversation_ban exists and
+ * the event kinds role and mute (contract §17).
+ */
+#define IM_CATALOG_HAS_ROLES() im_catalog_at_least(1, 12)
 
 #define IM_SHAPE_CHOOSE(S, with, without) IM_SHAPE_CHOOSE_##S(with, without)
 #define IM_SHAPE_CHOOSE_WITH_RELATIONS(with, without) with

@@ -25,6 +25,7 @@
 #include "core/locks.h"
 #include "core/im_sql.h"
 #include "core/version_check.h"
+#include "conversation/conversation.h"
 #include "user/user.h"
 
 #include "catalog/pg_type.h"
@@ -81,6 +82,12 @@
 #define SNAPSHOT_CONVERSATION_PINNED_SQL \
 	OP_CONCAT "pg_catalog.jsonb_build_object('conversation_pinned', " \
 	"  COALESCE(uc.conversation_pinned_at" GT "'-infinity'::pg_catalog.timestamptz, false)) "
+
+/* contract §17: an item's my_role and muted_until, on a catalog with roles */
+#define SNAPSHOT_ROLE_SQL \
+	OP_CONCAT "pg_catalog.jsonb_build_object('my_role', " \
+	IM_MY_ROLE_SQL("k.kind", "$1", "c.conversation_id") ", 'muted_until', " \
+	IM_MY_MUTED_UNTIL_SQL("$1", "c.conversation_id") ") "
 
 #define SNAPSHOT_ITEMS_SQL(conversation_pinned) \
 	"WITH per AS (" \
@@ -254,7 +261,7 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 {
 	static SPIPlanPtr head_plan;
 	static SPIPlanPtr snap_plan;
-	static SPIPlanPtr items_plans[2];
+	static SPIPlanPtr items_plans[3];
 	SPIPlanPtr	items_plan;
 	static SPIPlanPtr empty_plan;
 	static SPIPlanPtr seal_plan;
@@ -328,7 +335,11 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 		elog(ERROR, "im_sync: snapshot row not created");
 	snapshot_id = im_get_int64(0, 1, NULL);
 
-	if (IM_CATALOG_HAS_RECENCY())
+	if (IM_CATALOG_HAS_ROLES())
+		items_plan = im_prepare(&items_plans[2],
+								SNAPSHOT_ITEMS_SQL(SNAPSHOT_CONVERSATION_PINNED_SQL SNAPSHOT_ROLE_SQL),
+								1, INT8OID);
+	else if (IM_CATALOG_HAS_RECENCY())
 		items_plan = im_prepare(&items_plans[1], SNAPSHOT_ITEMS_SQL(SNAPSHOT_CONVERSATION_PINNED_SQL), 1, INT8OID);
 	else
 		items_plan = im_prepare(&items_plans[0], SNAPSHOT_ITEMS_SQL(""), 1, INT8OID);
