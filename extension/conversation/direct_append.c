@@ -95,6 +95,7 @@ typedef enum DirectFill
 #define STMT_READ	0x01		/* read: key lookup, ON CONFLICT arbiter, RETURNING */
 #define STMT_WRITE	0x02		/* named in the INSERT (the others take defaults) */
 #define STMT_TRACED	0x04		/* named in the INSERT of a traced request */
+#define STMT_IF_PRESENT 0x08	/* only when the catalog has the column */
 
 /*
  * A known column: its name, what fills it, its type and what the general
@@ -160,12 +161,14 @@ static const DirectColumn outbox_columns[] = {
 
 /*
  * im.membership_period's columns the general path's membership check reads
- * (the period probe reads the same; fill and type unused: not written).
+ * (the period probe reads the same; fill and type unused: not written);
+ * muted_until only on a catalog that has it.
  */
 static const DirectColumn period_columns[] = {
 	{"conversation_id", FILL_NULL, INT8OID, NULL, STMT_READ},
 	{"user_id", FILL_NULL, INT8OID, NULL, STMT_READ},
 	{"leave_seq", FILL_NULL, INT8OID, NULL, STMT_READ},
+	{"muted_until", FILL_NULL, TIMESTAMPTZOID, NULL, STMT_READ | STMT_IF_PRESENT},
 	{NULL}
 };
 
@@ -290,6 +293,8 @@ stmt_columns(Relation rel, const DirectColumn *cols, int bits, bool *ok)
 		if (!(c->stmt & bits))
 			continue;
 		attno = get_attnum(RelationGetRelid(rel), c->name);
+		if (attno == InvalidAttrNumber && (c->stmt & STMT_IF_PRESENT))
+			continue;
 		if (attno == InvalidAttrNumber)
 			*ok = false;
 		else

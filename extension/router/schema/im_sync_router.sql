@@ -458,6 +458,27 @@ CREATE FUNCTION im_router.pin_message(user_id bigint, conversation_id bigint, ta
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.pin_message; $$;
 
+-- contract §17: roles, mutes, removals and bans, on the conversation's node
+-- (its single writer orders them with the sends)
+CREATE FUNCTION im_router.set_member_role(actor_id bigint, conversation_id bigint, user_id bigint,
+                                          role text, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.set_member_role; $$;
+
+CREATE FUNCTION im_router.mute_member(actor_id bigint, conversation_id bigint, user_id bigint,
+                                      muted_until timestamptz, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.mute_member; $$;
+
+CREATE FUNCTION im_router.remove_member(actor_id bigint, conversation_id bigint, user_id bigint,
+                                        ban boolean, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.remove_member; $$;
+
+CREATE FUNCTION im_router.unban_member(actor_id bigint, conversation_id bigint, user_id bigint)
+RETURNS TABLE(unbanned boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.unban_member; $$;
+
 -- the conversation node holds the positions, the shared log and (for users
 -- placed elsewhere) the deletions for fetch_messages
 CREATE FUNCTION im_router.fetch_messages(user_id bigint, conversation_id bigint, after_seq bigint,
@@ -700,7 +721,8 @@ LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(message_id);
 
 CREATE FUNCTION im_router.user_conversation_list(user_id bigint, page_limit int, after_conversation_id bigint)
 RETURNS TABLE(conversation_id bigint, kind text, mode text, last_msg_seq bigint, read_msg_seq bigint,
-              unread_count bigint, dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint)
+              unread_count bigint, dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint,
+              head_stale boolean, my_role text, muted_until timestamptz)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.conversation_list; $$;
 
 CREATE FUNCTION im_router.all_run_fanout(max_items int) RETURNS SETOF bigint
@@ -963,7 +985,7 @@ CREATE FUNCTION im_router.conversation_list(user_id bigint, page_limit int DEFAU
                                             after_conversation_id bigint DEFAULT NULL)
 RETURNS TABLE(conversation_id bigint, kind text, mode text, last_msg_seq bigint, read_msg_seq bigint,
               unread_count bigint, dirty_target_msg_seq bigint, dirty_version bigint,
-              head_msg_seq bigint, head_stale boolean)
+              head_msg_seq bigint, head_stale boolean, my_role text, muted_until timestamptz)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, im_router, pg_temp
 AS $$
@@ -997,11 +1019,12 @@ BEGIN
                x.dirty_target_msg_seq, x.dirty_version,
                CASE WHEN x.conversation_id = ANY (stale) THEN x.head_msg_seq
                     ELSE coalesce((heads->x.conversation_id::text->>'head')::bigint, x.head_msg_seq) END,
-               x.conversation_id = ANY (stale)
+               x.conversation_id = ANY (stale), x.my_role, x.muted_until
           FROM jsonb_array_elements(page) WITH ORDINALITY AS e(row_json, ord),
                LATERAL jsonb_to_record(e.row_json) AS x(conversation_id bigint, kind text, mode text,
                    last_msg_seq bigint, read_msg_seq bigint, unread_count bigint,
-                   dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint)
+                   dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint,
+                   my_role text, muted_until timestamptz)
          ORDER BY e.ord;
 END $$;
 
@@ -1329,6 +1352,8 @@ BEGIN
                     'members_among',
                     -- §3, §14
                     'send_message', 'recall_message', 'edit_message', 'react', 'pin_message',
+                    -- §17 roles, mutes, removals and bans
+                    'set_member_role', 'mute_member', 'remove_member', 'unban_member',
                     -- §4, §8 operations
                     'run_fanout', 'repair_fanout', 'gc_inbox', 'reconcile', 'metrics',
                     'set_extension_owner',
