@@ -135,6 +135,11 @@ SELECT kind, body FROM positions WHERE msg_seq = :l2 + 2;
 SELECT leave_seq AS l3 FROM im.leave_conversation(:g, 2) \gset
 SELECT leave_seq AS l4 FROM im.leave_conversation(:g, 4) \gset
 SELECT count(*) AS role_after_last_leave FROM positions WHERE msg_seq > :l4 + 1;
+-- the first to join the empty group owns it, in a role position right after the join
+SELECT join_seq AS j5 FROM im.join_conversation(:g, 5) \gset
+SELECT msg_seq - :j5 AS after_join, kind, sender_id, body FROM positions WHERE msg_seq > :j5;
+SELECT created FROM im.join_conversation(:g, 6);
+SELECT user_id, role FROM roles WHERE active;
 
 -- ---- my_role and muted_until: conversation_list, recent_conversations, snapshot
 SELECT im.create_conversation('group', ARRAY[7]::bigint[], 6) AS g2 \gset

@@ -475,6 +475,9 @@ im_join_conversation(PG_FUNCTION_ARGS)
 		im_exec(ins_period, args, NULL, 0);
 		period_id = im_get_int64(0, 1, NULL);
 
+		/* a group everyone had left: the joiner owns it (contract §17) */
+		im_roles_after_join(&conv, user_id, period_id);
+
 		im_lock_user_heads(&user_id, 1);
 		ensure_user_conversations(conversation_id, im_int8_array(&user_id, 1));
 		created = true;

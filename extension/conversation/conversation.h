@@ -237,6 +237,8 @@ extern void im_roles_set_owner(int64 conversation_id, int64 user_id);
  * the owner, the successor's `role` position.
  */
 extern void im_roles_after_leave(ImConversation *conv, int64 leaver_id, bool was_owner);
+/* After a join position: an ownerless group's joiner becomes owner. */
+extern void im_roles_after_join(ImConversation *conv, int64 user_id, int64 period_id);
 /* Close a period at leave_seq by the leave position leave_event_id (conversation.c). */
 extern void im_close_period(int64 period_id, int64 leave_seq, int64 leave_event_id);
 

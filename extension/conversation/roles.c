@@ -18,8 +18,9 @@
  *     single writer alone (a send after a mute in that order is refused,
  *     one before it is not);
  *   - a group with active members has one owner among them: a handover
- *     changes both periods in one `role` position, and an owner's leave
- *     names the successor in the `role` position right after it;
+ *     changes both periods in one `role` position, an owner's leave names
+ *     the successor in the `role` position right after it, and the first
+ *     to join a group everyone had left becomes its owner likewise;
  *   - the check order of contract §17: arguments 22023, unknown
  *     conversation P0002 (a direct one 22023), idempotent replay (the
  *     original, or IS409), the actor muted or not in good standing IS403,
@@ -589,6 +590,53 @@ im_roles_set_owner(int64 conversation_id, int64 user_id)
 	im_exec(plan, args, NULL, 0);
 }
 
+/* A system `role` position naming user_id owner ({"user_id","role":"owner"[,"previous_owner"]}). */
+static void
+append_owner_position(ImConversation *conv, int64 user_id, int64 previous_owner)
+{
+	ImNewEvent	ev;
+	char		body[160];
+	int64		message_id;
+	int64		msg_seq;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.kind = "role";
+	if (previous_owner != 0)
+		snprintf(body, sizeof(body),
+				 "{\"user_id\": " INT64_FORMAT ", \"role\": \"owner\", \"previous_owner\": " INT64_FORMAT "}",
+				 user_id, previous_owner);
+	else
+		snprintf(body, sizeof(body), "{\"user_id\": " INT64_FORMAT ", \"role\": \"owner\"}", user_id);
+	ev.body = im_jsonb_from_cstring(body);
+	ev.subject_user_id = user_id;
+	if (!im_append_event(conv, &ev, &message_id, &msg_seq))
+		elog(ERROR, "im_sync: role event was not appended");
+}
+
+/*
+ * user_id just joined at a join position (its period period_id): a group
+ * with no owner among its active members (everyone had left) gets the
+ * joiner as owner, in a `role` position right after the join.
+ */
+void
+im_roles_after_join(ImConversation *conv, int64 user_id, int64 period_id)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+
+	if (!IM_CATALOG_HAS_ROLES())
+		return;
+	im_prepare(&plan,
+			   "SELECT 1 FROM im.membership_period WHERE conversation_id" EQ "$1 "
+			   "AND leave_seq IS NULL AND role" EQ "'owner'",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(conv->conversation_id);
+	if (im_exec(plan, args, NULL, 1) > 0)
+		return;
+	append_owner_position(conv, user_id, 0);
+	set_period_role(period_id, "owner");
+}
+
 /*
  * The owner (leaver_id) just left at a leave position: the longest-serving
  * admin, else the longest-serving member (lowest join_seq, then period id)
@@ -599,12 +647,8 @@ im_roles_after_leave(ImConversation *conv, int64 leaver_id, bool was_owner)
 {
 	static SPIPlanPtr plan;
 	Datum		args[1];
-	ImNewEvent	ev;
-	char		body[160];
 	int64		successor;
 	int64		period_id;
-	int64		message_id;
-	int64		msg_seq;
 
 	if (!was_owner || !IM_CATALOG_HAS_ROLES())
 		return;
@@ -618,15 +662,6 @@ im_roles_after_leave(ImConversation *conv, int64 leaver_id, bool was_owner)
 		return;
 	successor = im_get_int64(0, 1, NULL);
 	period_id = im_get_int64(0, 2, NULL);
-
-	memset(&ev, 0, sizeof(ev));
-	ev.kind = "role";
-	snprintf(body, sizeof(body),
-			 "{\"user_id\": " INT64_FORMAT ", \"role\": \"owner\", \"previous_owner\": " INT64_FORMAT "}",
-			 successor, leaver_id);
-	ev.body = im_jsonb_from_cstring(body);
-	ev.subject_user_id = successor;
-	if (!im_append_event(conv, &ev, &message_id, &msg_seq))
-		elog(ERROR, "im_sync: role event was not appended");
+	append_owner_position(conv, successor, leaver_id);
 	set_period_role(period_id, "owner");
 }
