@@ -148,6 +148,8 @@ SELECT created FROM im.mute_member(6, :g2, 7, 'infinity', 'm-6');
 SELECT conversation_id = :g2 AS g2, kind, head_stale, my_role, muted_until FROM im.conversation_list(7);
 SELECT kind, my_role, muted_until FROM im.conversation_list(1) ORDER BY conversation_id;
 SELECT kind, my_role, muted_until, left_conversation FROM im.recent_conversations(7);
+-- what the router's conversation_list asks each conversation's node
+SELECT conversation_id = :g2 AS g2, my_role, muted_until FROM im.shard_member_roles(7, ARRAY[:g2, :d, 999999]::bigint[]);
 SELECT state FROM im.register_device(7, 'phone');
 SELECT im.run_fanout() > 0 AS fanned_out;
 -- fanout delivers the role and mute positions as inbox events (what sync

@@ -550,6 +550,41 @@ im_unban_member(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/*
+ * im.shard_member_roles(user_id, conversation_ids) -> (conversation_id,
+ * my_role, muted_until): the user's role and mute in force in the listed
+ * conversations this node holds, from their periods (what the router's
+ * conversation_list takes from each conversation's node).
+ */
+PG_FUNCTION_INFO_V1(im_shard_member_roles);
+Datum
+im_shard_member_roles(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan;
+	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
+	Datum		args[2];
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("conversation_ids must not be NULL")));
+	im_srf_begin(fcinfo);
+	im_spi_connect();
+	im_prepare(&plan,
+			   "SELECT c.conversation_id, "
+			   IM_MY_ROLE_SQL("c.kind", "$1", "c.conversation_id") ", "
+			   IM_MY_MUTED_UNTIL_SQL("$1", "c.conversation_id") " "
+			   "FROM im.conversation c WHERE c.conversation_id" EQ "ANY ($2) "
+			   "ORDER BY c.conversation_id",
+			   2, INT8OID, INT8ARRAYOID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = PG_GETARG_DATUM(1);
+	im_exec(plan, args, NULL, 0);
+	im_srf_rows_from_spi(fcinfo, 3);
+	SPI_finish();
+	return (Datum) 0;
+}
+
 /* ---- membership hooks (conversation.c, under the conversation lock) -- */
 
 void

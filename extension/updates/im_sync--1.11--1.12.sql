@@ -103,3 +103,14 @@ BEGIN
 END
 $do$;
 COMMENT ON FUNCTION im.conversation_list(bigint, integer, bigint) IS 'The user''s conversations with positions, unread counts and dirty markers (contract §7)';
+
+-- contract §17 on several nodes: a user's role and mute in conversations
+-- this node owns (the authoritative periods), for the router's
+-- conversation_list (the user node's copies of periods keep the role they
+-- were copied with).  NULL role: no open period or a direct conversation.
+CREATE FUNCTION im.shard_member_roles(user_id bigint, conversation_ids bigint[])
+RETURNS TABLE(conversation_id bigint, my_role text, muted_until timestamptz)
+AS 'MODULE_PATHNAME', 'im_shard_member_roles' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+COMMENT ON FUNCTION im.shard_member_roles(bigint, bigint[]) IS 'A user''s role and mute in force in conversations this node owns, for the router''s conversation_list (contract §15, §17)';
+REVOKE ALL ON FUNCTION im.shard_member_roles(bigint, bigint[]) FROM PUBLIC;

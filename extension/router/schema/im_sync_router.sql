@@ -660,6 +660,13 @@ LANGUAGE plproxy AS $$
     SELECT h.conversation_id, h.head_msg_seq, h.mode FROM im.conversation_current(conversation_ids) h;
 $$;
 
+CREATE FUNCTION im_router.on_node_member_roles(part int, user_id bigint, conversation_ids bigint[])
+RETURNS TABLE(conversation_id bigint, my_role text, muted_until timestamptz)
+LANGUAGE plproxy AS $$
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
+    SELECT r.conversation_id, r.my_role, r.muted_until FROM im.shard_member_roles(user_id, conversation_ids) r;
+$$;
+
 CREATE FUNCTION im_router.on_node_message_status(part int, message_id bigint, user_ids bigint[])
 RETURNS TABLE(user_id bigint, device_id text, accepted boolean, in_sync_scope boolean,
               device_synced boolean, user_read boolean)
@@ -979,7 +986,9 @@ END $$;
  * (im.conversation_current), as one node reads them from the conversation
  * row: an ex-member's copy misses a mode switch made once no member was
  * left on its node.  When a conversation node is unreachable its rows keep
- * the user node's copy and head_stale is true (contract §15).
+ * the user node's copy and head_stale is true (contract §15).  my_role and
+ * muted_until come from the same node's periods (im.shard_member_roles;
+ * contract §17), the user node's copy when it is unreachable.
  */
 CREATE FUNCTION im_router.conversation_list(user_id bigint, page_limit int DEFAULT 100,
                                             after_conversation_id bigint DEFAULT NULL)
@@ -992,6 +1001,7 @@ AS $$
 DECLARE
     page jsonb;
     heads jsonb := '{}';
+    roles jsonb := '{}';
     stale bigint[] := '{}';
     g record;
 BEGIN
@@ -1004,6 +1014,11 @@ BEGIN
                                                                 jsonb_build_object('head', h.head_msg_seq,
                                                                                    'mode', h.mode))
                                           FROM im_router.on_node_current(g.part, g.node_ids) h), '{}');
+            -- contract §17: the role and mute from the conversation's own periods
+            roles := roles || coalesce((SELECT jsonb_object_agg(r.conversation_id::text,
+                                                                jsonb_build_object('role', r.my_role,
+                                                                                   'muted_until', r.muted_until))
+                                          FROM im_router.on_node_member_roles(g.part, user_id, g.node_ids) r), '{}');
         EXCEPTION WHEN OTHERS THEN
             IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
                 RAISE;      -- im.<f>'s one rethrow strips it (see the generated wrappers)
@@ -1019,7 +1034,12 @@ BEGIN
                x.dirty_target_msg_seq, x.dirty_version,
                CASE WHEN x.conversation_id = ANY (stale) THEN x.head_msg_seq
                     ELSE coalesce((heads->x.conversation_id::text->>'head')::bigint, x.head_msg_seq) END,
-               x.conversation_id = ANY (stale), x.my_role, x.muted_until
+               x.conversation_id = ANY (stale),
+               CASE WHEN roles ? x.conversation_id::text THEN roles->x.conversation_id::text->>'role'
+                    ELSE x.my_role END,
+               CASE WHEN roles ? x.conversation_id::text
+                    THEN (roles->x.conversation_id::text->>'muted_until')::timestamptz
+                    ELSE x.muted_until END
           FROM jsonb_array_elements(page) WITH ORDINALITY AS e(row_json, ord),
                LATERAL jsonb_to_record(e.row_json) AS x(conversation_id bigint, kind text, mode text,
                    last_msg_seq bigint, read_msg_seq bigint, unread_count bigint,

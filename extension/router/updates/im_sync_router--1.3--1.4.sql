@@ -9,7 +9,9 @@
 -- conversation_list gains my_role and muted_until (the node's columns end
 -- head_stale, my_role, muted_until): im_router.user_conversation_list,
 -- im_router.conversation_list and the wrapper im.conversation_list are
--- dropped and made again, each keeping its owner and ACL.
+-- dropped and made again, each keeping its owner and ACL; my_role and
+-- muted_until come from the conversation's node (im.shard_member_roles,
+-- nodes at 1.12) through im_router.on_node_member_roles.
 CREATE FUNCTION im_router.set_member_role(actor_id bigint, conversation_id bigint, user_id bigint,
                                           role text, client_msg_id text)
 RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
@@ -45,6 +47,13 @@ FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_ca
 WHERE n.nspname OPERATOR(pg_catalog.=) ANY (ARRAY['im', 'im_router'])
   AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['conversation_list', 'user_conversation_list']);
 
+CREATE FUNCTION im_router.on_node_member_roles(part int, user_id bigint, conversation_ids bigint[])
+RETURNS TABLE(conversation_id bigint, my_role text, muted_until timestamptz)
+LANGUAGE plproxy AS $$
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
+    SELECT r.conversation_id, r.my_role, r.muted_until FROM im.shard_member_roles(user_id, conversation_ids) r;
+$$;
+
 DROP FUNCTION im.conversation_list(bigint, int, bigint);
 DROP FUNCTION im_router.conversation_list(bigint, int, bigint);
 DROP FUNCTION im_router.user_conversation_list(bigint, int, bigint);
@@ -66,6 +75,7 @@ AS $$
 DECLARE
     page jsonb;
     heads jsonb := '{}';
+    roles jsonb := '{}';
     stale bigint[] := '{}';
     g record;
 BEGIN
@@ -78,6 +88,11 @@ BEGIN
                                                                 jsonb_build_object('head', h.head_msg_seq,
                                                                                    'mode', h.mode))
                                           FROM im_router.on_node_current(g.part, g.node_ids) h), '{}');
+            -- contract §17: the role and mute from the conversation's own periods
+            roles := roles || coalesce((SELECT jsonb_object_agg(r.conversation_id::text,
+                                                                jsonb_build_object('role', r.my_role,
+                                                                                   'muted_until', r.muted_until))
+                                          FROM im_router.on_node_member_roles(g.part, user_id, g.node_ids) r), '{}');
         EXCEPTION WHEN OTHERS THEN
             IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
                 RAISE;      -- im.<f>'s one rethrow strips it (see the generated wrappers)
@@ -93,7 +108,12 @@ BEGIN
                x.dirty_target_msg_seq, x.dirty_version,
                CASE WHEN x.conversation_id = ANY (stale) THEN x.head_msg_seq
                     ELSE coalesce((heads->x.conversation_id::text->>'head')::bigint, x.head_msg_seq) END,
-               x.conversation_id = ANY (stale), x.my_role, x.muted_until
+               x.conversation_id = ANY (stale),
+               CASE WHEN roles ? x.conversation_id::text THEN roles->x.conversation_id::text->>'role'
+                    ELSE x.my_role END,
+               CASE WHEN roles ? x.conversation_id::text
+                    THEN (roles->x.conversation_id::text->>'muted_until')::timestamptz
+                    ELSE x.muted_until END
           FROM jsonb_array_elements(page) WITH ORDINALITY AS e(row_json, ord),
                LATERAL jsonb_to_record(e.row_json) AS x(conversation_id bigint, kind text, mode text,
                    last_msg_seq bigint, read_msg_seq bigint, unread_count bigint,
