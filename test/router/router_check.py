@@ -333,6 +333,12 @@ def roles_mutes_removals_17():
     cl = q("SELECT conversation_id, head_stale, my_role, muted_until FROM im.conversation_list(%s)", (a,))
     check(any(r[0] == gr and r[1] is False and r[2] == "owner" and r[3] is None for r in cl),
           "conversation_list through the router: my_role, muted_until", f"{cl}")
+    # b's node has a copy of b's period from before the role change: the
+    # role comes from the conversation's node
+    mb = q("SELECT * FROM im.mute_member(%s, %s, %s, 'infinity', 'rk-mute-b')", (a, gr, b))
+    cl_b = {r[0]: r[1:] for r in q("SELECT conversation_id, my_role, muted_until FROM im.conversation_list(%s)", (b,))}
+    check(mb and gr in cl_b and cl_b[gr][0] == "admin" and cl_b[gr][1] is not None,
+          "conversation_list of a member on another node: the role and mute now in force", f"{cl_b.get(gr)}")
 
 
 # ------------------------------------------------ read state and deletions
