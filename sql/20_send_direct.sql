@@ -115,7 +115,7 @@ GRANT SELECT (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_
               content_type, body, target_message_id, subject_user_id, mode)
    ON im.event TO im_h25_owner;
 GRANT INSERT (conversation_id, msg_seq, source_event_id) ON im.outbox TO im_h25_owner;
-GRANT SELECT (conversation_id, user_id, leave_seq) ON im.membership_period TO im_h25_owner;
+GRANT SELECT (conversation_id, user_id, leave_seq, muted_until) ON im.membership_period TO im_h25_owner;
 SELECT msg_seq, created FROM im.send_message(1, 1, 'direct-columns', '{"text": "column grants"}');
 SELECT key_index_scans FROM send_writes WHERE relname = 'event';
 -- im.outbox: INSERT on conversation_id and msg_seq, not source_event_id
@@ -148,7 +148,7 @@ GRANT SELECT (message_id, conversation_id, msg_seq, kind, sender_id, client_msg_
               content_type, body, target_message_id, subject_user_id, mode, trace_id)
    ON im.event TO im_h27_owner;
 GRANT INSERT (conversation_id, msg_seq, source_event_id, trace_id) ON im.outbox TO im_h27_owner;
-GRANT SELECT (conversation_id, user_id, leave_seq) ON im.membership_period TO im_h27_owner;
+GRANT SELECT (conversation_id, user_id, leave_seq, muted_until) ON im.membership_period TO im_h27_owner;
 SELECT msg_seq, created FROM im.send_message(1, 1, 'traced-columns', '{"text": "y"}', 'text', NULL, 't2');
 SELECT key_index_scans FROM send_writes WHERE relname = 'event';
 REVOKE INSERT (trace_id) ON im.outbox FROM im_h27_owner;

@@ -6,7 +6,7 @@
 -- on the columns it reads (a head UPDATE never runs it), and the outbox's
 -- shape rule is a reconcile check instead of a CHECK.
 WITH k(kind) AS (
-    VALUES ('message'), ('create'), ('join'), ('leave'), ('recall'), ('edit'), ('mode'),
+    VALUES ('message'), ('create'), ('join'), ('leave'), ('recall'), ('edit'), ('mode'), ('role'), ('mute'),
            ('reaction'), ('pin'), ('other')),
 b(v) AS (VALUES (false), (true)),
 c AS (
@@ -21,7 +21,7 @@ judged AS (
     SELECT c.*,
            COALESCE(im.event_fields_valid(kind, sender_id, client_msg_id, target_message_id,
                                           reply_to_message_id, pin_message_id), true) AS c_passes,
-           COALESCE(((client_msg_id IS NULL) = (sender_id IS NULL OR kind IN ('create', 'join', 'leave', 'mode')))
+           COALESCE(((client_msg_id IS NULL) = (sender_id IS NULL OR kind IN ('create', 'join', 'mode')))
                     AND ((target_message_id IS NOT NULL) = (kind IN ('recall', 'edit', 'reaction'))), true)
            AND COALESCE(reply_to_message_id IS NULL OR kind = 'message', true)
            AND COALESCE(pin_message_id IS NULL OR kind = 'pin', true) AS sql_passes

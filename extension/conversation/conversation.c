@@ -18,6 +18,7 @@
 #include "core/locks.h"
 #include "core/shard_map.h"
 #include "core/im_sql.h"
+#include "core/version_check.h"
 #include "conversation/conversation.h"
 
 #include "catalog/pg_type.h"
@@ -109,7 +110,7 @@ ensure_user_conversations(int64 conversation_id, Datum user_array)
  * Must be called inside SPI.
  */
 static int64
-create_conversation(const char *kind, int64 *members, int n)
+create_conversation(const char *kind, int64 *members, int n, int64 owner)
 {
 	static SPIPlanPtr ins_direct;
 	static SPIPlanPtr get_direct;
@@ -207,6 +208,10 @@ create_conversation(const char *kind, int64 *members, int n)
 	args[3] = im_int8_array(period_ids, n);
 	im_exec(ins_periods, args, NULL, 0);
 
+	/* a group's creator is its owner, else its first member (contract §17) */
+	if (!direct)
+		im_roles_set_owner(conversation_id, owner != 0 ? owner : members[0]);
+
 	im_lock_user_heads(members, n);
 	ensure_user_conversations(conversation_id, arr);
 	return conversation_id;
@@ -239,7 +244,7 @@ im_create_conversation(PG_FUNCTION_ARGS)
 				 errmsg("a conversation needs at least one member")));
 
 	im_spi_connect();
-	conversation_id = create_conversation(kind, members, n);
+	conversation_id = create_conversation(kind, members, n, creator);
 	SPI_finish();
 	PG_RETURN_INT64(conversation_id);
 }
@@ -261,7 +266,7 @@ im_direct_conversation(PG_FUNCTION_ARGS)
 	members[0] = Min(a, b);
 	members[1] = Max(a, b);
 	im_spi_connect();
-	conversation_id = create_conversation("direct", members, 2);
+	conversation_id = create_conversation("direct", members, 2, 0);
 	SPI_finish();
 	PG_RETURN_INT64(conversation_id);
 }
@@ -276,26 +281,51 @@ reject_direct(ImConversation *conv, const char *what)
 				 errdetail("Direct conversations have exactly their two members for good.")));
 }
 
-/* The open period of (conversation, user), if any.  Caller holds the
- * conversation lock, so the answer stays true until commit. */
+/* The open period of (conversation, user), if any, and whether the user
+ * owns the group.  Caller holds the conversation lock, so the answer stays
+ * true until commit. */
 static bool
-open_period(int64 conversation_id, int64 user_id, int64 *period_id, int64 *join_seq)
+open_period(int64 conversation_id, int64 user_id, int64 *period_id, int64 *join_seq,
+			bool *owner)
 {
-	static SPIPlanPtr plan;
+	static SPIPlanPtr plans[2];
 	Datum		args[2];
+	bool		roles = IM_CATALOG_HAS_ROLES();
 
-	im_prepare(&plan,
-			   "SELECT membership_period_id, join_seq FROM im.membership_period "
+	im_prepare(&plans[roles],
+			   roles ?
+			   "SELECT membership_period_id, join_seq, role" EQ "'owner' FROM im.membership_period "
+			   "WHERE conversation_id" EQ "$1 AND user_id" EQ "$2 "
+			   "AND leave_seq IS NULL" :
+			   "SELECT membership_period_id, join_seq, false FROM im.membership_period "
 			   "WHERE conversation_id" EQ "$1 AND user_id" EQ "$2 "
 			   "AND leave_seq IS NULL",
 			   2, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	args[1] = Int64GetDatum(user_id);
-	if (im_exec(plan, args, NULL, 0) == 0)
+	if (im_exec(plans[roles], args, NULL, 0) == 0)
 		return false;
 	*period_id = im_get_int64(0, 1, NULL);
 	*join_seq = im_get_int64(0, 2, NULL);
+	*owner = im_get_bool(0, 3, NULL);
 	return true;
+}
+
+void
+im_close_period(int64 period_id, int64 leave_seq, int64 leave_event_id)
+{
+	static SPIPlanPtr plan;
+	Datum		args[3];
+
+	im_prepare(&plan,
+			   "UPDATE im.membership_period SET leave_seq = $2, leave_event_id = $3 "
+			   "WHERE membership_period_id" EQ "$1",
+			   3, INT8OID, INT8OID, INT8OID);
+	args[0] = Int64GetDatum(period_id);
+	args[1] = Int64GetDatum(leave_seq);
+	args[2] = Int64GetDatum(leave_event_id);
+	if (im_exec(plan, args, NULL, 0) != 1)
+		elog(ERROR, "im_sync: period " INT64_FORMAT " vanished under the conversation lock", period_id);
 }
 
 /* Append the `join` or `leave` system event of user_id (caller holds the
@@ -416,6 +446,7 @@ im_join_conversation(PG_FUNCTION_ARGS)
 	int64		period_id;
 	int64		join_seq;
 	int64		message_id;
+	bool		owner;
 	bool		created = false;
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
@@ -426,8 +457,9 @@ im_join_conversation(PG_FUNCTION_ARGS)
 	im_lock_conversation(conversation_id, &conv);
 	reject_direct(&conv, "join");
 
-	if (!open_period(conversation_id, user_id, &period_id, &join_seq))
+	if (!open_period(conversation_id, user_id, &period_id, &join_seq, &owner))
 	{
+		im_roles_require_not_banned(conversation_id, user_id);
 		append_membership_event(&conv, "join", user_id, &message_id, &join_seq);
 
 		/* The period starts at the join event itself: the joiner sees it. */
@@ -442,6 +474,9 @@ im_join_conversation(PG_FUNCTION_ARGS)
 		args[4] = Int64GetDatum(placed_period_id(conversation_id));
 		im_exec(ins_period, args, NULL, 0);
 		period_id = im_get_int64(0, 1, NULL);
+
+		/* a group everyone had left: the joiner owns it (contract §17) */
+		im_roles_after_join(&conv, user_id, period_id);
 
 		im_lock_user_heads(&user_id, 1);
 		ensure_user_conversations(conversation_id, im_int8_array(&user_id, 1));
@@ -464,7 +499,6 @@ PG_FUNCTION_INFO_V1(im_leave_conversation);
 Datum
 im_leave_conversation(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr close_period;
 	int64		conversation_id = im_arg_id(fcinfo, 0, "conversation_id");
 	int64		user_id = im_arg_user_id(fcinfo, 1, "user_id");
 	ImConversation conv;
@@ -473,15 +507,15 @@ im_leave_conversation(PG_FUNCTION_ARGS)
 	int64		leave_seq;
 	int64		message_id;
 	int64		msg_seq;
+	bool		owner;
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
-	Datum		args[3];
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
 	im_lock_conversation(conversation_id, &conv);
 	reject_direct(&conv, "leave");
-	if (!open_period(conversation_id, user_id, &period_id, &join_seq))
+	if (!open_period(conversation_id, user_id, &period_id, &join_seq, &owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("user " INT64_FORMAT " is not a member of conversation " INT64_FORMAT,
@@ -490,15 +524,9 @@ im_leave_conversation(PG_FUNCTION_ARGS)
 	/* The period ends at the last position committed before the leave. */
 	leave_seq = conv.head_msg_seq;
 	append_membership_event(&conv, "leave", user_id, &message_id, &msg_seq);
-
-	im_prepare(&close_period,
-			   "UPDATE im.membership_period SET leave_seq = $2, leave_event_id = $3 "
-			   "WHERE membership_period_id" EQ "$1",
-			   3, INT8OID, INT8OID, INT8OID);
-	args[0] = Int64GetDatum(period_id);
-	args[1] = Int64GetDatum(leave_seq);
-	args[2] = Int64GetDatum(message_id);
-	im_exec(close_period, args, NULL, 0);
+	im_close_period(period_id, leave_seq, message_id);
+	/* an owner's leave names its successor right after it (contract §17) */
+	im_roles_after_leave(&conv, user_id, owner);
 	SPI_finish();
 
 	values[0] = Int64GetDatum(period_id);
@@ -512,34 +540,47 @@ im_leave_conversation(PG_FUNCTION_ARGS)
  * DEFAULT NULL): every conversation the user has or had a period in, by id.
  */
 PG_FUNCTION_INFO_V1(im_conversation_list);
+/*
+ * The page statement; tail: the columns after head_msg_seq (contract §17:
+ * head_stale, false on a node, my_role, muted_until; none on an older
+ * catalog).
+ */
+#define CONVERSATION_LIST_SQL(tail) \
+	"SELECT c.conversation_id, c.kind, c.mode, uc.last_msg_seq, uc.read_msg_seq, " \
+	"       uc.unread_count, uc.dirty_target_msg_seq, uc.dirty_version, c.head_msg_seq" tail " " \
+	"FROM im.user_conversation uc " \
+	"JOIN im.conversation c ON c.conversation_id" EQ "uc.conversation_id " \
+	"WHERE uc.user_id" EQ "$1 " \
+	"  AND uc.conversation_id" GT "$2 " \
+	"  AND EXISTS (SELECT 1 FROM im.membership_period p " \
+	"              WHERE p.user_id" EQ "$1 " \
+	"                AND p.conversation_id" EQ "uc.conversation_id) " \
+	"ORDER BY uc.conversation_id LIMIT $3"
 Datum
 im_conversation_list(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr plan;
+	static SPIPlanPtr plans[2];
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int32		page_limit = im_arg_int32(fcinfo, 1, "page_limit", 1, 1000);
 	int64		after = PG_ARGISNULL(2) ? 0 : PG_GETARG_INT64(2);
+	bool		roles;
 	Datum		args[3];
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
-	im_prepare(&plan,
-			   "SELECT c.conversation_id, c.kind, c.mode, uc.last_msg_seq, uc.read_msg_seq, "
-			   "       uc.unread_count, uc.dirty_target_msg_seq, uc.dirty_version, c.head_msg_seq "
-			   "FROM im.user_conversation uc "
-			   "JOIN im.conversation c ON c.conversation_id" EQ "uc.conversation_id "
-			   "WHERE uc.user_id" EQ "$1 "
-			   "  AND uc.conversation_id" GT "$2 "
-			   "  AND EXISTS (SELECT 1 FROM im.membership_period p "
-			   "              WHERE p.user_id" EQ "$1 "
-			   "                AND p.conversation_id" EQ "uc.conversation_id) "
-			   "ORDER BY uc.conversation_id LIMIT $3",
+	roles = IM_CATALOG_HAS_ROLES();
+	im_prepare(&plans[roles],
+			   roles ?
+			   CONVERSATION_LIST_SQL(", false, "
+									 IM_MY_ROLE_SQL("c.kind", "$1", "uc.conversation_id") ", "
+									 IM_MY_MUTED_UNTIL_SQL("$1", "uc.conversation_id")) :
+			   CONVERSATION_LIST_SQL(""),
 			   3, INT8OID, INT8OID, INT4OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(after);
 	args[2] = Int32GetDatum(page_limit);
-	im_exec(plan, args, NULL, 0);
-	im_srf_rows_from_spi(fcinfo, 9);
+	im_exec(plans[roles], args, NULL, 0);
+	im_srf_rows_from_spi(fcinfo, roles ? 12 : 9);
 	SPI_finish();
 	return (Datum) 0;
 }

@@ -16,6 +16,8 @@
 #include "core/locks.h"
 #include "core/im_sql.h"
 
+#include "datatype/timestamp.h"
+
 /*
  * the single-writer append of a conversation position (append.c).
  */
@@ -232,5 +234,43 @@ extern bool im_request_lookup(const char *kind, int64 sender_id, int64 conversat
  */
 #define IM_MESSAGE_REACTIONS_COLS_SQL \
 	"COALESCE(rxc.counts, '{}'::pg_catalog.jsonb), COALESCE(rxm.keys, '[]'::pg_catalog.jsonb)"
+
+/*
+ * roles, mutes and bans in groups (roles.c, contract §17).
+ */
+
+/* IS403 "member muted" when muted_until (not NULL) is after now(). */
+extern void im_roles_check_muted(TimestampTz muted_until, bool isnull, int64 user_id,
+								 int64 conversation_id);
+/* IS403 when user_id's open period in the conversation is muted now. */
+extern void im_roles_require_not_muted(int64 conversation_id, int64 user_id);
+/* 42501 when user_id is banned from the conversation (join). */
+extern void im_roles_require_not_banned(int64 conversation_id, int64 user_id);
+/* A new group's owner: user_id's open period gets the role. */
+extern void im_roles_set_owner(int64 conversation_id, int64 user_id);
+/*
+ * After a leave position of leaver_id (caller holds the lock): when it was
+ * the owner, the successor's `role` position.
+ */
+extern void im_roles_after_leave(ImConversation *conv, int64 leaver_id, bool was_owner);
+/* After a join position: an ownerless group's joiner becomes owner. */
+extern void im_roles_after_join(ImConversation *conv, int64 user_id, int64 period_id);
+/* Close a period at leave_seq by the leave position leave_event_id (conversation.c). */
+extern void im_close_period(int64 period_id, int64 leave_seq, int64 leave_event_id);
+
+/*
+ * The caller's role and mute in conversation `conv` (SQL expressions, for
+ * conversation_list, recent_conversations and snapshot items): role NULL
+ * in direct conversations and without an open period; muted_until NULL
+ * unless a mute is in force now.
+ */
+#define IM_MY_ROLE_SQL(kind, user, conv) \
+	"CASE WHEN " kind EQ "'group' THEN (SELECT COALESCE(rp.role, 'member') " \
+	"  FROM im.membership_period rp WHERE rp.user_id" EQ user \
+	"   AND rp.conversation_id" EQ conv " AND rp.leave_seq IS NULL) END"
+#define IM_MY_MUTED_UNTIL_SQL(user, conv) \
+	"(SELECT mp.muted_until FROM im.membership_period mp WHERE mp.user_id" EQ user \
+	"   AND mp.conversation_id" EQ conv " AND mp.leave_seq IS NULL " \
+	"   AND mp.muted_until" GT "pg_catalog.now())"
 
 #endif							/* IM_CONVERSATION_H */

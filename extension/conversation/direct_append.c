@@ -11,8 +11,9 @@
  * Invariants protected here (design §2.3, contract §1/§3), the same the
  * append statement of the general path keeps (append.c):
  *   - the period probe runs on a snapshot taken after the conversation row
- *     lock was granted, so a concurrent leave is either before it (seen,
- *     nothing written) or after it (the message is inside the period);
+ *     lock was granted, so a concurrent leave, removal or mute is either
+ *     before it (seen, nothing written) or after it (the message is inside
+ *     the period, before the mute);
  *   - the idempotency key probe sees every committed event of the key; a
  *     same-key request of this conversation waited for the lock, so only a
  *     racing one of another conversation can get past it, and the key's
@@ -94,6 +95,7 @@ typedef enum DirectFill
 #define STMT_READ	0x01		/* read: key lookup, ON CONFLICT arbiter, RETURNING */
 #define STMT_WRITE	0x02		/* named in the INSERT (the others take defaults) */
 #define STMT_TRACED	0x04		/* named in the INSERT of a traced request */
+#define STMT_IF_PRESENT 0x08	/* only when the catalog has the column */
 
 /*
  * A known column: its name, what fills it, its type and what the general
@@ -160,12 +162,14 @@ static const DirectColumn outbox_columns[] = {
 
 /*
  * im.membership_period's columns the general path's membership check reads
- * (the period probe reads the same; fill and type unused: not written).
+ * (the period probe reads the same; fill and type unused: not written);
+ * muted_until only on a catalog that has it.
  */
 static const DirectColumn period_columns[] = {
 	{"conversation_id", FILL_NULL, INT8OID, NULL, STMT_READ},
 	{"user_id", FILL_NULL, INT8OID, NULL, STMT_READ},
 	{"leave_seq", FILL_NULL, INT8OID, NULL, STMT_READ},
+	{"muted_until", FILL_NULL, TIMESTAMPTZOID, NULL, STMT_READ | STMT_IF_PRESENT},
 	{NULL}
 };
 
@@ -186,6 +190,7 @@ typedef struct DirectProbe
 	TupleTableSlot *slot;
 	AttrNumber	null_attno;		/* the heap column that must be NULL (leave_seq) or */
 	AttrNumber	notnull_attno;	/* NOT NULL (request_digest) in a matching row */
+	AttrNumber	read_attno;		/* read from the row found (muted_until); 0: none */
 } DirectProbe;
 
 struct ImDirectAppend
@@ -289,6 +294,8 @@ stmt_columns(Relation rel, const DirectColumn *cols, int bits, bool *ok)
 		if (!(c->stmt & bits))
 			continue;
 		attno = get_attnum(RelationGetRelid(rel), c->name);
+		if (attno == InvalidAttrNumber && (c->stmt & STMT_IF_PRESENT))
+			continue;
 		if (attno == InvalidAttrNumber)
 			*ok = false;
 		else
@@ -425,6 +432,22 @@ open_probe(Oid nsp, const char *index_name, Relation heap, AttrNumber a, AttrNum
 	return true;
 }
 
+/*
+ * The period probe also reads the sender's muted_until (contract §17) from
+ * the row it fetches anyway: the mute check costs no read of its own.  An
+ * older catalog has no such column (no mutes); one of another type: the
+ * general path decides.
+ */
+static bool
+muted_column(Oid period_id, DirectProbe *p)
+{
+	AttrNumber	attno = get_attnum(period_id, "muted_until");
+
+	p->read_attno = attno;
+	return attno == InvalidAttrNumber ||
+		TupleDescAttr(RelationGetDescr(p->heap), attno - 1)->atttypid == TIMESTAMPTZOID;
+}
+
 static void
 close_probe(DirectProbe *p)
 {
@@ -537,6 +560,7 @@ im_direct_append_begin(bool traced)
 				   get_attnum(period_id, "conversation_id"),
 				   get_attnum(period_id, "user_id"), INT8OID,
 				   get_attnum(period_id, "leave_seq"), IS_NULL, false, &da->period) &&
+		muted_column(period_id, &da->period) &&
 		open_probe(nsp, KEY_INDEX_NAME, event,
 				   get_attnum(event_id, "sender_id"),
 				   get_attnum(event_id, "client_msg_id"), TEXTOID,
@@ -552,10 +576,13 @@ im_direct_append_begin(bool traced)
 /*
  * Whether the probe's index holds a row visible to snap with keys (a, b)
  * whose null_attno is NULL and notnull_attno is not (the index predicates,
- * checked on the row too: an older catalog's key index has none).
+ * checked on the row too: an older catalog's key index has none).  read:
+ * the found row's read_attno (a by-value column), NULL when the probe has
+ * none.
  */
 static bool
-probe_finds(DirectProbe *p, Snapshot snap, Datum a, Datum b, RegProcedure b_eq)
+probe_finds(DirectProbe *p, Snapshot snap, Datum a, Datum b, RegProcedure b_eq,
+			Datum *read, bool *read_null)
 {
 	ScanKeyData keys[2];
 	IndexScanDesc scan;
@@ -584,6 +611,12 @@ probe_finds(DirectProbe *p, Snapshot snap, Datum a, Datum b, RegProcedure b_eq)
 				continue;
 		}
 		found = true;
+		if (read != NULL)
+		{
+			*read_null = true;
+			if (p->read_attno != InvalidAttrNumber)
+				*read = slot_getattr(p->slot, p->read_attno, read_null);
+		}
 	}
 	index_endscan(scan);
 	ExecClearTuple(p->slot);
@@ -710,6 +743,8 @@ im_append_member_message(ImDirectAppend *da, ImConversation *conv, const ImNewEv
 	Snapshot	snap;
 	bool		member;
 	bool		key_taken;
+	Datum		muted_until = (Datum) 0;
+	bool		unmuted = true;
 	int64		id;
 
 	Assert(strcmp(ev->kind, "message") == 0 && ev->target_message_id == 0 &&
@@ -721,10 +756,12 @@ im_append_member_message(ImDirectAppend *da, ImConversation *conv, const ImNewEv
 	snap = RegisterSnapshot(GetTransactionSnapshot());
 	PushActiveSnapshot(snap);
 	member = probe_finds(&da->period, snap, Int64GetDatum(conv->conversation_id),
-						 Int64GetDatum(ev->sender_id), F_INT8EQ);
+						 Int64GetDatum(ev->sender_id), F_INT8EQ, &muted_until, &unmuted);
+	/* a muted sender: the general path raises IS403 (contract §17) */
+	member = member && (unmuted || DatumGetTimestampTz(muted_until) <= GetCurrentTransactionStartTimestamp());
 	key_taken = member &&
 		probe_finds(&da->key, snap, Int64GetDatum(ev->sender_id),
-					CStringGetTextDatum(ev->client_msg_id), F_TEXTEQ);
+					CStringGetTextDatum(ev->client_msg_id), F_TEXTEQ, NULL, NULL);
 	if (!member || key_taken)
 	{
 		PopActiveSnapshot();

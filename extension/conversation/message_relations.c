@@ -287,6 +287,8 @@ begin_relation(FunctionCallInfo fcinfo, RelationRequest *rq)
 		return false;
 	}
 	im_lock_conversation(rq->conversation_id, &rq->conv);
+	/* a muted member writes nothing, whatever the target (contract §17) */
+	im_roles_require_not_muted(rq->conversation_id, rq->user_id);
 	rq->target = check_target(rq->conversation_id, rq->user_id, rq->target_message_id, rq->kind);
 	return true;
 }

@@ -19,7 +19,9 @@
  *
  * Invariants protected here (contract §1, §3, §14):
  *   - a position carries an idempotency key exactly when it has a sender and
- *     is not a system event (create, join, leave, mode);
+ *     is not a system event (create, join, mode): a leave has a sender and
+ *     its key only when it is a removal (contract §17), a role change made
+ *     by the owner's leave has neither;
  *   - a target_message_id exactly on recall, edit, reaction and takedown;
  *   - a reply target only on a message, a pin target only on a pin;
  *   - a direct conversation names its ordered pair (lo < hi), a group none.
@@ -61,6 +63,8 @@ arg_is_any(FunctionCallInfo fcinfo, int argno, const char *const *words)
  *                       reply_to_message_id, pin_message_id) -> boolean
  * The 1.5 CHECKs event_kind_fields, event_reply_to_check, event_pin_check:
  *   (client_msg_id IS NULL) = (sender_id IS NULL OR kind IN (system kinds))
+ *   (a leave is not among the system kinds: a removal's leave has the
+ *   actor as sender and its key; a plain leave has no sender)
  *   AND (target_message_id IS NOT NULL) = (kind IN ('recall', 'edit', 'reaction', 'takedown'))
  *   AND (reply_to_message_id IS NULL OR kind = 'message')
  *   AND (pin_message_id IS NULL OR kind = 'pin')
@@ -71,7 +75,7 @@ PG_FUNCTION_INFO_V1(im_event_fields_valid);
 Datum
 im_event_fields_valid(PG_FUNCTION_ARGS)
 {
-	static const char *const system_kinds[] = {"create", "join", "leave", "mode", NULL};
+	static const char *const system_kinds[] = {"create", "join", "mode", NULL};
 	static const char *const target_kinds[] = {"recall", "edit", "reaction", "takedown", NULL};
 
 	if (PG_ARGISNULL(0))

@@ -153,24 +153,36 @@ check_body(FunctionCallInfo fcinfo, int argno, SendRequest *req)
 						len, im_max_body_bytes)));
 }
 
+/*
+ * The sender's active period (else 42501) and no mute in force (else
+ * IS403, contract §17), in one read under the conversation lock.
+ */
 static void
 require_active_member(int64 conversation_id, int64 user_id)
 {
-	static SPIPlanPtr plan;
+	static SPIPlanPtr plans[2];
+	bool		roles = IM_CATALOG_HAS_ROLES();
 	Datum		args[2];
+	bool		isnull;
+	TimestampTz until;
 
-	im_prepare(&plan,
-			   "SELECT 1 FROM im.membership_period WHERE conversation_id" EQ "$1 "
+	im_prepare(&plans[roles],
+			   roles ?
+			   "SELECT muted_until FROM im.membership_period WHERE conversation_id" EQ "$1 "
+			   "AND user_id" EQ "$2 AND leave_seq IS NULL" :
+			   "SELECT NULL::pg_catalog.timestamptz FROM im.membership_period WHERE conversation_id" EQ "$1 "
 			   "AND user_id" EQ "$2 AND leave_seq IS NULL",
 			   2, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(conversation_id);
 	args[1] = Int64GetDatum(user_id);
-	if (im_exec(plan, args, NULL, 0) == 0)
+	if (im_exec(plans[roles], args, NULL, 0) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("user " INT64_FORMAT " is not a member of conversation " INT64_FORMAT,
 						user_id, conversation_id),
 				 errdetail("Only users with an active membership period can send, recall or edit.")));
+	until = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	im_roles_check_muted(until, isnull, user_id, conversation_id);
 }
 
 /*

@@ -23,7 +23,10 @@ im_audit_device(const char *action, int64 user_id, const char *device_id, const 
 			   4, TEXTOID, INT8OID, TEXTOID, TEXTOID);
 	args[0] = CStringGetTextDatum(action);
 	args[1] = Int64GetDatum(user_id);
-	args[2] = CStringGetTextDatum(device_id);
+	if (device_id)
+		args[2] = CStringGetTextDatum(device_id);
+	else
+		nulls[2] = 'n';
 	if (detail_json)
 		args[3] = CStringGetTextDatum(detail_json);
 	else

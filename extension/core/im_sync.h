@@ -16,6 +16,8 @@
 
 /* SQLSTATE for idempotency-key conflicts (contract §3). */
 #define ERRCODE_IM_CONFLICT MAKE_SQLSTATE('I', 'S', '4', '0', '9')
+/* contract §17: a muted member's write, a suspended account's call */
+#define ERRCODE_IM_FORBIDDEN MAKE_SQLSTATE('I', 'S', '4', '0', '3')
 
 /* ---- settings (im_sync.c) ------------------------------------------- */
 extern char *im_database;

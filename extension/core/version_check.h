@@ -50,6 +50,11 @@ extern bool im_catalog_at_least(int major, int minor);
  * conversation_pinned.
  */
 #define IM_CATALOG_HAS_RECENCY() im_catalog_at_least(1, 11)
+/*
+ * membership_period has role and muted_until, im.conversation_ban exists and
+ * the event kinds role and mute (contract §17).
+ */
+#define IM_CATALOG_HAS_ROLES() im_catalog_at_least(1, 12)
 
 /*
  * im.event has taken_down and the takedown kind, im.takedown_evidence

@@ -39,10 +39,11 @@ CREATE DOMAIN im.conversation_kind AS text CONSTRAINT conversation_kind_check CH
 CREATE DOMAIN im.conversation_mode AS text CONSTRAINT conversation_mode_check CHECK (VALUE IN ('fanout', 'shared_log'));
 CREATE DOMAIN im.head_seq AS bigint CONSTRAINT head_seq_check CHECK (VALUE >= 0);
 -- a reaction's target is in target_message_id, a pin's in pin_message_id
--- (im.event, contract §14)
+-- (im.event, contract §14); role and mute: contract §17
 CREATE DOMAIN im.event_kind AS text
     CONSTRAINT event_kind_check
-    CHECK (VALUE IN ('message', 'create', 'join', 'leave', 'recall', 'edit', 'mode', 'reaction', 'pin', 'takedown'));
+    CHECK (VALUE IN ('message', 'create', 'join', 'leave', 'recall', 'edit', 'mode', 'reaction', 'pin',
+                     'role', 'mute', 'takedown'));
 CREATE DOMAIN im.event_seq AS bigint CONSTRAINT event_seq_check CHECK (VALUE >= 1);
 CREATE DOMAIN im.outbox_state AS text CONSTRAINT outbox_state_check CHECK (VALUE IN ('pending', 'done', 'dead'));
 

@@ -120,6 +120,11 @@ CREATE TABLE im.membership_period (
     leave_seq            bigint,
     join_event_id        bigint NOT NULL REFERENCES im.event,
     leave_event_id       bigint REFERENCES im.event,
+    -- contract §17: the member's role in a group (NULL reads as member) and
+    -- the end of a mute in force; a new period starts as a plain member
+    role                 text DEFAULT 'member'
+                         CONSTRAINT membership_period_role_check CHECK (role IN ('owner', 'admin', 'member')),
+    muted_until          timestamptz,
     CHECK (leave_seq IS NULL OR leave_seq >= join_seq),
     CHECK ((leave_seq IS NULL) = (leave_event_id IS NULL)),
     UNIQUE (conversation_id, user_id, join_seq),
@@ -133,6 +138,21 @@ CREATE INDEX membership_period_user_idx ON im.membership_period (user_id, conver
 CREATE INDEX membership_period_leave_event_idx ON im.membership_period (leave_event_id) WHERE leave_event_id IS NOT NULL;
 SELECT pg_catalog.pg_extension_config_dump('im.membership_period', '');
 
+-- Bans (contract §17): a user removed with ban = true cannot join again
+-- until unban_member deletes the row.  Outlives the period it ended.  No
+-- foreign keys: each would add a trigger to every head UPDATE of
+-- im.conversation (the send path); rows are written only by remove_member
+-- under the conversation lock, for the removal position it just appended.
+CREATE TABLE im.conversation_ban (
+    conversation_id  bigint NOT NULL,
+    user_id          bigint NOT NULL,
+    banned_by        bigint NOT NULL,
+    removal_event_id bigint NOT NULL,
+    banned_at        timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (conversation_id, user_id)
+);
+SELECT pg_catalog.pg_extension_config_dump('im.conversation_ban', '');
+
 COMMENT ON TABLE im.conversation IS 'One row per conversation; head_msg_seq is the single writer''s position counter, assigned under this row''s lock (contract §1, §2)';
 COMMENT ON TABLE im.event IS 'Every conversation position: messages and control events, gap-free msg_seq per conversation; a recall tombstones its target (contract §1, §3)';
 COMMENT ON COLUMN im.event.reply_to_message_id IS 'A message''s reply target, a message of the same conversation (contract §14)';
@@ -142,6 +162,9 @@ COMMENT ON COLUMN im.event.taken_down IS 'Taken down by a moderator: a tombstone
 COMMENT ON COLUMN im.event.trace_id IS 'The trace id of the request that wrote this position, NULL for none (contract §21)';
 COMMENT ON INDEX im.event_sender_id_client_msg_id_key IS 'The idempotency key (sender, client_msg_id) of the events this node accepted; copies carry no digest (contract §3, §15)';
 COMMENT ON TABLE im.membership_period IS 'Membership periods [join_seq, leave_seq] of a user in a conversation, never overlapping, at most one open (contract §2)';
+COMMENT ON COLUMN im.membership_period.role IS 'The member''s role in a group during this period: owner, admin or member (contract §17)';
+COMMENT ON COLUMN im.membership_period.muted_until IS 'The end of the member''s mute; a write before it is IS403 (contract §17)';
+COMMENT ON TABLE im.conversation_ban IS 'Users removed with a ban: join_conversation refuses them until unban_member (contract §17)';
 
 -- §2 conversations and membership
 CREATE FUNCTION im.create_conversation(kind text, members bigint[], creator bigint DEFAULT NULL)
@@ -211,6 +234,27 @@ RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
 AS 'MODULE_PATHNAME', 'im_pin_message' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 
+-- §17 roles, mutes, removals and bans in groups (roles.c)
+CREATE FUNCTION im.set_member_role(actor_id bigint, conversation_id bigint, user_id bigint,
+                                   role text, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+AS 'MODULE_PATHNAME', 'im_set_member_role' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+CREATE FUNCTION im.mute_member(actor_id bigint, conversation_id bigint, user_id bigint,
+                               muted_until timestamptz, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+AS 'MODULE_PATHNAME', 'im_mute_member' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+CREATE FUNCTION im.remove_member(actor_id bigint, conversation_id bigint, user_id bigint,
+                                 ban boolean, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+AS 'MODULE_PATHNAME', 'im_remove_member' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+CREATE FUNCTION im.unban_member(actor_id bigint, conversation_id bigint, user_id bigint)
+RETURNS TABLE(unbanned boolean)
+AS 'MODULE_PATHNAME', 'im_unban_member' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+
 COMMENT ON FUNCTION im.create_conversation(text, bigint[], bigint) IS 'Creates a direct or group conversation with its first members (contract §2)';
 COMMENT ON FUNCTION im.direct_conversation(bigint, bigint) IS 'Returns the direct conversation of two users, creating it once (contract §2)';
 COMMENT ON FUNCTION im.join_conversation(bigint, bigint) IS 'Opens a membership period for a user, idempotent while one is open (contract §2)';
@@ -223,3 +267,7 @@ COMMENT ON FUNCTION im.recall_message(bigint, bigint, text, bigint, text) IS 'Re
 COMMENT ON FUNCTION im.edit_message(bigint, bigint, text, bigint, jsonb, text) IS 'Appends an edit of the sender''s message (contract §3)';
 COMMENT ON FUNCTION im.react(bigint, bigint, bigint, text, boolean, text, text) IS 'Sets or clears one reaction key of the caller on a message: a reaction position carrying the caller''s whole set (contract §14)';
 COMMENT ON FUNCTION im.pin_message(bigint, bigint, bigint, boolean, text, text) IS 'Pins or unpins a message for the conversation: a pin position carrying the whole list (contract §14)';
+COMMENT ON FUNCTION im.set_member_role(bigint, bigint, bigint, text, text) IS 'The owner sets a member''s role or hands over ownership: a role position (contract §17)';
+COMMENT ON FUNCTION im.mute_member(bigint, bigint, bigint, timestamptz, text) IS 'Mutes a member until a time, NULL or a past time unmutes: a mute position (contract §17)';
+COMMENT ON FUNCTION im.remove_member(bigint, bigint, bigint, boolean, text) IS 'Removes a member, optionally banned: a leave position naming who removed them (contract §17)';
+COMMENT ON FUNCTION im.unban_member(bigint, bigint, bigint) IS 'Lifts a ban so the user may join again (contract §17)';

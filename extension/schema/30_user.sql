@@ -321,7 +321,8 @@ CREATE FUNCTION im.conversation_list(user_id bigint, page_limit int DEFAULT 100,
 RETURNS TABLE(conversation_id bigint, kind text, mode text,
               last_msg_seq bigint, read_msg_seq bigint, unread_count bigint,
               dirty_target_msg_seq bigint, dirty_version bigint,
-              head_msg_seq bigint)
+              head_msg_seq bigint, head_stale boolean, my_role text,
+              muted_until timestamptz)
 AS 'MODULE_PATHNAME', 'im_conversation_list' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 CREATE FUNCTION im.recent_conversations(user_id bigint, page_limit int DEFAULT 50,

@@ -176,6 +176,16 @@ AS 'MODULE_PATHNAME', 'im_conversation_current' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 COMMENT ON FUNCTION im.conversation_current(bigint[]) IS 'Authoritative head and mode of the conversations this node owns, for the router''s conversation_list (contract §15)';
 
+-- contract §17 on several nodes: a user's role and mute in conversations
+-- this node owns (the authoritative periods), for the router's
+-- conversation_list (the user node's copies of periods keep the role they
+-- were copied with).  NULL role: no open period or a direct conversation.
+CREATE FUNCTION im.shard_member_roles(user_id bigint, conversation_ids bigint[])
+RETURNS TABLE(conversation_id bigint, my_role text, muted_until timestamptz)
+AS 'MODULE_PATHNAME', 'im_shard_member_roles' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+COMMENT ON FUNCTION im.shard_member_roles(bigint, bigint[]) IS 'A user''s role and mute in force in conversations this node owns, for the router''s conversation_list (contract §15, §17)';
+
 -- ---- the router's cross-node delivery check (contract §18.3)
 -- The router's im.reconcile() asks each conversation node what its periods
 -- say each member on another node may receive, for its newest processed

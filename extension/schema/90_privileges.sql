@@ -12,7 +12,7 @@
 REVOKE ALL ON TABLE im.conversation, im.event, im.membership_period, im.private_event, im.outbox,
     im.fanout_quarantine, im.user_head, im.inbox, im.user_conversation, im.deleted_for_me,
     im.device, im.recovery_session, im.snapshot, im.snapshot_page, im.token_key, im.audit,
-    im.maintenance_state FROM PUBLIC;
+    im.maintenance_state, im.conversation_ban FROM PUBLIC;
 REVOKE ALL ON SEQUENCE im.event_id_seq, im.conversation_id_seq, im.membership_period_id_seq,
     im.outbox_id_seq, im.recovery_session_id_seq, im.snapshot_id_seq, im.audit_id_seq FROM PUBLIC;
 

@@ -7,9 +7,11 @@
 --   * im.takedown_evidence is new;
 --   * im.takedown_message, im.moderation_evidence, im.moderation_log are new
 --     (no PUBLIC execute).
+-- (one drop and add for every kind this version adds: role and mute below too)
 ALTER DOMAIN im.event_kind DROP CONSTRAINT event_kind_check;
 ALTER DOMAIN im.event_kind ADD CONSTRAINT event_kind_check
-    CHECK (VALUE IN ('message', 'create', 'join', 'leave', 'recall', 'edit', 'mode', 'reaction', 'pin', 'takedown'));
+    CHECK (VALUE IN ('message', 'create', 'join', 'leave', 'recall', 'edit', 'mode', 'reaction', 'pin',
+                     'role', 'mute', 'takedown'));
 ALTER TABLE im.event ADD COLUMN taken_down boolean NOT NULL DEFAULT false;
 COMMENT ON COLUMN im.event.recalled IS 'A tombstone: recalled by its sender, or taken down (then taken_down is true too and readers show recalled false) (contract §3, §17)';
 COMMENT ON COLUMN im.event.taken_down IS 'Taken down by a moderator: a tombstone for every reader, its body kept apart in im.takedown_evidence (contract §17)';
@@ -83,3 +85,115 @@ CREATE TABLE im.receipt_part (
 SELECT pg_catalog.pg_extension_config_dump('im.receipt_part', '');
 COMMENT ON TABLE im.receipt_part IS 'Per message of a fanout group, the receipt counts another node carried for its own members (contract §15, §20)';
 COMMENT ON COLUMN im.receipt_pending.read_hidden IS 'A carried direct receipt''s reader turned read receipts off: no read state is emitted (contract §20)';
+
+-- ---- roles, mutes, removals and bans in groups (contract §17)
+--   * the event kinds role and mute (im.event_kind: see above); a leave may carry its remover's key
+--     (the row rule is C: im.event_fields_valid, nothing to change here);
+--   * im.membership_period gains role and muted_until at the end of the
+--     row; every group's earliest active member (lowest join_seq, then
+--     period id: the creator was not recorded before) becomes its owner;
+--   * im.conversation_ban; the four functions set_member_role,
+--     mute_member, remove_member, unban_member;
+--   * im.conversation_list's result gains head_stale, my_role, muted_until:
+--     DROP + CREATE with the old owner and ACL carried over (copied into
+--     pg_proc after the REVOKE records the extension's initial privileges).
+-- (im.event_kind's CHECK accepts role and mute: the takedown section's
+-- drop and add above)
+
+ALTER TABLE im.membership_period
+    ADD COLUMN role text DEFAULT 'member'
+        CONSTRAINT membership_period_role_check CHECK (role IN ('owner', 'admin', 'member')),
+    ADD COLUMN muted_until timestamptz;
+UPDATE im.membership_period p SET role = 'owner'
+WHERE p.membership_period_id IN (
+    SELECT DISTINCT ON (q.conversation_id) q.membership_period_id
+    FROM im.membership_period q
+    JOIN im.conversation c ON c.conversation_id OPERATOR(pg_catalog.=) q.conversation_id
+    WHERE c.kind OPERATOR(pg_catalog.=) 'group' AND q.leave_seq IS NULL
+    ORDER BY q.conversation_id, q.join_seq, q.membership_period_id);
+COMMENT ON COLUMN im.membership_period.role IS 'The member''s role in a group during this period: owner, admin or member (contract §17)';
+COMMENT ON COLUMN im.membership_period.muted_until IS 'The end of the member''s mute; a write before it is IS403 (contract §17)';
+
+CREATE TABLE im.conversation_ban (
+    conversation_id  bigint NOT NULL,
+    user_id          bigint NOT NULL,
+    banned_by        bigint NOT NULL,
+    removal_event_id bigint NOT NULL,
+    banned_at        timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (conversation_id, user_id)
+);
+SELECT pg_catalog.pg_extension_config_dump('im.conversation_ban', '');
+REVOKE ALL ON TABLE im.conversation_ban FROM PUBLIC;
+COMMENT ON TABLE im.conversation_ban IS 'Users removed with a ban: join_conversation refuses them until unban_member (contract §17)';
+
+CREATE FUNCTION im.set_member_role(actor_id bigint, conversation_id bigint, user_id bigint,
+                                   role text, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+AS 'MODULE_PATHNAME', 'im_set_member_role' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+CREATE FUNCTION im.mute_member(actor_id bigint, conversation_id bigint, user_id bigint,
+                               muted_until timestamptz, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+AS 'MODULE_PATHNAME', 'im_mute_member' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+CREATE FUNCTION im.remove_member(actor_id bigint, conversation_id bigint, user_id bigint,
+                                 ban boolean, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+AS 'MODULE_PATHNAME', 'im_remove_member' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+CREATE FUNCTION im.unban_member(actor_id bigint, conversation_id bigint, user_id bigint)
+RETURNS TABLE(unbanned boolean)
+AS 'MODULE_PATHNAME', 'im_unban_member' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+REVOKE ALL ON FUNCTION im.set_member_role(bigint, bigint, bigint, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION im.mute_member(bigint, bigint, bigint, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION im.remove_member(bigint, bigint, bigint, boolean, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION im.unban_member(bigint, bigint, bigint) FROM PUBLIC;
+COMMENT ON FUNCTION im.set_member_role(bigint, bigint, bigint, text, text) IS 'The owner sets a member''s role or hands over ownership: a role position (contract §17)';
+COMMENT ON FUNCTION im.mute_member(bigint, bigint, bigint, timestamptz, text) IS 'Mutes a member until a time, NULL or a past time unmutes: a mute position (contract §17)';
+COMMENT ON FUNCTION im.remove_member(bigint, bigint, bigint, boolean, text) IS 'Removes a member, optionally banned: a leave position naming who removed them (contract §17)';
+COMMENT ON FUNCTION im.unban_member(bigint, bigint, bigint) IS 'Lifts a ban so the user may join again (contract §17)';
+
+SELECT pg_catalog.set_config('im_sync_upgrade.conversation_list_owner', p.proowner::pg_catalog.text, true),
+       pg_catalog.set_config('im_sync_upgrade.conversation_list_acl', COALESCE(p.proacl::pg_catalog.text, ''), true)
+FROM pg_catalog.pg_proc p
+WHERE p.oid OPERATOR(pg_catalog.=) 'im.conversation_list(bigint, integer, bigint)'::pg_catalog.regprocedure;
+DROP FUNCTION im.conversation_list(bigint, integer, bigint);
+CREATE FUNCTION im.conversation_list(user_id bigint, page_limit int DEFAULT 100,
+                                     after_conversation_id bigint DEFAULT NULL)
+RETURNS TABLE(conversation_id bigint, kind text, mode text,
+              last_msg_seq bigint, read_msg_seq bigint, unread_count bigint,
+              dirty_target_msg_seq bigint, dirty_version bigint,
+              head_msg_seq bigint, head_stale boolean, my_role text,
+              muted_until timestamptz)
+AS 'MODULE_PATHNAME', 'im_conversation_list' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+REVOKE ALL ON FUNCTION im.conversation_list(bigint, integer, bigint) FROM PUBLIC;
+DO $do$
+DECLARE
+    old_owner oid;
+    old_acl aclitem[];
+BEGIN
+    old_owner := pg_catalog.current_setting('im_sync_upgrade.conversation_list_owner')::pg_catalog.oid;
+    old_acl := NULLIF(pg_catalog.current_setting('im_sync_upgrade.conversation_list_acl'), '')::pg_catalog.aclitem[];
+    IF old_owner OPERATOR(pg_catalog.<>) (SELECT p.proowner FROM pg_catalog.pg_proc p
+            WHERE p.oid OPERATOR(pg_catalog.=) 'im.conversation_list(bigint, integer, bigint)'::pg_catalog.regprocedure) THEN
+        EXECUTE pg_catalog.format('ALTER FUNCTION im.conversation_list(bigint, integer, bigint) OWNER TO %I',
+                                  old_owner::pg_catalog.regrole);
+    END IF;
+    UPDATE pg_catalog.pg_proc SET proacl = old_acl
+    WHERE oid OPERATOR(pg_catalog.=) 'im.conversation_list(bigint, integer, bigint)'::pg_catalog.regprocedure;
+END
+$do$;
+COMMENT ON FUNCTION im.conversation_list(bigint, integer, bigint) IS 'The user''s conversations with positions, unread counts and dirty markers (contract §7)';
+
+-- contract §17 on several nodes: a user's role and mute in conversations
+-- this node owns (the authoritative periods), for the router's
+-- conversation_list (the user node's copies of periods keep the role they
+-- were copied with).  NULL role: no open period or a direct conversation.
+CREATE FUNCTION im.shard_member_roles(user_id bigint, conversation_ids bigint[])
+RETURNS TABLE(conversation_id bigint, my_role text, muted_until timestamptz)
+AS 'MODULE_PATHNAME', 'im_shard_member_roles' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+COMMENT ON FUNCTION im.shard_member_roles(bigint, bigint[]) IS 'A user''s role and mute in force in conversations this node owns, for the router''s conversation_list (contract §15, §17)';
+REVOKE ALL ON FUNCTION im.shard_member_roles(bigint, bigint[]) FROM PUBLIC;

@@ -24,6 +24,8 @@
 #include "core/shard_map.h"
 #include "core/shmem.h"
 #include "core/im_sql.h"
+#include "core/version_check.h"
+#include "conversation/conversation.h"
 #include "user/user.h"
 
 #include "catalog/pg_type.h"
@@ -98,6 +100,40 @@ decode_cursor(const char *text, int64 *pinned_at, int64 *activity_at, int64 *con
 			 errdetail("Pass the next_cursor of a previous page unchanged, or NULL for the first page.")));
 }
 
+/*
+ * The page statement; role_cols: my_role and muted_until (contract §17),
+ * constants on a catalog without roles.
+ */
+#define RECENT_ROLE_COLS \
+	IM_MY_ROLE_SQL("c.kind", "$1", "uc.conversation_id") ", " \
+	IM_MY_MUTED_UNTIL_SQL("$1", "uc.conversation_id")
+#define RECENT_NO_ROLE_COLS \
+	"CASE WHEN c.kind" EQ "'direct' THEN NULL ELSE 'member' END, NULL::pg_catalog.timestamptz"
+#define RECENT_SQL(role_cols) \
+	"SELECT c.conversation_id, c.kind, c.mode, uc.last_msg_seq, uc.read_msg_seq, " \
+	"       uc.unread_count, uc.dirty_target_msg_seq, uc.dirty_version, c.head_msg_seq, " \
+	"       NULLIF(uc.last_activity_at, '-infinity'::pg_catalog.timestamptz), " \
+	"       uc.conversation_pinned_at" GT "'-infinity'::pg_catalog.timestamptz, " \
+	"       m.gone, " \
+	role_cols ", NULL::pg_catalog.text, " \
+	"       uc.conversation_pinned_at, uc.last_activity_at, uc.conversation_id " \
+	"FROM im.user_conversation uc " \
+	"JOIN im.conversation c ON c.conversation_id" EQ "uc.conversation_id " \
+	/* \
+	 * per row, not a (hashed) subplan over all the user's periods: \
+	 * NULL for no period (not listed), true when none is open (left) \
+	 */ \
+	"CROSS JOIN LATERAL (SELECT pg_catalog.bool_and(p.leave_seq IS NOT NULL) AS gone " \
+	"                    FROM im.membership_period p " \
+	"                    WHERE p.user_id" EQ "$1 AND p.conversation_id" EQ "uc.conversation_id) m " \
+	"WHERE uc.user_id" EQ "$1 " \
+	"  AND (uc.conversation_pinned_at, uc.last_activity_at, (" MINUS "uc.conversation_id))" \
+	LT "($2, $3, $4) " \
+	"  AND m.gone IS NOT NULL " \
+	"ORDER BY uc.conversation_pinned_at DESC, uc.last_activity_at DESC, " \
+	"         (" MINUS "uc.conversation_id) DESC " \
+	"LIMIT $5"
+
 PG_FUNCTION_INFO_V1(im_recent_conversations);
 /*
  * recent_conversations(user_id, page_limit DEFAULT 50, after_cursor DEFAULT
@@ -105,13 +141,15 @@ PG_FUNCTION_INFO_V1(im_recent_conversations);
  * first (latest pin first), then by last_activity_at newest first, ties by
  * conversation_id ascending.  Each row's next_cursor is its own key (the
  * page after it); on the last page the last row's is NULL.  my_role is
- * 'member' in groups and NULL in direct conversations, muted_until NULL
- * (extension/doc/decisions.md).
+ * the role of the open period in a group (NULL in direct conversations and
+ * once left), muted_until the mute in force now (contract §17).
  */
 Datum
 im_recent_conversations(PG_FUNCTION_ARGS)
 {
-	static SPIPlanPtr plan;
+	static SPIPlanPtr plans[2];
+	SPIPlanPtr	plan;
+	bool		roles;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
 	int32		page_limit = im_arg_int32(fcinfo, 1, "page_limit", 1, 1000);
 	int64		pinned_at = DT_NOEND;
@@ -136,32 +174,10 @@ im_recent_conversations(PG_FUNCTION_ARGS)
 	 * index condition (user_conversation_recent_idx).  One row more than
 	 * the page tells whether another page follows.
 	 */
-	im_prepare(&plan,
-			   "SELECT c.conversation_id, c.kind, c.mode, uc.last_msg_seq, uc.read_msg_seq, "
-			   "       uc.unread_count, uc.dirty_target_msg_seq, uc.dirty_version, c.head_msg_seq, "
-			   "       NULLIF(uc.last_activity_at, '-infinity'::pg_catalog.timestamptz), "
-			   "       uc.conversation_pinned_at" GT "'-infinity'::pg_catalog.timestamptz, "
-			   "       m.gone, "
-			   "       CASE WHEN c.kind" EQ "'direct' THEN NULL ELSE 'member' END, "
-			   "       NULL::pg_catalog.timestamptz, NULL::pg_catalog.text, "
-			   "       uc.conversation_pinned_at, uc.last_activity_at, uc.conversation_id "
-			   "FROM im.user_conversation uc "
-			   "JOIN im.conversation c ON c.conversation_id" EQ "uc.conversation_id "
-			   /*
-			    * per row, not a (hashed) subplan over all the user's periods:
-			    * NULL for no period (not listed), true when none is open (left)
-			    */
-			   "CROSS JOIN LATERAL (SELECT pg_catalog.bool_and(p.leave_seq IS NOT NULL) AS gone "
-			   "                    FROM im.membership_period p "
-			   "                    WHERE p.user_id" EQ "$1 AND p.conversation_id" EQ "uc.conversation_id) m "
-			   "WHERE uc.user_id" EQ "$1 "
-			   "  AND (uc.conversation_pinned_at, uc.last_activity_at, (" MINUS "uc.conversation_id))"
-			   LT "($2, $3, $4) "
-			   "  AND m.gone IS NOT NULL "
-			   "ORDER BY uc.conversation_pinned_at DESC, uc.last_activity_at DESC, "
-			   "         (" MINUS "uc.conversation_id) DESC "
-			   "LIMIT $5",
-			   5, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, INT8OID);
+	roles = IM_CATALOG_HAS_ROLES();
+	plan = roles ?
+		im_prepare(&plans[1], RECENT_SQL(RECENT_ROLE_COLS), 5, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, INT8OID) :
+		im_prepare(&plans[0], RECENT_SQL(RECENT_NO_ROLE_COLS), 5, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = TimestampTzGetDatum(pinned_at);
 	args[2] = TimestampTzGetDatum(activity_at);

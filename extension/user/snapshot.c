@@ -25,6 +25,7 @@
 #include "core/locks.h"
 #include "core/im_sql.h"
 #include "core/version_check.h"
+#include "conversation/conversation.h"
 #include "user/user.h"
 
 #include "catalog/pg_type.h"
@@ -88,6 +89,12 @@
 #define SNAPSHOT_TAKEN_DOWN_SQL \
 	OP_CONCAT "pg_catalog.jsonb_build_object('taken_down_message_ids', " \
 	"  COALESCE(a.taken_down, '[]'::pg_catalog.jsonb))"
+
+/* contract §17: an item's my_role and muted_until, on a catalog with roles */
+#define SNAPSHOT_ROLE_SQL \
+	OP_CONCAT "pg_catalog.jsonb_build_object('my_role', " \
+	IM_MY_ROLE_SQL("k.kind", "$1", "c.conversation_id") ", 'muted_until', " \
+	IM_MY_MUTED_UNTIL_SQL("$1", "c.conversation_id") ") "
 
 #define SNAPSHOT_ITEMS_SQL(conversation_pinned, taken_down) \
 	"WITH per AS (" \
@@ -348,8 +355,10 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 	snapshot_id = im_get_int64(0, 1, NULL);
 
 	if (IM_CATALOG_HAS_TAKEDOWN())
-		items_plan = im_prepare(&items_plans[2], SNAPSHOT_ITEMS_SQL(SNAPSHOT_CONVERSATION_PINNED_SQL,
-																 SNAPSHOT_TAKEN_DOWN_SQL), 1, INT8OID);
+		items_plan = im_prepare(&items_plans[2],
+								SNAPSHOT_ITEMS_SQL(SNAPSHOT_CONVERSATION_PINNED_SQL SNAPSHOT_ROLE_SQL,
+												   SNAPSHOT_TAKEN_DOWN_SQL),
+								1, INT8OID);
 	else if (IM_CATALOG_HAS_RECENCY())
 		items_plan = im_prepare(&items_plans[1], SNAPSHOT_ITEMS_SQL(SNAPSHOT_CONVERSATION_PINNED_SQL, ""), 1, INT8OID);
 	else

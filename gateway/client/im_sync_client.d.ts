@@ -171,6 +171,10 @@ export class ImSyncClient {
   react(conversationId: number, messageId: number, key: string, present: boolean): Promise<{ [column: string]: unknown }>;
   pin(conversationId: number, messageId: number, pinned: boolean): Promise<{ [column: string]: unknown }>;
   pinConversation(conversationId: number, pinned: boolean): Promise<{ conversation_pinned: boolean; [column: string]: unknown }>;
+  /** Roles, mutes, removals in a group (contract §17); the actor is the session's user. A muted member's writes reject with code FORBIDDEN, reason "muted". */
+  setRole(conversationId: number, userId: number, role: 'owner' | 'admin' | 'member'): Promise<SendResult>;
+  muteMember(conversationId: number, userId: number, until: Date | string | null): Promise<SendResult>;
+  removeMember(conversationId: number, userId: number, options?: { ban?: boolean }): Promise<SendResult>;
   messageStatus(messageId: number): Promise<MessageFacts[]>;
   /** Read receipts on or off for this user (contract §20); resolves with the setting now. */
   setReadReceipts(enabled: boolean): Promise<boolean>;

@@ -38,6 +38,9 @@ const im_op_info im_ops[IM_OP_COUNT] = {
 	[IM_OP_RECENT_CONVERSATIONS] = {"recent_conversations", "recent_conversations_result", IM_REPLY_ROWS},
 	[IM_OP_PIN_CONVERSATION] = {"pin_conversation", "pin_conversation_result", IM_REPLY_ROW},
 	[IM_OP_SET_READ_RECEIPTS] = {"set_read_receipts", "set_read_receipts_result", IM_REPLY_ROW},
+	[IM_OP_SET_ROLE] = {"set_role", "set_role_result", IM_REPLY_ROW},
+	[IM_OP_MUTE_MEMBER] = {"mute_member", "mute_member_result", IM_REPLY_ROW},
+	[IM_OP_REMOVE_MEMBER] = {"remove_member", "remove_member_result", IM_REPLY_ROW},
 };
 
 typedef enum
@@ -183,6 +186,26 @@ static const op_stmt stmts[IM_OP_COUNT] = {
 	[IM_OP_SET_READ_RECEIPTS] = {
 		{U, {F_BOOL, "enabled", 1, 0}},
 		"SELECT * FROM im.set_read_receipts($1::bigint, $2::boolean, trace_id => $3::text)", NULL
+	},
+	/*
+	 * contract §17: the actor is the session's user; the member acted on is
+	 * target_user_id (a frame's user_id may only name the session's user).
+	 * mute_member without muted_until (or null) unmutes.
+	 */
+	[IM_OP_SET_ROLE] = {
+		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "target_user_id", 1, 0},
+		{F_TEXT, "role", 1, 0}, {F_TEXT, "client_msg_id", 1, 0}},
+		"SELECT * FROM im.set_member_role($1::bigint, $2::bigint, $3::bigint, $4::text, $5::text)", NULL
+	},
+	[IM_OP_MUTE_MEMBER] = {
+		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "target_user_id", 1, 0},
+		{F_TEXT, "muted_until", 0, 0}, {F_TEXT, "client_msg_id", 1, 0}},
+		"SELECT * FROM im.mute_member($1::bigint, $2::bigint, $3::bigint, $4::timestamptz, $5::text)", NULL
+	},
+	[IM_OP_REMOVE_MEMBER] = {
+		{U, {F_INT, "conversation_id", 1, 0}, {F_INT, "target_user_id", 1, 0},
+		{F_BOOL, "ban", 1, 0}, {F_TEXT, "client_msg_id", 1, 0}},
+		"SELECT * FROM im.remove_member($1::bigint, $2::bigint, $3::bigint, $4::boolean, $5::text)", NULL
 	},
 };
 
@@ -702,9 +725,52 @@ im_parse_device_event(const char *payload, im_device_event *ev)
 	return 0;
 }
 
+/*
+ * IS403's reasons (contract §17), by the server's message text: the one
+ * table every IS403 cause adds its line to.
+ */
+static const struct
+{
+	const char *errmsg;
+	const char *reason;
+}			forbidden_reasons[] = {
+	{"member muted", "muted"},
+};
+
+const char *
+im_api_error_code(const char *ss, const char *errmsg, const char **reason)
+{
+	*reason = NULL;
+	/* 22P05 is \u0000 in a body, 22003 an integer out of its column's range */
+	if (!strcmp(ss, "22023") || !strcmp(ss, "22P02") || !strcmp(ss, "22P05") ||
+		!strcmp(ss, "22003"))
+		return "INVALID_ARGUMENT";
+	if (!strcmp(ss, "42501"))
+		return "FORBIDDEN";
+	if (!strcmp(ss, "IS403"))
+	{
+		for (size_t i = 0; i < sizeof(forbidden_reasons) / sizeof(forbidden_reasons[0]); i++)
+			if (errmsg && !strcmp(errmsg, forbidden_reasons[i].errmsg))
+				*reason = forbidden_reasons[i].reason;
+		return "FORBIDDEN";
+	}
+	if (!strcmp(ss, "P0002"))
+		return "NOT_FOUND";
+	if (!strcmp(ss, "IS409"))
+		return "CONFLICT";
+	return "INTERNAL";
+}
+
 char *
 im_error_frame(json_t *id, const char *trace_id, const char *code, const char *message,
 			   long retry_after_ms)
+{
+	return im_error_frame_reason(id, trace_id, code, message, retry_after_ms, NULL);
+}
+
+char *
+im_error_frame_reason(json_t *id, const char *trace_id, const char *code, const char *message,
+					  long retry_after_ms, const char *reason)
 {
 	json_t	   *o = json_object();
 	char	   *s;
@@ -720,6 +786,8 @@ im_error_frame(json_t *id, const char *trace_id, const char *code, const char *m
 	json_object_set_new(o, "message", json_string(message ? message : code));
 	if (retry_after_ms >= 0)
 		json_object_set_new(o, "retry_after_ms", json_integer(retry_after_ms));
+	if (reason)
+		json_object_set_new(o, "reason", json_string(reason));
 	s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	return s;

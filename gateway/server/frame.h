@@ -43,6 +43,9 @@ typedef enum im_op
 	IM_OP_RECENT_CONVERSATIONS,	/* contract §20 */
 	IM_OP_PIN_CONVERSATION,
 	IM_OP_SET_READ_RECEIPTS,	/* contract §20: the session user's own setting */
+	IM_OP_SET_ROLE,				/* contract §17 */
+	IM_OP_MUTE_MEMBER,
+	IM_OP_REMOVE_MEMBER,
 	IM_OP_COUNT
 } im_op;
 
@@ -144,6 +147,17 @@ extern int	im_parse_device_event(const char *payload, im_device_event *ev);
  * (trace_id left out when NULL or ""). */
 extern char *im_error_frame(json_t *id, const char *trace_id, const char *code, const char *message,
 							long retry_after_ms);
+/* The same with a "reason" (FORBIDDEN of contract §17), left out when NULL. */
+extern char *im_error_frame_reason(json_t *id, const char *trace_id, const char *code,
+								   const char *message, long retry_after_ms, const char *reason);
+
+/*
+ * The error an API SQLSTATE answers with (contract §10): its code, and for
+ * IS403 (contract §17) the reason named by the server's message ("member
+ * muted" → "muted"), *reason NULL otherwise.  One table for every IS403
+ * cause (frame.c).
+ */
+extern const char *im_api_error_code(const char *sqlstate, const char *errmsg, const char **reason);
 
 /* The ttl of a presence: set by the hello statement, renewed by
  * presence_report.c a third of it apart. */

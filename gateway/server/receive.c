@@ -290,23 +290,6 @@ im_on_receive(struct lws *wsi, session *s, const void *in, size_t len)
 	return 0;
 }
 
-/* The contract's error code for an SQLSTATE of the API (contract §10). */
-static const char *
-error_code_of(const char *ss)
-{
-	/* 22P05 is \u0000 in a body, 22003 an integer out of its column's range */
-	if (!strcmp(ss, "22023") || !strcmp(ss, "22P02") || !strcmp(ss, "22P05") ||
-		!strcmp(ss, "22003"))
-		return "INVALID_ARGUMENT";
-	if (!strcmp(ss, "42501"))
-		return "FORBIDDEN";
-	if (!strcmp(ss, "P0002"))
-		return "NOT_FOUND";
-	if (!strcmp(ss, "IS409"))
-		return "CONFLICT";
-	return "INTERNAL";
-}
-
 void
 im_on_api_job(session *s, im_job *j)
 {
@@ -328,7 +311,8 @@ im_on_api_job(session *s, im_job *j)
 					  : "database unavailable, retry later", IM_RETRY_UNAVAILABLE_MS);
 	else
 	{
-		const char *code = error_code_of(j->sqlstate);
+		const char *reason;
+		const char *code = im_api_error_code(j->sqlstate, j->errmsg, &reason);
 
 		if (strcmp(code, "INTERNAL") == 0)
 		{
@@ -340,7 +324,7 @@ im_on_api_job(session *s, im_job *j)
 			im_send_error(s, j->id, rq, code, "internal error", -1);
 		}
 		else
-			im_send_error(s, j->id, rq, code, j->errmsg, -1);
+			im_send_error_reason(s, j->id, rq, code, j->errmsg, reason);
 	}
 	if (im_draining)
 		im_begin_close(s, 1001, "shutdown");

@@ -188,17 +188,30 @@ enqueue_text(session *s, char *text, int out_type)
 	return 0;
 }
 
-void
-im_send_error(session *s, json_t *id, const im_reqinfo *rq, const char *code, const char *msg,
-			  long retry_ms)
+/* An error frame's text, queued, counted and its request done. */
+static void
+send_error_text(session *s, const im_reqinfo *rq, const char *code, char *text)
 {
 	im_count_error(code);
 	/* a client that reads none of its replies is closed, never left with a
 	 * request that silently got no answer */
-	if (enqueue_text(s, im_error_frame(id, rq->trace_id, code, msg, retry_ms), IM_OUT_ERROR) != 0 &&
-		!s->close_code)
+	if (enqueue_text(s, text, IM_OUT_ERROR) != 0 && !s->close_code)
 		im_begin_close(s, 1013, "send_queue_full");
 	im_request_done(s, rq, code, 0);
+}
+
+void
+im_send_error(session *s, json_t *id, const im_reqinfo *rq, const char *code, const char *msg,
+			  long retry_ms)
+{
+	send_error_text(s, rq, code, im_error_frame(id, rq->trace_id, code, msg, retry_ms));
+}
+
+void
+im_send_error_reason(session *s, json_t *id, const im_reqinfo *rq, const char *code, const char *msg,
+					 const char *reason)
+{
+	send_error_text(s, rq, code, im_error_frame_reason(id, rq->trace_id, code, msg, -1, reason));
 }
 
 /* Every request gets a reply: one too large for the send queue is answered UNAVAILABLE. */

@@ -98,7 +98,10 @@ async function forgetOtherDatabases(keep) {
 }
 
 function report(err) {
-  $('status').textContent = `error: ${err.message}`;
+  // contract §17: a muted member's write is FORBIDDEN with reason "muted"
+  const muted = err && err.code === 'FORBIDDEN' && err.frame && err.frame.reason === 'muted';
+  $('status').textContent = muted ? 'you are muted in this conversation: you can read but not write'
+    : `error: ${err.message}`;
 }
 
 // ---- what a person reads: names, times, ticks, sentences

@@ -1254,6 +1254,14 @@ export class ImSyncClient {
       case 'pin_conversation':
         // `pinned` as the pin frame names it, `pin` as the SQL function does
         return { ...f, pinned: item.pinned, pin: item.pinned };
+      // roles, mutes, removals (contract §17): the actor is the session's user
+      case 'set_role':
+        return { ...f, client_msg_id: item.client_msg_id, target_user_id: item.target_user_id, role: item.role };
+      case 'mute_member':
+        return { ...f, client_msg_id: item.client_msg_id, target_user_id: item.target_user_id,
+                 muted_until: item.muted_until ?? null };
+      case 'remove_member':
+        return { ...f, client_msg_id: item.client_msg_id, target_user_id: item.target_user_id, ban: !!item.ban };
       default:
         throw new Error(`unknown outbox item ${item.type}`);
     }
@@ -1286,6 +1294,20 @@ export class ImSyncClient {
   // conversation_pin event both set conversation_pinned.
   pinConversation(conversationId, pinned) {
     return this.enqueue({ type: 'pin_conversation', conversation_id: conversationId, pinned: !!pinned });
+  }
+  // Roles, mutes and removals in a group (contract §17), queued like the
+  // other writes (idempotent by their client_msg_id).  muteMember's until:
+  // a Date or an ISO 8601 string, null to unmute.
+  setRole(conversationId, userId, role) {
+    return this.enqueue({ type: 'set_role', conversation_id: conversationId, target_user_id: userId, role });
+  }
+  muteMember(conversationId, userId, until) {
+    const mutedUntil = until == null ? null : (until instanceof Date ? until.toISOString() : String(until));
+    return this.enqueue({ type: 'mute_member', conversation_id: conversationId, target_user_id: userId,
+                          muted_until: mutedUntil });
+  }
+  removeMember(conversationId, userId, { ban = false } = {}) {
+    return this.enqueue({ type: 'remove_member', conversation_id: conversationId, target_user_id: userId, ban: !!ban });
   }
 
   // Loads the last historyPage positions of a conversation whose history is

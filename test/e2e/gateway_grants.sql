@@ -26,6 +26,12 @@ GRANT EXECUTE ON FUNCTION
   im.recent_conversations(bigint, int, text), im.pin_conversation(bigint, bigint, boolean, text),
   im.set_read_receipts(bigint, boolean, text)
 TO im_gateway_e2e;
+-- roles, mutes, removals: the frames set_role, mute_member, remove_member (contract §17)
+GRANT EXECUTE ON FUNCTION
+  im.set_member_role(bigint, bigint, bigint, text, text),
+  im.mute_member(bigint, bigint, bigint, timestamptz, text),
+  im.remove_member(bigint, bigint, bigint, boolean, text)
+TO im_gateway_e2e;
 -- push: presence (contract §13)
 GRANT EXECUTE ON FUNCTION
   im.set_presence(bigint, text, bigint, boolean, interval),

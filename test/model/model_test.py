@@ -371,6 +371,14 @@ class Model:
         self.users = list(range(seed * 100 + 1, seed * 100 + 1 + N_USERS))
         self.devices = [Device(u, d) for u in self.users for d in DEVICES]
         self.members = {}          # conversation -> set of active members (driver's truth)
+        # contract §17, the driver's truth of roles: a group's owner, its
+        # admins, its active members in the order they joined (successor rule)
+        self.owner = {}
+        self.admins = {}
+        self.join_order = {}
+        # moderation draws from its own stream, so the other operations'
+        # choices stay those of the seed until a moderation changes a member
+        self.mrng = random.Random(seed * 7 + 29)
         self.kind = {}             # conversation -> 'direct' | 'group'
         self.sent = []             # [conv, sender, message_id, recalled]
         self.ckey = 0
@@ -436,6 +444,10 @@ class Model:
             c = self.q1("SELECT im.create_conversation('group', %s) AS c", (list(members),))['c']
             self.members[c] = set(members)
             self.kind[c] = 'group'
+            # no creator: the first member (lowest user id) owns it
+            self.owner[c] = min(members)
+            self.admins[c] = set()
+            self.join_order[c] = sorted(members)
 
     # ---- server-side operations
     def op_send(self, c=None):
@@ -593,6 +605,9 @@ class Model:
             self.note('  join switched c%d to %s' % (c, after))
             self.count('switch.auto')
         self.members[c].add(u)
+        self.join_order[c].append(u)
+        if self.owner[c] is None:
+            self.owner[c] = u       # the first to join an empty group owns it
         self.note('join u%d c%d period %d at %d' % (u, c, r['membership_period_id'], r['join_seq']))
         self.count('op.join')
 
@@ -651,8 +666,84 @@ class Model:
         u = self.rng.choice(sorted(self.members[c]))
         r = self.q1("SELECT * FROM im.leave_conversation(%s, %s)", (c, u))
         self.members[c].discard(u)
+        self.forget_member(c, u)
         self.note('leave u%d c%d leave_seq %d' % (u, c, r['leave_seq']))
         self.count('op.leave')
+
+    def forget_member(self, c, u):
+        """u's period in c ended: its role goes; the owner's successor is the
+        longest-serving admin, else the longest-serving member (contract §17)."""
+        self.join_order[c].remove(u)
+        self.admins[c].discard(u)
+        if self.owner[c] == u:
+            order = self.join_order[c]
+            admins = [x for x in order if x in self.admins[c]]
+            self.owner[c] = (admins or order or [None])[0]
+            self.admins[c].discard(self.owner[c])
+            self.count('role.successor')
+
+    def api_error(self, sql, args):
+        """The SQLSTATE of a call that must fail (nothing written)."""
+        try:
+            self.q(sql, args)
+        except psycopg2.Error as e:
+            return e.pgcode
+        raise ModelFailure('%s %r succeeded' % (sql, args))
+
+    def op_moderate(self):
+        """Roles, mutes, removals (contract §17) by the group's owner: a role
+        change (sometimes the handover), a mute (the muted member's send is
+        IS403 and writes nothing) lifted again, a removal (with a ban: a
+        join is 42501 until unban_member).  Each is a position that every
+        member's device must end up with, as fetch_messages shows it."""
+        rng = self.mrng
+        groups = [c for c in sorted(self.members)
+                  if self.kind[c] == 'group' and self.owner.get(c) in self.members[c] and len(self.members[c]) > 1]
+        if not groups:
+            return
+        c = rng.choice(groups)
+        o = self.owner[c]
+        t = rng.choice(sorted(self.members[c] - {o}))
+        what = rng.choice(['role', 'role', 'handover', 'mute', 'remove'])
+        k = self.key()
+        if what in ('role', 'handover'):
+            role = 'owner' if what == 'handover' else rng.choice(['admin', 'member'])
+            r = self.q1("SELECT * FROM im.set_member_role(%s, %s, %s, %s, %s)", (o, c, t, role, k))
+            check(r['created'], 'set_member_role not created: %r', r)
+            if rng.random() < 0.3:
+                r2 = self.q1("SELECT * FROM im.set_member_role(%s, %s, %s, %s, %s)", (o, c, t, role, k))
+                check(not r2['created'] and r2['message_id'] == r['message_id'], 'role retry: %r vs %r', r, r2)
+            if role == 'owner':
+                self.owner[c] = t
+                self.admins[c].discard(t)
+                self.admins[c].add(o)
+            elif role == 'admin':
+                self.admins[c].add(t)
+            else:
+                self.admins[c].discard(t)
+            self.note('role c%d u%d %s by u%d -> seq %d' % (c, t, role, o, r['msg_seq']))
+        elif what == 'mute':
+            r = self.q1("SELECT * FROM im.mute_member(%s, %s, %s, 'infinity', %s)", (o, c, t, k))
+            check(r['created'], 'mute not created: %r', r)
+            code = self.api_error("SELECT * FROM im.send_message(%s, %s, %s, '{\"text\": \"muted\"}')",
+                                  (t, c, self.key()))
+            check(code == 'IS403', 'a muted member sent: %s', code)
+            r = self.q1("SELECT * FROM im.mute_member(%s, %s, %s, NULL, %s)", (o, c, t, self.key()))
+            check(r['created'], 'unmute not created: %r', r)
+            self.note('mute c%d u%d by u%d, refused send, unmuted at %d' % (c, t, o, r['msg_seq']))
+        else:
+            ban = rng.random() < 0.5
+            r = self.q1("SELECT * FROM im.remove_member(%s, %s, %s, %s, %s)", (o, c, t, ban, k))
+            check(r['created'], 'remove not created: %r', r)
+            self.members[c].discard(t)
+            self.forget_member(c, t)
+            if ban:
+                code = self.api_error("SELECT * FROM im.join_conversation(%s, %s)", (c, t))
+                check(code == '42501', 'a banned user joined: %s', code)
+                r2 = self.q1("SELECT * FROM im.unban_member(%s, %s, %s)", (o, c, t))
+                check(r2['unbanned'], 'unban found no ban: %r', r2)
+            self.note('remove c%d u%d by u%d ban %s -> seq %d' % (c, t, o, ban, r['msg_seq']))
+        self.count('op.moderate.' + what)
 
     def op_read(self):
         d = self.rng.choice(self.devices)
@@ -1179,7 +1270,10 @@ class Model:
         ops = [(f, w) for f, w in ops if f.__name__[3:] not in self.skip]
         fns = [f for f, _ in ops]
         weights = [w for _, w in ops]
+        moderate = 'moderate' not in self.skip
         for step in range(self.steps):
+            if moderate and self.mrng.random() < 0.06:
+                self.op_moderate()
             self.rng.choices(fns, weights)[0]()
         self.final_check()
 

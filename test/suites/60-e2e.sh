@@ -53,6 +53,8 @@ IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_relations.py || rc=1
 IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_recent.py || rc=1
 # read receipts on and off, with the gateway role's grants only
 IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_read_receipts.py || rc=1
+# roles, mutes, removals (contract §17), with the gateway role's grants only
+IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_roles.py || rc=1
 IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_gateway.py scenario shared_log supersede revoke http || rc=1
 if grep -q 'permission denied\|members_lookup_failed' "$IM_TMP/gateway-small.log"; then
   echo "the gateway role lacks a grant:"; grep 'permission denied\|members_lookup_failed' "$IM_TMP/gateway-small.log" | head -3; rc=1

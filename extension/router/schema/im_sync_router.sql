@@ -469,6 +469,26 @@ CREATE FUNCTION im_router.moderation_evidence(target_message_id bigint)
 RETURNS TABLE(conversation_id bigint, sender_id bigint, body jsonb,
               taken_down_at timestamptz, erase_after timestamptz)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(target_message_id); TARGET im.moderation_evidence; $$;
+-- contract §17: roles, mutes, removals and bans, on the conversation's node
+-- (its single writer orders them with the sends)
+CREATE FUNCTION im_router.set_member_role(actor_id bigint, conversation_id bigint, user_id bigint,
+                                          role text, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.set_member_role; $$;
+
+CREATE FUNCTION im_router.mute_member(actor_id bigint, conversation_id bigint, user_id bigint,
+                                      muted_until timestamptz, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.mute_member; $$;
+
+CREATE FUNCTION im_router.remove_member(actor_id bigint, conversation_id bigint, user_id bigint,
+                                        ban boolean, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.remove_member; $$;
+
+CREATE FUNCTION im_router.unban_member(actor_id bigint, conversation_id bigint, user_id bigint)
+RETURNS TABLE(unbanned boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.unban_member; $$;
 
 -- the conversation node holds the positions, the shared log and (for users
 -- placed elsewhere) the deletions for fetch_messages
@@ -661,6 +681,13 @@ LANGUAGE plproxy AS $$
     SELECT h.conversation_id, h.head_msg_seq, h.mode FROM im.conversation_current(conversation_ids) h;
 $$;
 
+CREATE FUNCTION im_router.on_node_member_roles(part int, user_id bigint, conversation_ids bigint[])
+RETURNS TABLE(conversation_id bigint, my_role text, muted_until timestamptz)
+LANGUAGE plproxy AS $$
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
+    SELECT r.conversation_id, r.my_role, r.muted_until FROM im.shard_member_roles(user_id, conversation_ids) r;
+$$;
+
 CREATE FUNCTION im_router.on_node_message_status(part int, message_id bigint, user_ids bigint[])
 RETURNS TABLE(user_id bigint, device_id text, accepted boolean, in_sync_scope boolean,
               device_synced boolean, user_read boolean)
@@ -738,7 +765,8 @@ AS $$ SELECT coalesce(sum(n), 0)::bigint FROM im_router.all_run_receipts(max_row
 
 CREATE FUNCTION im_router.user_conversation_list(user_id bigint, page_limit int, after_conversation_id bigint)
 RETURNS TABLE(conversation_id bigint, kind text, mode text, last_msg_seq bigint, read_msg_seq bigint,
-              unread_count bigint, dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint)
+              unread_count bigint, dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint,
+              head_stale boolean, my_role text, muted_until timestamptz)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.conversation_list; $$;
 
 CREATE FUNCTION im_router.all_run_fanout(max_items int) RETURNS SETOF bigint
@@ -995,19 +1023,22 @@ END $$;
  * (im.conversation_current), as one node reads them from the conversation
  * row: an ex-member's copy misses a mode switch made once no member was
  * left on its node.  When a conversation node is unreachable its rows keep
- * the user node's copy and head_stale is true (contract §15).
+ * the user node's copy and head_stale is true (contract §15).  my_role and
+ * muted_until come from the same node's periods (im.shard_member_roles;
+ * contract §17), the user node's copy when it is unreachable.
  */
 CREATE FUNCTION im_router.conversation_list(user_id bigint, page_limit int DEFAULT 100,
                                             after_conversation_id bigint DEFAULT NULL)
 RETURNS TABLE(conversation_id bigint, kind text, mode text, last_msg_seq bigint, read_msg_seq bigint,
               unread_count bigint, dirty_target_msg_seq bigint, dirty_version bigint,
-              head_msg_seq bigint, head_stale boolean)
+              head_msg_seq bigint, head_stale boolean, my_role text, muted_until timestamptz)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, im_router, pg_temp
 AS $$
 DECLARE
     page jsonb;
     heads jsonb := '{}';
+    roles jsonb := '{}';
     stale bigint[] := '{}';
     g record;
 BEGIN
@@ -1020,6 +1051,11 @@ BEGIN
                                                                 jsonb_build_object('head', h.head_msg_seq,
                                                                                    'mode', h.mode))
                                           FROM im_router.on_node_current(g.part, g.node_ids) h), '{}');
+            -- contract §17: the role and mute from the conversation's own periods
+            roles := roles || coalesce((SELECT jsonb_object_agg(r.conversation_id::text,
+                                                                jsonb_build_object('role', r.my_role,
+                                                                                   'muted_until', r.muted_until))
+                                          FROM im_router.on_node_member_roles(g.part, user_id, g.node_ids) r), '{}');
         EXCEPTION WHEN OTHERS THEN
             IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
                 RAISE;      -- im.<f>'s one rethrow strips it (see the generated wrappers)
@@ -1035,11 +1071,17 @@ BEGIN
                x.dirty_target_msg_seq, x.dirty_version,
                CASE WHEN x.conversation_id = ANY (stale) THEN x.head_msg_seq
                     ELSE coalesce((heads->x.conversation_id::text->>'head')::bigint, x.head_msg_seq) END,
-               x.conversation_id = ANY (stale)
+               x.conversation_id = ANY (stale),
+               CASE WHEN roles ? x.conversation_id::text THEN roles->x.conversation_id::text->>'role'
+                    ELSE x.my_role END,
+               CASE WHEN roles ? x.conversation_id::text
+                    THEN (roles->x.conversation_id::text->>'muted_until')::timestamptz
+                    ELSE x.muted_until END
           FROM jsonb_array_elements(page) WITH ORDINALITY AS e(row_json, ord),
                LATERAL jsonb_to_record(e.row_json) AS x(conversation_id bigint, kind text, mode text,
                    last_msg_seq bigint, read_msg_seq bigint, unread_count bigint,
-                   dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint)
+                   dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint,
+                   my_role text, muted_until timestamptz)
          ORDER BY e.ord;
 END $$;
 
@@ -1387,6 +1429,8 @@ BEGIN
                     'members_among',
                     -- §3, §14
                     'send_message', 'recall_message', 'edit_message', 'react', 'pin_message',
+                    -- §17 roles, mutes, removals and bans
+                    'set_member_role', 'mute_member', 'remove_member', 'unban_member',
                     -- §4, §8 operations
                     'run_fanout', 'repair_fanout', 'gc_inbox', 'reconcile', 'metrics',
                     'set_extension_owner',

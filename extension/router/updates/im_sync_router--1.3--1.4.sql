@@ -67,3 +67,151 @@ SELECT im_router.create_api_wrapper('im_router.set_read_receipts(bigint, boolean
 SELECT im_router.create_api_wrapper('im_router.run_receipts(int)'::regprocedure);
 REVOKE ALL ON FUNCTION im.set_read_receipts(bigint, boolean, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION im.run_receipts(int) FROM PUBLIC;
+
+
+-- ---- roles, mutes, removals and bans (contract §17): im_router and im.*
+-- set_member_role, mute_member, remove_member and unban_member, run on the
+-- conversation's node (nodes at 1.12); the im.* wrappers as the install
+-- script generates every wrapper, revoked from PUBLIC like the others.
+-- conversation_list gains my_role and muted_until (the node's columns end
+-- head_stale, my_role, muted_until): im_router.user_conversation_list,
+-- im_router.conversation_list and the wrapper im.conversation_list are
+-- dropped and made again, each keeping its owner and ACL; my_role and
+-- muted_until come from the conversation's node (im.shard_member_roles,
+-- nodes at 1.12) through im_router.on_node_member_roles.
+CREATE FUNCTION im_router.set_member_role(actor_id bigint, conversation_id bigint, user_id bigint,
+                                          role text, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.set_member_role; $$;
+
+CREATE FUNCTION im_router.mute_member(actor_id bigint, conversation_id bigint, user_id bigint,
+                                      muted_until timestamptz, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.mute_member; $$;
+
+CREATE FUNCTION im_router.remove_member(actor_id bigint, conversation_id bigint, user_id bigint,
+                                        ban boolean, client_msg_id text)
+RETURNS TABLE(message_id bigint, msg_seq bigint, created boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.remove_member; $$;
+
+CREATE FUNCTION im_router.unban_member(actor_id bigint, conversation_id bigint, user_id bigint)
+RETURNS TABLE(unbanned boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(conversation_id); TARGET im.unban_member; $$;
+
+SELECT im_router.create_api_wrapper(p.oid)
+  FROM pg_proc p
+ WHERE p.pronamespace = 'im_router'::regnamespace
+   AND p.proname = ANY (ARRAY['set_member_role', 'mute_member', 'remove_member', 'unban_member'])
+ ORDER BY p.proname;
+REVOKE ALL ON FUNCTION im.set_member_role(bigint, bigint, bigint, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION im.mute_member(bigint, bigint, bigint, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION im.remove_member(bigint, bigint, bigint, boolean, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION im.unban_member(bigint, bigint, bigint) FROM PUBLIC;
+
+SELECT pg_catalog.set_config('im_sync_router_upgrade.list_' || n.nspname || '_' || p.proname,
+                             p.proowner::pg_catalog.text || ' ' || COALESCE(p.proacl::pg_catalog.text, ''), true)
+FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
+WHERE n.nspname OPERATOR(pg_catalog.=) ANY (ARRAY['im', 'im_router'])
+  AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['conversation_list', 'user_conversation_list']);
+
+CREATE FUNCTION im_router.on_node_member_roles(part int, user_id bigint, conversation_ids bigint[])
+RETURNS TABLE(conversation_id bigint, my_role text, muted_until timestamptz)
+LANGUAGE plproxy AS $$
+    CLUSTER 'im_sync'; RUN ON im_router.route(part);
+    SELECT r.conversation_id, r.my_role, r.muted_until FROM im.shard_member_roles(user_id, conversation_ids) r;
+$$;
+
+DROP FUNCTION im.conversation_list(bigint, int, bigint);
+DROP FUNCTION im_router.conversation_list(bigint, int, bigint);
+DROP FUNCTION im_router.user_conversation_list(bigint, int, bigint);
+
+CREATE FUNCTION im_router.user_conversation_list(user_id bigint, page_limit int, after_conversation_id bigint)
+RETURNS TABLE(conversation_id bigint, kind text, mode text, last_msg_seq bigint, read_msg_seq bigint,
+              unread_count bigint, dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint,
+              head_stale boolean, my_role text, muted_until timestamptz)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.conversation_list; $$;
+
+CREATE FUNCTION im_router.conversation_list(user_id bigint, page_limit int DEFAULT 100,
+                                            after_conversation_id bigint DEFAULT NULL)
+RETURNS TABLE(conversation_id bigint, kind text, mode text, last_msg_seq bigint, read_msg_seq bigint,
+              unread_count bigint, dirty_target_msg_seq bigint, dirty_version bigint,
+              head_msg_seq bigint, head_stale boolean, my_role text, muted_until timestamptz)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, im_router, pg_temp
+AS $$
+DECLARE
+    page jsonb;
+    heads jsonb := '{}';
+    roles jsonb := '{}';
+    stale bigint[] := '{}';
+    g record;
+BEGIN
+    SELECT coalesce(jsonb_agg(to_jsonb(l)), '[]') INTO page
+      FROM im_router.user_conversation_list(user_id, page_limit, after_conversation_id) l;
+    FOR g IN SELECT * FROM im_router.group_by_node(ARRAY(
+                 SELECT (e->>'conversation_id')::bigint FROM jsonb_array_elements(page) e)) LOOP
+        BEGIN
+            heads := heads || coalesce((SELECT jsonb_object_agg(h.conversation_id::text,
+                                                                jsonb_build_object('head', h.head_msg_seq,
+                                                                                   'mode', h.mode))
+                                          FROM im_router.on_node_current(g.part, g.node_ids) h), '{}');
+            -- contract §17: the role and mute from the conversation's own periods
+            roles := roles || coalesce((SELECT jsonb_object_agg(r.conversation_id::text,
+                                                                jsonb_build_object('role', r.my_role,
+                                                                                   'muted_until', r.muted_until))
+                                          FROM im_router.on_node_member_roles(g.part, user_id, g.node_ids) r), '{}');
+        EXCEPTION WHEN OTHERS THEN
+            IF NOT im_router.node_unreachable(SQLSTATE, SQLERRM) THEN
+                RAISE;      -- im.<f>'s one rethrow strips it (see the generated wrappers)
+            END IF;
+            stale := stale || g.node_ids;
+        END;
+    END LOOP;
+    RETURN QUERY
+        SELECT x.conversation_id, x.kind,
+               CASE WHEN x.conversation_id = ANY (stale) THEN x.mode
+                    ELSE coalesce(heads->x.conversation_id::text->>'mode', x.mode) END,
+               x.last_msg_seq, x.read_msg_seq, x.unread_count,
+               x.dirty_target_msg_seq, x.dirty_version,
+               CASE WHEN x.conversation_id = ANY (stale) THEN x.head_msg_seq
+                    ELSE coalesce((heads->x.conversation_id::text->>'head')::bigint, x.head_msg_seq) END,
+               x.conversation_id = ANY (stale),
+               CASE WHEN roles ? x.conversation_id::text THEN roles->x.conversation_id::text->>'role'
+                    ELSE x.my_role END,
+               CASE WHEN roles ? x.conversation_id::text
+                    THEN (roles->x.conversation_id::text->>'muted_until')::timestamptz
+                    ELSE x.muted_until END
+          FROM jsonb_array_elements(page) WITH ORDINALITY AS e(row_json, ord),
+               LATERAL jsonb_to_record(e.row_json) AS x(conversation_id bigint, kind text, mode text,
+                   last_msg_seq bigint, read_msg_seq bigint, unread_count bigint,
+                   dirty_target_msg_seq bigint, dirty_version bigint, head_msg_seq bigint,
+                   my_role text, muted_until timestamptz)
+         ORDER BY e.ord;
+END $$;
+
+SELECT im_router.create_api_wrapper('im_router.conversation_list(bigint, int, bigint)'::regprocedure);
+REVOKE ALL ON FUNCTION im.conversation_list(bigint, int, bigint) FROM PUBLIC;
+DO $acl$
+DECLARE
+    saved text;
+    old_owner oid;
+    old_acl aclitem[];
+    fn regprocedure;
+BEGIN
+    FOREACH fn IN ARRAY ARRAY['im.conversation_list(bigint, int, bigint)'::regprocedure,
+                              'im_router.conversation_list(bigint, int, bigint)'::regprocedure,
+                              'im_router.user_conversation_list(bigint, int, bigint)'::regprocedure]
+    LOOP
+        saved := current_setting('im_sync_router_upgrade.list_' ||
+                     (SELECT n.nspname || '_' || p.proname FROM pg_proc p
+                        JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.oid = fn), true);
+        CONTINUE WHEN saved IS NULL OR saved = '';
+        -- "<owner oid> <acl>": the oid has no space, the ACL may
+        old_owner := split_part(saved, ' ', 1)::oid;
+        old_acl := NULLIF(substr(saved, position(' ' in saved) + 1), '')::aclitem[];
+        IF old_owner <> (SELECT p.proowner FROM pg_proc p WHERE p.oid = fn) THEN
+            EXECUTE format('ALTER FUNCTION %s OWNER TO %I', fn, old_owner::regrole);
+        END IF;
+        UPDATE pg_proc SET proacl = old_acl WHERE oid = fn;
+    END LOOP;
+END $acl$;
