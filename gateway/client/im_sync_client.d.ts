@@ -116,10 +116,14 @@ export interface Conversation {
   last_activity_at: string | null;
   /** Older positions not local yet (loadOlder() loads them). */
   has_older: boolean;
+  /** The user's role in a group (contract §17); null in a direct conversation. */
+  my_role: 'owner' | 'admin' | 'member' | null;
+  /** The end of the user's mute in this conversation (ISO 8601), or null. */
+  muted_until: string | null;
 }
 
 export interface Position {
-  kind: 'message' | 'create' | 'join' | 'leave' | 'recall' | 'edit' | 'mode' | 'reaction' | 'pin' | 'takedown' | string;
+  kind: 'message' | 'create' | 'join' | 'leave' | 'recall' | 'edit' | 'mode' | 'reaction' | 'pin' | 'takedown' | 'role' | 'mute' | string;
   conversation_id: number;
   msg_seq: number;
   message_id: number | null;

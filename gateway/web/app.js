@@ -276,6 +276,21 @@ function messageMenu(m, mine, conv) {
     menu.append(item('recall-btn', 'Recall', () => client.recall(selected, m.message_id).catch(report)));
     menu.append(item('facts-btn', 'Status', () => showFacts(m)));
   }
+  // an owner or admin acts on the sender (contract §17); the server decides
+  // who may act on whom (42501 otherwise, shown in the status line)
+  const role = conv && conv.kind === 'group' ? conv.my_role : null;
+  if (!mine && m.sender_id != null && (role === 'owner' || role === 'admin')) {
+    const who = m.sender_id;
+    menu.append(item('mute-btn', 'Mute sender for 1 hour',
+      () => client.muteMember(selected, who, new Date(Date.now() + 3600e3)).catch(report)));
+    menu.append(item('unmute-btn', 'Unmute sender', () => client.muteMember(selected, who, null).catch(report)));
+    if (role === 'owner') {
+      menu.append(item('admin-btn', 'Make sender an admin', () => client.setRole(selected, who, 'admin').catch(report)));
+      menu.append(item('member-btn', 'Make sender a member', () => client.setRole(selected, who, 'member').catch(report)));
+    }
+    menu.append(item('remove-btn', 'Remove sender from the group',
+      () => client.removeMember(selected, who).catch(report)));
+  }
   return menu;
 }
 
@@ -347,6 +362,15 @@ function render() {
   const conv = client.conversations().find((c) => c.conversation_id === selected);
   $('conversation').hidden = false;
   $('conversation-title').textContent = conv ? conversationName(conv) : `conversation ${selected}`;
+  // the user's standing here (contract §17): a role in a group, a mute
+  const role = conv && conv.kind === 'group' ? conv.my_role : null;
+  $('my-role').textContent = role === 'owner' ? 'you are the owner' : role === 'admin' ? 'you are an admin' : '';
+  $('my-role').dataset.role = role || '';
+  const mutedUntil = conv && conv.muted_until ? timeOf(conv.muted_until) : null;
+  const muted = !!mutedUntil && mutedUntil > new Date();
+  $('muted').hidden = !muted;
+  $('muted').textContent = muted ? `you are muted until ${dayLabel(mutedUntil)} ${hhmm(mutedUntil)}: you can read but not write` : '';
+  $('send').disabled = muted;
   const msgs = client.messages(selected);
   const byId = new Map(msgs.filter((m) => m.kind === 'message').map((m) => [m.message_id, m]));
   $('pinned').replaceChildren(...(conv && conv.pinned.length

@@ -297,7 +297,11 @@ class View {
   //                                   (a snapshot leaves history to be loaded
   //                                   when the conversation is opened);
   //   server_unread, server_unread_at the server's unread count as of that
-  //                                   last_msg_seq, for history not loaded.
+  //                                   last_msg_seq, for history not loaded;
+  //   my_role, muted_until, standing_seq  the user's role and mute in a group
+  //                                   (contract §17) as of that position: a
+  //                                   role or mute position above it changes
+  //                                   them, an older one (lazy history) not.
   conv(id) {
     let c = this.convs.get(id);
     if (!c) {
@@ -305,7 +309,8 @@ class View {
             dirty_target_msg_seq: 0, dirty_version: 0, dirty: false, pinned: [], head_msg_seq: 0,
             conversation_pinned: false, pin_order: 0, last_activity_at: null,
             delivered_through_seq: 0, read_through_seq: 0, msg_receipts: {},
-            loaded_from: 1, history_floor: 1, server_unread: null, server_unread_at: 0 };
+            loaded_from: 1, history_floor: 1, server_unread: null, server_unread_at: 0,
+            my_role: null, muted_until: null, standing_seq: 0 };
       this.convs.set(id, c);
     }
     this.dirtyKeys.add(convKey(id));
@@ -423,6 +428,18 @@ class View {
         break;
       case 'join':
         if (p.body && p.body.user_id === me) c.left = false;
+        break;
+      // the user's own role and mute (contract §17), newest position wins
+      case 'role':
+        if (p.body && !(c.standing_seq > p.msg_seq)) {
+          if (p.body.user_id === me) { c.my_role = p.body.role; c.standing_seq = p.msg_seq; }
+          else if (p.body.previous_owner === me) { c.my_role = p.body.previous_owner_role; c.standing_seq = p.msg_seq; }
+        }
+        break;
+      case 'mute':
+        if (p.body && p.body.user_id === me && !(c.standing_seq > p.msg_seq)) {
+          c.muted_until = p.body.muted_until ?? null; c.standing_seq = p.msg_seq;
+        }
         break;
       default:
         break;
@@ -1031,7 +1048,8 @@ export class ImSyncClient {
                          last_msg_seq: last, loaded_from: last + 1,
                          history_floor: joins.length ? Math.max(1, Math.min(...joins)) : 1,
                          server_unread: it.unread_count ?? null, server_unread_at: last,
-                         last_activity_at: it.last_activity_at ?? null });
+                         last_activity_at: it.last_activity_at ?? null,
+                         my_role: it.my_role ?? null, muted_until: it.muted_until ?? null, standing_seq: last });
       this.view.pinRanked(c, it.conversation_pinned);
       if (it.periods && it.periods.length && it.periods.every((p) => p.leave_seq != null)) c.left = true;
     }
@@ -1120,6 +1138,12 @@ export class ImSyncClient {
     c.mode = row.mode;
     c.head_msg_seq = row.head_msg_seq;
     if (row.read_msg_seq > c.read_msg_seq) c.read_msg_seq = row.read_msg_seq;
+    // the role and mute as of the row's last position, unless a newer
+    // position already said otherwise
+    if ('my_role' in row && !(c.standing_seq > (row.last_msg_seq ?? 0))) {
+      c.my_role = row.my_role ?? null; c.muted_until = row.muted_until ?? null;
+      c.standing_seq = row.last_msg_seq ?? c.standing_seq;
+    }
     if (row.unread_count != null) { c.server_unread = row.unread_count; c.server_unread_at = row.last_msg_seq ?? c.last_msg_seq; }
     if (row.mode === 'shared_log' && row.dirty_target_msg_seq > c.last_msg_seq) {
       c.dirty = true;
@@ -1426,7 +1450,7 @@ export class ImSyncClient {
         read_msg_seq: c.read_msg_seq, unread: this.view.unread(c, me), dirty: !!c.dirty,
         pinned: [...(c.pinned || [])], left: !!c.left,
         conversation_pinned: !!c.conversation_pinned, last_activity_at: c.last_activity_at ?? null,
-        has_older: this.view.hasOlder(c),
+        has_older: this.view.hasOlder(c), my_role: c.my_role ?? null, muted_until: c.muted_until ?? null,
       }));
   }
 

@@ -418,6 +418,49 @@ test('actions in a menu per message: react, pin, reply, edit, recall; reactions 
   await shot(pb, '8-reply-reactions-tombstone-device-b');
 });
 
+test('roles and mutes on the page: the owner mutes a sender from its menu, the muted page says so and is refused; unmuted it writes again', async () => {
+  await openConversation(pa);
+  await openConversation(pb);
+  // A created the group: its owner; B a member, whose menu has no moderation items
+  await pa.waitForFunction(() => document.getElementById('my-role').dataset.role === 'owner', { timeout: 30000, polling: 100 });
+  await pb.waitForFunction(() => document.getElementById('my-role').dataset.role === 'member', { timeout: 30000, polling: 100 });
+  assert.equal(await pb.$eval('#my-role', (e) => e.textContent), '');
+  await send(pa, 'from the owner');
+  const own = await midOf(pb, 'from the owner');
+  await pb.locator(`#messages li[data-mid="${own}"] .more`).setTimeout(30000).click();
+  assert.equal(await pb.$$eval(`#messages li[data-mid="${own}"] .menu .mute-btn`, (els) => els.length), 0);
+  await pb.keyboard.press('Escape');
+
+  await send(pb, 'mute me');
+  const target = await midOf(pa, 'mute me');
+  await menuItem(pa, target, 'mute-btn');
+  await pb.waitForSelector('#muted:not([hidden])', { timeout: 30000 });
+  assert.match(await pb.$eval('#muted', (e) => e.textContent), /^you are muted until .*: you can read but not write$/);
+  assert.equal(await pb.$eval('#send', (e) => e.disabled), true);
+  for (const page of [pa, pb]) {
+    await page.waitForFunction(() => [...document.querySelectorAll('#messages li.control.mute')].some((e) => /was muted until/.test(e.textContent)),
+                               { timeout: 30000, polling: 100 });
+  }
+  // a write the page still offers (a reaction) is refused by the server: FORBIDDEN, reason muted
+  await menuItem(pb, own, 'react-like');
+  await pb.waitForFunction(() => /you are muted in this conversation/.test(document.getElementById('status').textContent),
+                           { timeout: 30000, polling: 100 });
+  await shot(pb, '15-muted-member');
+  assert.equal(Number(sql(`SELECT count(*) FROM im.event WHERE conversation_id = ${conv} AND kind = 'reaction' AND target_message_id = ${own}`)), 0);
+
+  await menuItem(pa, target, 'unmute-btn');
+  await pb.waitForSelector('#muted[hidden]', { timeout: 30000 });
+  assert.equal(await pb.$eval('#send', (e) => e.disabled), false);
+  await send(pb, 'unmuted again');
+  await midOf(pa, 'unmuted again');
+  // the owner makes B an admin, B's page says so; then a member again
+  await menuItem(pa, target, 'admin-btn');
+  await pb.waitForFunction(() => document.getElementById('my-role').dataset.role === 'admin', { timeout: 30000, polling: 100 });
+  await shot(pa, '16-owner-menu');
+  await menuItem(pa, target, 'member-btn');
+  await pb.waitForFunction(() => document.getElementById('my-role').dataset.role === 'member', { timeout: 30000, polling: 100 });
+});
+
 test('ticks on the sender\'s page: sent, then delivered, then read', async () => {
   await openConversation(pa);
   await openConversation(pb);
