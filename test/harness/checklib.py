@@ -54,6 +54,21 @@ def queries(default):
     return q, q1
 
 
+def q_on(conn, sql, args=None):
+    """All rows of sql on conn as dicts (column name -> value), or None for a
+    command: the shard checks, which talk to several connections at once."""
+    import psycopg2.extras
+    with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+        cur.execute(sql, args)
+        return cur.fetchall() if cur.description else None
+
+
+def q1_on(conn, sql, args=None):
+    """The first value of sql's first row on conn, or None."""
+    rows = q_on(conn, sql, args)
+    return list(rows[0].values())[0] if rows else None
+
+
 class Session:
     """One autocommit connection: q (all rows, or None for a command),
     row (the first row) and q1 (the first value)."""

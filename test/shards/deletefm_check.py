@@ -28,8 +28,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
 import psycopg2  # noqa: E402
-import psycopg2.extras  # noqa: E402
-from checklib import ShardsDir, check, connect, failures  # noqa: E402
+from checklib import ShardsDir, check, connect, failures, q1_on, q_on  # noqa: E402
 
 if len(sys.argv) < 3:
     sys.exit("usage: deletefm_check.py <router-dsn> <shards-dir>")
@@ -39,15 +38,7 @@ router = connect(ROUTER_DSN)
 nodes = {n: connect(c) for n, c in NODES.items()}
 
 
-def q(conn, sql, args=None):
-    with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-        cur.execute(sql, args)
-        return cur.fetchall() if cur.description else None
-
-
-def q1(conn, sql, args=None):
-    rows = q(conn, sql, args)
-    return list(rows[0].values())[0] if rows else None
+q, q1 = q_on, q1_on
 
 
 BUCKETS = {r["bucket"]: r["node_name"] for r in q(router, "SELECT bucket, node_name FROM im_router.bucket")}
