@@ -272,6 +272,26 @@ async def converge(client, conv, want, timeout=30):
         await asyncio.sleep(0.3)
 
 
+async def expect(c, frame, typ):
+    """c's answer to frame, which must be of type typ."""
+    r = await c.req(frame)
+    assert r["type"] == typ, (frame, r)
+    return r
+
+
+async def wait_events(c, conv, pred, timeout=30):
+    """catch_up until an event of conv satisfies pred (fanout is asynchronous)."""
+    loop = asyncio.get_event_loop()
+    deadline = loop.time() + timeout
+    while True:
+        await c.catch_up()
+        found = [e for e in c.events.values() if e.get("conversation_id") == conv and pred(e)]
+        if found:
+            return found
+        assert loop.time() < deadline, "%s: no matching event in %r" % (c.name, list(c.events.values()))
+        await asyncio.sleep(0.3)
+
+
 async def until(what, pred, timeout=60, step=0.05):
     """wait_until for a coroutine: the event loop runs while pred() is false."""
     deadline = time.monotonic() + timeout

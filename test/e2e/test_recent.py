@@ -11,13 +11,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import run_tests, Client, new_user_ids, register, sql  # noqa: E402
-
-
-async def expect(c, frame, typ):
-    r = await c.req(frame)
-    assert r["type"] == typ, (frame, r)
-    return r
+from imgw import run_tests, Client, new_user_ids, register, sql, expect  # noqa: E402
 
 
 async def pages(c, limit):

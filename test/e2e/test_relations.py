@@ -4,12 +4,11 @@
 reach every member's devices through sync, fetch_messages carries
 reply_to_message_id, reactions and my_reactions; each refusal is its
 contract code, answered with its id, and the session goes on."""
-import asyncio
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import run_tests, Client, new_user_ids, register, sql  # noqa: E402
+from imgw import run_tests, Client, new_user_ids, register, sql, expect, wait_events  # noqa: E402
 
 
 def setup_group(n=3):
@@ -18,25 +17,6 @@ def setup_group(n=3):
         register(u, "phone")
     conv = sql("SELECT im.create_conversation('group', %s::bigint[], %s)", users, users[0])[0][0]
     return users, conv
-
-
-async def expect(c, frame, typ):
-    r = await c.req(frame)
-    assert r["type"] == typ, (frame, r)
-    return r
-
-
-async def wait_events(c, conv, pred, timeout=30):
-    """catch_up until an event of conv satisfies pred (fanout is asynchronous)."""
-    loop = asyncio.get_event_loop()
-    deadline = loop.time() + timeout
-    while True:
-        await c.catch_up()
-        found = [e for e in c.events.values() if e.get("conversation_id") == conv and pred(e)]
-        if found:
-            return found
-        assert loop.time() < deadline, "%s: no matching event in %r" % (c.name, list(c.events.values()))
-        await asyncio.sleep(0.3)
 
 
 async def test_react_pin_reply():

@@ -6,30 +6,11 @@ member's send is FORBIDDEN with "reason": "muted" (IS403) and its session
 goes on (reads still work); a member's mute attempt is FORBIDDEN without a
 reason (42501); an unmute lets the member send again; the role, mute and
 removal positions reach the members' devices through sync."""
-import asyncio
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from imgw import run_tests, Client, new_user_ids, register, sql  # noqa: E402
-
-
-async def expect(c, frame, typ):
-    r = await c.req(frame)
-    assert r["type"] == typ, (frame, r)
-    return r
-
-
-async def wait_events(c, conv, pred, timeout=30):
-    loop = asyncio.get_event_loop()
-    deadline = loop.time() + timeout
-    while True:
-        await c.catch_up()
-        found = [e for e in c.events.values() if e.get("conversation_id") == conv and pred(e)]
-        if found:
-            return found
-        assert loop.time() < deadline, "%s: no matching event in %r" % (c.name, list(c.events.values()))
-        await asyncio.sleep(0.3)
+from imgw import run_tests, Client, new_user_ids, register, sql, expect, wait_events  # noqa: E402
 
 
 async def test_muted_member_forbidden():
