@@ -30,6 +30,7 @@
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -69,7 +70,7 @@
  */
 /*
  * contract §14: an item's `pinned`, the body list of the latest
- * pin position in `pos` (delivered to the user, visible at its own
+ * pin position in `ctl` (delivered to the user, visible at its own
  * position) of conversation c (agg's pin_message_id), [] when none.
  */
 #define SNAPSHOT_PINNED_SQL \
@@ -96,62 +97,91 @@
 	IM_MY_ROLE_SQL("k.kind", "$1", "c.conversation_id") ", 'muted_until', " \
 	IM_MY_MUTED_UNTIL_SQL("$1", "c.conversation_id") ") "
 
-#define SNAPSHOT_ITEMS_SQL(conversation_pinned, taken_down) \
-	"WITH per AS (" \
-	"  SELECT p.* FROM im.membership_period p WHERE p.user_id" EQ "$1), " \
-	"pos AS (" \
-	"  SELECT e.conversation_id, e.message_id, e.msg_seq, e.kind, e.target_message_id, " \
-	"         CASE WHEN e.kind" EQ "'mode' THEN e.body" OP_GET_TEXT "'mode' " \
-	"              ELSE e.mode END AS mode, " \
-	"         (e.kind NOT IN ('recall', 'edit', 'takedown') AND EXISTS (SELECT 1 FROM per p " \
-	"            WHERE p.conversation_id" EQ "e.conversation_id " \
-	"              AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ")) AS own " \
-	"  FROM im.event e " \
-	"  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
-	"  WHERE e.conversation_id IN (SELECT conversation_id FROM per) " \
-	"    AND (EXISTS (SELECT 1 FROM per p " \
+/*
+ * The rule of the cut for one position e (with its target t, LEFT JOINed):
+ * delivered to the user $1 as of the cut and visible to them (contract §1:
+ * periods; recall, edit and takedown by their target; the leaver's own
+ * leave; a reaction needs one period covering its target and itself), its
+ * outbox item processed here (a copy's dependency has none: not
+ * delivered), not held in the user's quarantine.  `per` is the user's
+ * periods.
+ */
+#define SNAPSHOT_DELIVERED_SQL \
+	"(EXISTS (SELECT 1 FROM per p " \
 	"            WHERE p.conversation_id" EQ "e.conversation_id " \
 	"              AND " IM_PERIOD_COVERS_SQL("p", "COALESCE(t.msg_seq, e.msg_seq)") ") " \
 	"         OR (e.kind" EQ "'leave' AND EXISTS (SELECT 1 FROM per p " \
 	"            WHERE p.leave_event_id" EQ "e.message_id))) " \
-	/* a reaction needs one period covering its target and itself */ \
 	"    AND (e.kind" NE "'reaction' OR EXISTS (SELECT 1 FROM per p " \
 	"            WHERE p.conversation_id" EQ "e.conversation_id " \
 	"              AND " IM_PERIOD_COVERS_SQL("p", "t.msg_seq") \
 	"              AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ")) " \
-	/* its item processed here (a copy's dependency has none: not delivered) */ \
 	"    AND " IM_EVENT_PROCESSED_SQL("e.message_id", "e.created_at") " " \
 	"    AND NOT EXISTS (SELECT 1 FROM im.outbox o " \
 	"            JOIN im.fanout_quarantine q ON q.outbox_id" EQ "o.outbox_id AND q.user_id" EQ "$1 " \
-	"            WHERE o.source_event_id" EQ "e.message_id)), " \
+	"            WHERE o.source_event_id" EQ "e.message_id)"
+
+/* the mode a position carries: a switch's new mode, else the mode it was sent in */
+#define SNAPSHOT_MODE_OF_SQL \
+	"CASE WHEN e.kind" EQ "'mode' THEN e.body" OP_GET_TEXT "'mode' ELSE e.mode END"
+
+/*
+ * The items' statement reads only what an item names: the control
+ * positions (creates, joins and leaves for the periods, recalls, takedowns,
+ * pins),
+ * and per conversation its latest delivered position and the latest one
+ * the user saw at its own msg_seq, each found from the top of the
+ * conversation's (conversation_id, msg_seq) index.  A conversation's
+ * messages are never all read: the cost follows the conversations and
+ * their control positions, not the history.
+ */
+#define SNAPSHOT_ITEMS_SQL(conversation_pinned, taken_down) \
+	"WITH per AS (" \
+	"  SELECT p.* FROM im.membership_period p WHERE p.user_id" EQ "$1), " \
+	"ctl AS (" \
+	"  SELECT e.conversation_id, e.message_id, e.msg_seq, e.kind, e.target_message_id " \
+	"  FROM im.event e " \
+	"  LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
+	"  WHERE e.conversation_id IN (SELECT conversation_id FROM per) " \
+	"    AND e.kind IN ('create', 'join', 'leave', 'recall', 'pin', 'takedown') " \
+	"    AND " SNAPSHOT_DELIVERED_SQL "), " \
 	"conv AS (" \
 	"  SELECT p.conversation_id, " \
 	"         pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(" \
 	"           'membership_period_id', p.membership_period_id, 'join_seq', p.join_seq, " \
-	"           'leave_seq', CASE WHEN p.leave_event_id IN (SELECT message_id FROM pos) " \
+	"           'leave_seq', CASE WHEN p.leave_event_id IN (SELECT message_id FROM ctl) " \
 	"                             THEN p.leave_seq END) ORDER BY p.join_seq) AS periods " \
-	"  FROM per p WHERE p.join_event_id IN (SELECT message_id FROM pos) " \
+	"  FROM per p WHERE p.join_event_id IN (SELECT message_id FROM ctl) " \
 	"  GROUP BY p.conversation_id), " \
-	/* \
-	 * one pass over the positions for every conversation's figures (a \
-	 * per-conversation scan of pos would cost conversations x positions) \
-	 */ \
 	"agg AS (" \
-	"  SELECT x.conversation_id, pg_catalog.max(x.msg_seq) AS last_msg_seq, " \
-	"         (pg_catalog.array_agg(x.mode ORDER BY x.msg_seq DESC) " \
-	"            FILTER (WHERE x.own AND x.mode IS NOT NULL))[1] AS mode, " \
+	"  SELECT x.conversation_id, " \
 	"         pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FILTER (WHERE x.kind" EQ "'recall') AS recalled, " \
 	"         pg_catalog.jsonb_agg(DISTINCT x.target_message_id) FILTER (WHERE x.kind" EQ "'takedown') AS taken_down, " \
 	"         (pg_catalog.array_agg(x.message_id ORDER BY x.msg_seq DESC) " \
 	"            FILTER (WHERE x.kind" EQ "'pin'))[1] AS pin_message_id " \
-	"  FROM pos x GROUP BY x.conversation_id), " \
+	"  FROM ctl x GROUP BY x.conversation_id), " \
+	"top AS (" \
+	"  SELECT c.conversation_id, " \
+	"    (SELECT e.msg_seq FROM im.event e " \
+	"       LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
+	"      WHERE e.conversation_id" EQ "c.conversation_id AND " SNAPSHOT_DELIVERED_SQL \
+	"      ORDER BY e.msg_seq DESC LIMIT 1) AS last_msg_seq, " \
+	"    (SELECT " SNAPSHOT_MODE_OF_SQL " FROM im.event e " \
+	"       LEFT JOIN im.event t ON t.message_id" EQ "e.target_message_id " \
+	"      WHERE e.conversation_id" EQ "c.conversation_id " \
+	"        AND e.kind NOT IN ('recall', 'edit', 'takedown') AND " SNAPSHOT_MODE_OF_SQL " IS NOT NULL " \
+	"        AND EXISTS (SELECT 1 FROM per p WHERE p.conversation_id" EQ "e.conversation_id " \
+	"              AND " IM_PERIOD_COVERS_SQL("p", "e.msg_seq") ") " \
+	"        AND " SNAPSHOT_DELIVERED_SQL \
+	"      ORDER BY e.msg_seq DESC LIMIT 1) AS mode " \
+	"  FROM conv c), " \
 	/* built once per conversation: the digest and the page size read it again */ \
 	"item AS MATERIALIZED (" \
 	"  SELECT c.conversation_id, pg_catalog.jsonb_build_object(" \
 	"    'conversation_id', c.conversation_id, 'kind', k.kind, " \
-	"    'mode', COALESCE(a.mode, k.mode), " \
+	"    'mode', COALESCE(l.mode, k.mode), " \
 	"    'version', COALESCE(uc.version, 0), 'periods', c.periods, " \
-	"    'last_msg_seq', COALESCE(a.last_msg_seq, 0), " \
+	"    'last_msg_seq', COALESCE(l.last_msg_seq, 0), " \
 	"    'read_msg_seq', COALESCE(uc.read_msg_seq, 0), 'unread_count', COALESCE(uc.unread_count, 0), " \
 	"    'dirty_target_msg_seq', COALESCE(uc.dirty_target_msg_seq, 0), " \
 	"    'dirty_version', COALESCE(uc.dirty_version, 0), " \
@@ -160,10 +190,11 @@
 	/* the latest pin position visible at or before the cut */ \
 	"    " OP_CONCAT SNAPSHOT_PINNED_SQL " " conversation_pinned " AS body " \
 	"  FROM conv c JOIN im.conversation k ON k.conversation_id" EQ "c.conversation_id " \
+	"  JOIN top l ON l.conversation_id" EQ "c.conversation_id " \
 	"  LEFT JOIN agg a ON a.conversation_id" EQ "c.conversation_id " \
 	"  LEFT JOIN im.user_conversation uc ON uc.user_id" EQ "$1 " \
 	"       AND uc.conversation_id" EQ "c.conversation_id), " \
-	"numbered AS MATERIALIZED (" \
+"numbered AS MATERIALIZED (" \
 	"  SELECT i.conversation_id, " \
 	"         i.body" OP_CONCAT "pg_catalog.jsonb_build_object('digest', " SHA256_HEX("i.body::pg_catalog.text") ") AS item " \
 	"  FROM item i) " \
@@ -192,6 +223,25 @@ exec_in_cut(SPIPlanPtr plan, Datum *args, Snapshot cut, long count)
 	if (rc < 0)
 		elog(ERROR, "im_sync: SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
 	return SPI_processed;
+}
+
+/*
+ * The items' statement with JIT off, as a function's SET clause would do
+ * (the setting comes back when it returns, or on an error).  Its cost
+ * estimate counts every subquery against every position of the user's
+ * conversations, far above jit_above_cost, while it reads only the control
+ * positions and the top of each conversation: compiling it took thirty
+ * times longer than running it (RESULTS.md, a new device's first screen).
+ */
+static void
+items_without_jit(SPIPlanPtr plan, Datum *args, Snapshot cut)
+{
+	int			nest = NewGUCNestLevel();
+
+	(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	exec_in_cut(plan, args, cut, 0);
+	AtEOXact_GUC(true, nest);
 }
 
 /*
@@ -365,7 +415,7 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 		items_plan = im_prepare(&items_plans[0], SNAPSHOT_ITEMS_SQL("", ""), 1, INT8OID);
 	args[0] = Int64GetDatum(user_id);
 	args[1] = Int64GetDatum(snapshot_id);
-	exec_in_cut(items_plan, args, cut, 0);
+	items_without_jit(items_plan, args, cut);
 	UnregisterSnapshot(cut);
 	if (store_pages(snapshot_id) == 0)
 	{
