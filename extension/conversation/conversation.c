@@ -18,6 +18,7 @@
 #include "core/locks.h"
 #include "core/shard_map.h"
 #include "core/im_sql.h"
+#include "core/standing.h"
 #include "conversation/conversation.h"
 
 #include "catalog/pg_type.h"
@@ -523,6 +524,7 @@ im_conversation_list(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 	im_prepare(&plan,
 			   "SELECT c.conversation_id, c.kind, c.mode, uc.last_msg_seq, uc.read_msg_seq, "
 			   "       uc.unread_count, uc.dirty_target_msg_seq, uc.dirty_version, c.head_msg_seq "

@@ -16,6 +16,8 @@
 
 /* SQLSTATE for idempotency-key conflicts (contract §3). */
 #define ERRCODE_IM_CONFLICT MAKE_SQLSTATE('I', 'S', '4', '0', '9')
+/* SQLSTATE for a suspended account or a muted member (contract §17). */
+#define ERRCODE_IM_FORBIDDEN MAKE_SQLSTATE('I', 'S', '4', '0', '3')
 
 /* ---- settings (im_sync.c) ------------------------------------------- */
 extern char *im_database;
@@ -44,5 +46,6 @@ extern int	im_push_delay_ms;
 extern int	im_push_min_interval_ms;
 extern int	im_receipt_interval_ms;
 extern int	im_push_max_age_s;
+extern int	im_max_devices_per_user;
 
 #endif							/* IM_SYNC_H */

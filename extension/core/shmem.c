@@ -30,6 +30,9 @@ typedef struct ImShared
 	/* Last failed-authentication summary: its time (0: none yet) and count. */
 	pg_atomic_uint64 auth_summary_at;
 	pg_atomic_uint64 auth_summary_failures;
+	/* account standing (standing.c): generation and flag, writers in flight */
+	pg_atomic_uint64 standing_state;
+	pg_atomic_uint32 standing_writers;
 } ImShared;
 
 /* NULL when the library was not preloaded: counters read 0, no wake-ups. */
@@ -77,6 +80,8 @@ im_shmem_init(void)
 			pg_atomic_init_u64(&im_shared->counters[i], 0);
 		pg_atomic_init_u64(&im_shared->auth_summary_at, 0);
 		pg_atomic_init_u64(&im_shared->auth_summary_failures, 0);
+		pg_atomic_init_u64(&im_shared->standing_state, 0);
+		pg_atomic_init_u32(&im_shared->standing_writers, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -301,5 +306,16 @@ im_auth_failure_summary_due(int64 *failures, int64 *since_s)
 		return false;			/* another backend logs this interval */
 	*failures = (int64) (total - pg_atomic_exchange_u64(&im_shared->auth_summary_failures, total));
 	*since_s = last == 0 ? -1 : (int64) ((now - last) / USECS_PER_SEC);
+	return true;
+}
+
+/* The standing words (standing.c); false without shared memory. */
+bool
+im_shmem_standing(pg_atomic_uint64 **state, pg_atomic_uint32 **writers)
+{
+	if (im_shared == NULL)
+		return false;
+	*state = &im_shared->standing_state;
+	*writers = &im_shared->standing_writers;
 	return true;
 }

@@ -22,6 +22,7 @@
 #include "core/shard_map.h"
 #include "core/shmem.h"
 #include "core/im_sql.h"
+#include "core/standing.h"
 #include "user/user.h"
 
 #include "catalog/pg_type.h"
@@ -128,6 +129,7 @@ im_recent_conversations(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 	/*
 	 * The ORDER BY is the index read backwards; the row comparison is its
 	 * index condition (user_conversation_recent_idx).  One row more than
@@ -257,6 +259,7 @@ im_pin_conversation(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 	im_require_conversation(conversation_id, NULL);
 	im_require_ever_member(user_id, conversation_id,
 						   "Only a conversation the user has or had a membership period in can be pinned.");
