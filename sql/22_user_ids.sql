@@ -49,6 +49,8 @@ INSERT INTO user_arg VALUES
  ('set_presence',        'user_id',   $$SELECT im.set_presence(%1$s, 'phone', 0, true)$$),
  ('refresh_presence',    'user_ids[]', $$SELECT im.refresh_presence(ARRAY[%1$s]::bigint[], '{phone}', '{0}')$$),
  ('message_facts',       'sender_id', $$SELECT * FROM im.message_facts(%1$s, :m)$$),
+ ('suspend_user',        'user_id',   $$SELECT * FROM im.suspend_user('mod', %1$s, NULL, NULL)$$),
+ ('reinstate_user',      'user_id',   $$SELECT * FROM im.reinstate_user('mod', %1$s)$$),
  ('shard_received_positions', 'user_ids[]', $$SELECT * FROM im.shard_received_positions(ARRAY[%1$s]::bigint[])$$),
  ('shard_message_status', 'user_ids[]', $$SELECT * FROM im.shard_message_status(:m, ARRAY[%1$s]::bigint[])$$),
  ('shard_message_facts', 'user_ids[]', $$SELECT * FROM im.shard_message_facts(:m, ARRAY[%1$s]::bigint[])$$),

@@ -141,3 +141,6 @@ SELECT device_id, state FROM im.device WHERE user_id = 4710 ORDER BY device_id;
 SELECT * FROM pg_temp.fails($$SET im_sync.max_devices_per_user = 0$$);
 RESET im_sync.max_devices_per_user;
 SHOW im_sync.max_devices_per_user;
+-- no item or job of this file is left for the next file's relay
+SELECT im.run_fanout() >= 0 AS ran;
+DELETE FROM im.push_job WHERE user_id BETWEEN 4701 AND 4799;
