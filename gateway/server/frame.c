@@ -449,7 +449,7 @@ decode_hello(json_t *root, im_request *req)
 	 * per batch of hellos, db_hello_batch.c) instead of two.
 	 */
 	req->sql = "SELECT a.user_id, a.device_id, a.connection_epoch, d.state, d.sync_generation, "
-		"d.server_acked_sync_seq, d.high_watermark, d.current, "
+		"d.server_acked_sync_seq, d.high_watermark, d.current, d.account_state, "
 		"im.set_presence(a.user_id, a.device_id, a.connection_epoch, true, "
 		"'" IM_PRESENCE_TTL_TEXT "'::interval) "
 		"FROM im.authenticate($1::text) a "
@@ -691,6 +691,8 @@ im_parse_device_event(const char *payload, im_device_event *ev)
 		ev->revoked = 1;
 	else if (strcmp(c3 + 1, "SUPERSEDED") == 0)
 		ev->revoked = 0;
+	else if (strcmp(c3 + 1, "SUSPENDED") == 0)
+		ev->revoked = 2;
 	else
 		return -1;
 	return 0;
@@ -699,6 +701,13 @@ im_parse_device_event(const char *payload, im_device_event *ev)
 char *
 im_error_frame(json_t *id, const char *trace_id, const char *code, const char *message,
 			   long retry_after_ms)
+{
+	return im_error_frame_reason(id, trace_id, code, message, retry_after_ms, NULL);
+}
+
+char *
+im_error_frame_reason(json_t *id, const char *trace_id, const char *code, const char *message,
+					  long retry_after_ms, const char *reason)
 {
 	json_t	   *o = json_object();
 	char	   *s;
@@ -714,6 +723,8 @@ im_error_frame(json_t *id, const char *trace_id, const char *code, const char *m
 	json_object_set_new(o, "message", json_string(message ? message : code));
 	if (retry_after_ms >= 0)
 		json_object_set_new(o, "retry_after_ms", json_integer(retry_after_ms));
+	if (reason)
+		json_object_set_new(o, "reason", json_string(reason));
 	s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	return s;

@@ -135,7 +135,7 @@ typedef struct im_device_event
 	int64_t		user_id;
 	char		device_id[65];
 	int64_t		epoch;
-	int			revoked;		/* 1 REVOKED, 0 SUPERSEDED */
+	int			revoked;		/* 1 REVOKED, 0 SUPERSEDED, 2 SUSPENDED (re-checked alike) */
 } im_device_event;
 extern int	im_parse_device_event(const char *payload, im_device_event *ev);
 
@@ -143,6 +143,9 @@ extern int	im_parse_device_event(const char *payload, im_device_event *ev);
  * (trace_id left out when NULL or ""). */
 extern char *im_error_frame(json_t *id, const char *trace_id, const char *code, const char *message,
 							long retry_after_ms);
+/* The same with "reason" (contract §17: FORBIDDEN's "muted", "suspended"); NULL: none. */
+extern char *im_error_frame_reason(json_t *id, const char *trace_id, const char *code,
+								   const char *message, long retry_after_ms, const char *reason);
 
 /* The ttl of a presence: set by the hello statement, renewed by
  * presence_report.c a third of it apart. */

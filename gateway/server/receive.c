@@ -290,20 +290,42 @@ im_on_receive(struct lws *wsi, session *s, const void *in, size_t len)
 	return 0;
 }
 
-/* The contract's error code for an SQLSTATE of the API (contract §10). */
-static const char *
-error_code_of(const char *ss)
+/*
+ * The contract's error code for an SQLSTATE of the API (contract §10), and
+ * for IS403 the reason by the server's message (contract §17): one table.
+ * A row with a message matches that message only; NULL matches any.
+ */
+static const struct
+{
+	const char *sqlstate;
+	const char *message;
+	const char *code;
+	const char *reason;
+}			error_codes[] =
 {
 	/* 22P05 is \u0000 in a body, 22003 an integer out of its column's range */
-	if (!strcmp(ss, "22023") || !strcmp(ss, "22P02") || !strcmp(ss, "22P05") ||
-		!strcmp(ss, "22003"))
-		return "INVALID_ARGUMENT";
-	if (!strcmp(ss, "42501"))
-		return "FORBIDDEN";
-	if (!strcmp(ss, "P0002"))
-		return "NOT_FOUND";
-	if (!strcmp(ss, "IS409"))
-		return "CONFLICT";
+	{"22023", NULL, "INVALID_ARGUMENT", NULL},
+	{"22P02", NULL, "INVALID_ARGUMENT", NULL},
+	{"22P05", NULL, "INVALID_ARGUMENT", NULL},
+	{"22003", NULL, "INVALID_ARGUMENT", NULL},
+	{"42501", NULL, "FORBIDDEN", NULL},
+	{"IS403", "account suspended", "FORBIDDEN", "suspended"},
+	{"IS403", NULL, "FORBIDDEN", NULL},
+	{"P0002", NULL, "NOT_FOUND", NULL},
+	{"IS409", NULL, "CONFLICT", NULL},
+};
+
+static const char *
+error_code_of(const char *ss, const char *msg, const char **reason)
+{
+	*reason = NULL;
+	for (size_t i = 0; i < sizeof(error_codes) / sizeof(error_codes[0]); i++)
+		if (!strcmp(ss, error_codes[i].sqlstate) &&
+			(!error_codes[i].message || (msg && !strcmp(msg, error_codes[i].message))))
+		{
+			*reason = error_codes[i].reason;
+			return error_codes[i].code;
+		}
 	return "INTERNAL";
 }
 
@@ -328,7 +350,8 @@ im_on_api_job(session *s, im_job *j)
 					  : "database unavailable, retry later", IM_RETRY_UNAVAILABLE_MS);
 	else
 	{
-		const char *code = error_code_of(j->sqlstate);
+		const char *reason;
+		const char *code = error_code_of(j->sqlstate, j->errmsg, &reason);
 
 		if (strcmp(code, "INTERNAL") == 0)
 		{
@@ -340,7 +363,7 @@ im_on_api_job(session *s, im_job *j)
 			im_send_error(s, j->id, rq, code, "internal error", -1);
 		}
 		else
-			im_send_error(s, j->id, rq, code, j->errmsg, -1);
+			im_send_error_reason(s, j->id, rq, code, j->errmsg, -1, reason);
 	}
 	if (im_draining)
 		im_begin_close(s, 1001, "shutdown");

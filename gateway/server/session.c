@@ -192,10 +192,18 @@ void
 im_send_error(session *s, json_t *id, const im_reqinfo *rq, const char *code, const char *msg,
 			  long retry_ms)
 {
+	im_send_error_reason(s, id, rq, code, msg, retry_ms, NULL);
+}
+
+void
+im_send_error_reason(session *s, json_t *id, const im_reqinfo *rq, const char *code, const char *msg,
+					 long retry_ms, const char *reason)
+{
 	im_count_error(code);
 	/* a client that reads none of its replies is closed, never left with a
 	 * request that silently got no answer */
-	if (enqueue_text(s, im_error_frame(id, rq->trace_id, code, msg, retry_ms), IM_OUT_ERROR) != 0 &&
+	if (enqueue_text(s, im_error_frame_reason(id, rq->trace_id, code, msg, retry_ms, reason),
+					 IM_OUT_ERROR) != 0 &&
 		!s->close_code)
 		im_begin_close(s, 1013, "send_queue_full");
 	im_request_done(s, rq, code, 0);
