@@ -141,6 +141,15 @@ SELECT device_id, state FROM im.device WHERE user_id = 4710 ORDER BY device_id;
 SELECT * FROM pg_temp.fails($$SET im_sync.max_devices_per_user = 0$$);
 RESET im_sync.max_devices_per_user;
 SHOW im_sync.max_devices_per_user;
+-- a maintenance round (run by gc_inbox) with no active suspension lets the
+-- checks skip the lookup; a suspension written after it (directly: the
+-- table's statement trigger tells shared memory) is still seen at once
+SELECT count(*) >= 0 AS collected FROM im.gc_inbox();
+INSERT INTO im.user_suspension (user_id, moderator) VALUES (4705, 'direct');
+SELECT sqlstate FROM pg_temp.fails($$SELECT * FROM im.conversation_list(4705)$$);
+SELECT sqlstate FROM pg_temp.fails($$SELECT * FROM im.register_device(4705, 'phone')$$);
+DELETE FROM im.user_suspension WHERE user_id = 4705;
+SELECT state FROM im.register_device(4705, 'phone');
 -- no item or job of this file is left for the next file's relay
 SELECT im.run_fanout() >= 0 AS ran;
 DELETE FROM im.push_job WHERE user_id BETWEEN 4701 AND 4799;
