@@ -13,7 +13,15 @@
  *   - a failed authentication leaves no row (the error rolls back) but is
  *     counted in shared memory and summarized in the log (at most one line
  *     per minute, without the token).
- * Lock order: device row, then the user's head (contract §4).
+ *   - at most im_sync.max_devices_per_user devices that are not revoked:
+ *     a new device, or a revoked one registering again, is counted under
+ *     the user's head lock (two racing registrations count one after the
+ *     other);
+ *   - a suspended account (contract §17) registers nothing, is issued no
+ *     token and authenticates no more (after the token checks, 28000 first);
+ *     device_session reports its standing for the gateway's re-check.
+ * Lock order: device row, then the user's head (contract §4); a device
+ * that does not exist yet takes the head first (architecture.md).
  */
 #include "core/im_sync.h"
 #include "core/common.h"
@@ -24,7 +32,6 @@
 #include "core/log_privacy.h"
 #include "core/im_sql.h"
 #include "core/standing.h"
-#include "core/version_check.h"
 #include "push/push.h"
 #include "user/user.h"
 
