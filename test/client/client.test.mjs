@@ -298,7 +298,7 @@ test('close 4005: a suspended account stops the client in suspended, without rec
   const tokB = token(A, 'b');
   sql(`SELECT * FROM im.suspend_user('client-test', ${A}, NULL, 'test')`);
   const b = track(client(gw, tokB, new MemoryStorage()));
-  await assert.rejects(b.start(), (e) => e.code === 'SUSPENDED' || e.code === 'FORBIDDEN');
+  await assert.rejects(b.start(), (e) => e.code === 'SUSPENDED' || (e.code === 'FORBIDDEN' && e.reason === 'suspended'));
   await waitFor('the hello closed 4005', () => b.state === 'suspended');
   sql(`SELECT * FROM im.reinstate_user('client-test', ${A})`);
 });
