@@ -73,6 +73,29 @@ async def test_spoofed_suspended_closes_nothing():
     await c.close()
 
 
+async def test_forbidden_reason_suspended():
+    """A call of a suspended user answered while its session is still open
+    (the row written directly: no NOTIFY, so nothing closes it): FORBIDDEN
+    with "reason":"suspended", for a write and a read alike."""
+    a, b = new_user_ids(2)
+    register(a, "phone")
+    conv = sql("SELECT im.create_conversation('group', %s::bigint[], %s)", [a, b], a)[0][0]
+    c = await Client.login(a, "phone", url=URL1)
+    sql("INSERT INTO im.user_suspension (user_id, moderator) VALUES (%s, 'e2e-direct')", a)
+    try:
+        r = await c.req({"type": "send", "conversation_id": conv, "client_msg_id": "s1",
+                         "body": {"text": "x"}})
+        assert r["type"] == "error" and r["code"] == "FORBIDDEN" and r.get("reason") == "suspended", r
+        r = await c.req({"type": "conversations"})
+        assert r["type"] == "error" and r["code"] == "FORBIDDEN" and r.get("reason") == "suspended", r
+    finally:
+        sql("DELETE FROM im.user_suspension WHERE user_id = %s", a)
+    r = await c.req({"type": "send", "conversation_id": conv, "client_msg_id": "s2", "body": {"text": "y"}})
+    assert r["type"] != "error", r
+    await c.close()
+
+
 if __name__ == "__main__":
     sys.exit(run_tests([test_suspension_closes_sessions_on_two_gateways,
-                        test_spoofed_suspended_closes_nothing], label="suspension"))
+                        test_spoofed_suspended_closes_nothing,
+                        test_forbidden_reason_suspended], label="suspension"))
