@@ -31,7 +31,7 @@
 #define IM_MAX_MODERATOR 200
 #define IM_MAX_REASON 1000
 
-/* The audit row of a suspension action (the COMMON29 keys). */
+/* The audit row of a suspension action: detail keys moderator, reason and its own. */
 static void
 audit_standing(const char *action, int64 user_id, const char *moderator, const char *reason,
 			   Datum until, bool until_null, int sessions)
