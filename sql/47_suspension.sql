@@ -153,3 +153,20 @@ SELECT state FROM im.register_device(4705, 'phone');
 -- no item or job of this file is left for the next file's relay
 SELECT im.run_fanout() >= 0 AS ran;
 DELETE FROM im.push_job WHERE user_id BETWEEN 4701 AND 4799;
+-- shared memory is the cluster's, suspensions a database's: a maintenance
+-- round in another database that has none never lets this database's
+-- checks skip a suspension
+SELECT suspended FROM im.suspend_user('mod', 4706, NULL, 'other database');
+\set regdb :DBNAME
+CREATE DATABASE im_regress_standing;
+\c im_regress_standing
+SET client_min_messages = warning;
+CREATE EXTENSION btree_gist;
+CREATE EXTENSION im_sync;
+SELECT count(*) >= 0 AS collected FROM im.gc_inbox();
+SELECT count(*) AS lists_here FROM im.conversation_list(4706);
+\c :regdb
+\i sql/include/fails.sql
+SELECT sqlstate FROM pg_temp.fails($$SELECT * FROM im.conversation_list(4706)$$);
+DROP DATABASE im_regress_standing;
+SELECT reinstated FROM im.reinstate_user('mod', 4706);

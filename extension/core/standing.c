@@ -24,7 +24,10 @@
  *     (the count could miss committed rows), so a standby and a promoted
  *     standby look every suspension up until a recount on the primary;
  *   - shared memory starts UNKNOWN (after a crash too); without it (library
- *     not preloaded) every check looks the row up.
+ *     not preloaded) every check looks the row up;
+ *   - the words are per database (shared memory is the cluster's, the
+ *     table a database's): a recount in one database never clears another's;
+ *     beyond IM_STANDING_SLOTS databases every check looks the row up.
  * Invariant: while an active suspension row is visible to a check, the
  * word is not NONE.
  */
