@@ -58,6 +58,8 @@ INSERT INTO user_arg VALUES
  ('unban_member',        'user_id',   $$SELECT * FROM im.unban_member(2201, :c, %1$s)$$),
  ('unban_member',        'actor_id',  $$SELECT * FROM im.unban_member(%1$s, :c, 2201)$$),
  ('shard_member_roles',  'user_id',   $$SELECT * FROM im.shard_member_roles(%1$s, ARRAY[:c]::bigint[])$$),
+ ('suspend_user',        'user_id',   $$SELECT * FROM im.suspend_user('mod', %1$s, NULL, NULL)$$),
+ ('reinstate_user',      'user_id',   $$SELECT * FROM im.reinstate_user('mod', %1$s)$$),
  ('shard_received_positions', 'user_ids[]', $$SELECT * FROM im.shard_received_positions(ARRAY[%1$s]::bigint[])$$),
  ('shard_message_status', 'user_ids[]', $$SELECT * FROM im.shard_message_status(:m, ARRAY[%1$s]::bigint[])$$),
  ('shard_message_facts', 'user_ids[]', $$SELECT * FROM im.shard_message_facts(:m, ARRAY[%1$s]::bigint[])$$),

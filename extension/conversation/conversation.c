@@ -19,6 +19,7 @@
 #include "core/shard_map.h"
 #include "core/im_sql.h"
 #include "core/version_check.h"
+#include "core/standing.h"
 #include "conversation/conversation.h"
 
 #include "catalog/pg_type.h"
@@ -568,6 +569,7 @@ im_conversation_list(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 	roles = IM_CATALOG_HAS_ROLES();
 	im_prepare(&plans[roles],
 			   roles ?

@@ -29,6 +29,7 @@
  */
 #include "core/im_sync.h"
 #include "core/common.h"
+#include "core/standing.h"
 #include "core/locks.h"
 #include "core/shmem.h"
 #include "core/version_check.h"
@@ -287,6 +288,7 @@ begin_relation(FunctionCallInfo fcinfo, RelationRequest *rq)
 		return false;
 	}
 	im_lock_conversation(rq->conversation_id, &rq->conv);
+	im_user_check_standing(rq->user_id);	/* after the replay, before the role checks (contract §17) */
 	/* a muted member writes nothing, whatever the target (contract §17) */
 	im_roles_require_not_muted(rq->conversation_id, rq->user_id);
 	rq->target = check_target(rq->conversation_id, rq->user_id, rq->target_message_id, rq->kind);

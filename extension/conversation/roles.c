@@ -34,6 +34,7 @@
 #include "core/common.h"
 #include "core/locks.h"
 #include "core/shmem.h"
+#include "core/standing.h"
 #include "core/version_check.h"
 #include "core/im_sql.h"
 #include "conversation/conversation.h"
@@ -102,17 +103,6 @@ im_roles_require_not_muted(int64 conversation_id, int64 user_id)
 	args[1] = Int64GetDatum(user_id);
 	if (im_exec(plan, args, NULL, 0) > 0)
 		raise_muted(user_id, conversation_id);
-}
-
-/*
- * The account standing of the actor (contract §17: a suspended account is
- * IS403 before any role check).  The one place the moderation functions
- * ask; the suspension check fills it.
- */
-static void
-require_actor_standing(int64 actor_id)
-{
-	(void) actor_id;
 }
 
 /* One request of set_member_role, mute_member or remove_member. */
@@ -190,7 +180,7 @@ check_actor(int64 conversation_id, int64 actor_id, MemberRole least, const char 
 	bool		muted = false;
 	bool		found;
 
-	require_actor_standing(actor_id);
+	im_user_check_standing(actor_id);	/* a suspended actor: IS403 before any role check */
 	found = active_period(conversation_id, actor_id, period_id, role, &muted);
 	if (found && muted)
 		raise_muted(actor_id, conversation_id);

@@ -17,6 +17,7 @@
  */
 #include "core/im_sync.h"
 #include "core/common.h"
+#include "core/standing.h"
 #include "core/locks.h"
 #include "core/shmem.h"
 #include "core/im_sql.h"
@@ -298,7 +299,14 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 	 * names (the original for a retry, IS409, 42501, P0002), in the same
 	 * order.
 	 */
+	/*
+	 * A suspended sender's request must still be answered by a retry's
+	 * original (contract §17 order): it skips the fast path, which would
+	 * write before the key is looked up.  One atomic read while this node
+	 * has no suspension (core/standing.c).
+	 */
 	if (req->target_message_id == 0 && req->reply_to_message_id == 0 &&
+		!im_user_suspended(req->sender_id) &&
 		(direct = im_direct_append_begin(req->trace_id != NULL)) != NULL)
 	{
 		created = im_take_next_position(req->conversation_id, &conv) &&
@@ -309,6 +317,7 @@ do_send(FunctionCallInfo fcinfo, SendRequest *req)
 												  &message_id, &msg_seq))
 	{
 		im_lock_conversation(req->conversation_id, &conv);
+		im_user_check_standing(req->sender_id);	/* IS403 before the role checks (contract §17) */
 		require_active_member(req->conversation_id, req->sender_id);
 		if (req->target_message_id != 0)
 			check_target(req);

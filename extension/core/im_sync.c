@@ -43,6 +43,7 @@ int			im_push_delay_ms = 3000;
 int			im_push_min_interval_ms = 10000;
 int			im_receipt_interval_ms = 2000;
 int			im_push_max_age_s = 3600;
+int			im_max_devices_per_user = 20;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -149,6 +150,11 @@ define_settings(void)
 							"over this size; every page still holds at least one event.",
 							&im_max_page_bytes, 1024 * 1024, 1, INT_MAX,
 							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomIntVariable("im_sync.max_devices_per_user",
+							"Most devices a user may have registered (revoked ones do not count).",
+							"Registering a new device beyond it fails with 54000; re-registering a known one does not.",
+							&im_max_devices_per_user, 20, 1, 100000,
+							PGC_SUSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("im_sync.token_key_max_age",
 							"Signing key age at which maintenance rotates to a new key.",
 							NULL, &im_token_key_max_age_s, 30 * 86400, 1, INT_MAX,

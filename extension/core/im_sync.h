@@ -47,5 +47,6 @@ extern int	im_push_delay_ms;
 extern int	im_push_min_interval_ms;
 extern int	im_receipt_interval_ms;
 extern int	im_push_max_age_s;
+extern int	im_max_devices_per_user;
 
 #endif							/* IM_SYNC_H */

@@ -14,6 +14,7 @@
 #include "core/shmem.h"
 
 #include "access/xact.h"
+#include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -30,6 +31,17 @@ typedef struct ImShared
 	/* Last failed-authentication summary: its time (0: none yet) and count. */
 	pg_atomic_uint64 auth_summary_at;
 	pg_atomic_uint64 auth_summary_failures;
+	/*
+	 * Account standing (standing.c), one slot per database that uses it
+	 * (shared memory is the cluster's, suspensions are a database's): its
+	 * oid (0: free), the generation and flag, the writers in flight.
+	 */
+	struct
+	{
+		pg_atomic_uint32 dboid;
+		pg_atomic_uint64 state;
+		pg_atomic_uint32 writers;
+	}			standing[IM_STANDING_SLOTS];
 } ImShared;
 
 /* NULL when the library was not preloaded: counters read 0, no wake-ups. */
@@ -77,6 +89,12 @@ im_shmem_init(void)
 			pg_atomic_init_u64(&im_shared->counters[i], 0);
 		pg_atomic_init_u64(&im_shared->auth_summary_at, 0);
 		pg_atomic_init_u64(&im_shared->auth_summary_failures, 0);
+		for (int i = 0; i < IM_STANDING_SLOTS; i++)
+		{
+			pg_atomic_init_u32(&im_shared->standing[i].dboid, 0);
+			pg_atomic_init_u64(&im_shared->standing[i].state, 0);
+			pg_atomic_init_u32(&im_shared->standing[i].writers, 0);
+		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -301,5 +319,48 @@ im_auth_failure_summary_due(int64 *failures, int64 *since_s)
 		return false;			/* another backend logs this interval */
 	*failures = (int64) (total - pg_atomic_exchange_u64(&im_shared->auth_summary_failures, total));
 	*since_s = last == 0 ? -1 : (int64) ((now - last) / USECS_PER_SEC);
+	return true;
+}
+
+/*
+ * The standing words of this backend's database (standing.c): its slot,
+ * claimed on first use.  False without shared memory or when every slot is
+ * another database's (then every check looks suspensions up).  A slot is
+ * never given back: a dropped database keeps its slot.
+ */
+bool
+im_shmem_standing(pg_atomic_uint64 **state, pg_atomic_uint32 **writers)
+{
+	static int	slot = -1;
+	static Oid	slot_db = InvalidOid;
+
+	if (im_shared == NULL || !OidIsValid(MyDatabaseId))
+		return false;
+	if (slot < 0 || slot_db != MyDatabaseId)
+	{
+		slot = -1;
+		for (int i = 0; i < IM_STANDING_SLOTS && slot < 0; i++)
+		{
+			uint32		db = pg_atomic_read_u32(&im_shared->standing[i].dboid);
+
+			if (db == 0)
+			{
+				uint32		expected = 0;
+
+				if (pg_atomic_compare_exchange_u32(&im_shared->standing[i].dboid, &expected,
+												   (uint32) MyDatabaseId))
+					db = (uint32) MyDatabaseId;
+				else
+					db = expected;	/* another backend took it first */
+			}
+			if (db == (uint32) MyDatabaseId)
+				slot = i;
+		}
+		if (slot < 0)
+			return false;
+		slot_db = MyDatabaseId;
+	}
+	*state = &im_shared->standing[slot].state;
+	*writers = &im_shared->standing[slot].writers;
 	return true;
 }

@@ -70,4 +70,14 @@ extern int64 im_counter_get(ImCounter which);
 #define IM_AUTH_LOG_INTERVAL_S 60
 extern bool im_auth_failure_summary_due(int64 *failures, int64 *since_s);
 
+/*
+ * The account-standing words of standing.c (its protocol is described
+ * there) for this backend's database, one slot each of at most
+ * IM_STANDING_SLOTS databases; false when the library was not preloaded or
+ * no slot is left.
+ */
+#define IM_STANDING_SLOTS 16
+#include "port/atomics.h"
+extern bool im_shmem_standing(pg_atomic_uint64 **state, pg_atomic_uint32 **writers);
+
 #endif							/* IM_SHMEM_H */

@@ -52,6 +52,7 @@
 #include "core/version_check.h"
 #include "core/im_sql.h"
 #include "core/xact_horizon.h"
+#include "core/standing.h"
 #include "user/user.h"
 #include "ops/ops.h"
 
@@ -265,4 +266,6 @@ im_maintain(void)
 				(errmsg("im_sync: token key maintenance: %s, %d superseded key(s) retired",
 						rotated ? "rotated to a new signing key" : "no rotation", retired)));
 	retention_collect();
+	/* reinstated or expired suspensions: the checks may skip the lookup again */
+	im_standing_recount();
 }

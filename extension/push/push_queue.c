@@ -32,6 +32,7 @@
 #include "core/shard_map.h"
 #include "core/shmem.h"
 #include "core/im_sql.h"
+#include "core/standing.h"
 #include "push/push.h"
 
 #include "catalog/pg_type.h"
@@ -95,6 +96,56 @@
 			   " ON CONFLICT (push_target_id, conversation_id) WHERE state" EQ "ANY ('{pending,retry}'::pg_catalog.text[])" \
 			   " DO NOTHING"
 
+/*
+ * The conversation's pending jobs of suspended users go.  Run only while
+ * this node has a suspension (core/standing.c), so the common fanout pays
+ * nothing; a statement apart from the queue's, so that one keeps its plan.
+ */
+static void
+drop_suspended_jobs(int64 conversation_id)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+
+	im_prepare(&plan,
+			   "DELETE FROM im.push_job j USING im.user_suspension s "
+			   "WHERE j.conversation_id" EQ "$1 AND j.state" EQ "ANY ('{pending,retry}'::pg_catalog.text[]) "
+			   "  AND s.user_id" EQ "j.user_id "
+			   "  AND (s.suspended_until IS NULL OR s.suspended_until" GT "pg_catalog.now())",
+			   1, INT8OID);
+	args[0] = Int64GetDatum(conversation_id);
+	im_exec(plan, args, NULL, 0);
+}
+
+/*
+ * Of the picked jobs, those of suspended users are completed as suppressed
+ * (contract §17); returns the rest (NULL when none is left).
+ */
+static Datum
+skip_suspended_jobs(Datum picked, bool *none_left, int64 *suppressed)
+{
+	static SPIPlanPtr plan;
+	Datum		args[1];
+	Datum		rest;
+
+	im_prepare(&plan,
+			   "WITH s AS (UPDATE im.push_job j SET state = 'suppressed', lease_until = NULL,"
+			   "    finished_at = pg_catalog.now()"
+			   "  FROM im.user_suspension us"
+			   "  WHERE j.job_id" EQ "ANY ($1::pg_catalog.int8[]) AND us.user_id" EQ "j.user_id"
+			   "    AND (us.suspended_until IS NULL OR us.suspended_until" GT "pg_catalog.now())"
+			   "  RETURNING j.job_id)"
+			   "SELECT (SELECT pg_catalog.array_agg(x) FROM pg_catalog.unnest($1::pg_catalog.int8[]) x"
+			   "        WHERE x NOT IN (SELECT job_id FROM s)),"
+			   "       (SELECT pg_catalog.count(*) FROM s)",
+			   1, INT8ARRAYOID);
+	args[0] = picked;
+	im_exec(plan, args, NULL, 1);
+	rest = im_get_datum_copy(0, 1, none_left);
+	*suppressed += im_get_int64(0, 2, NULL);
+	return rest;
+}
+
 void
 im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 {
@@ -125,7 +176,12 @@ im_push_queue_delivered(int64 conversation_id, const int64 *message_ids, int n)
 	args[3] = Float8GetDatum(im_push_min_interval_ms / 1000.0);
 	args[4] = Int64GetDatum(im_shard_id_factor());
 	if (im_exec(traced ? plan : plan19, args, NULL, 0) > 0)
+	{
+		/* a suspended user gets no push: their new jobs go (contract §17) */
+		if (im_standing_any())
+			drop_suspended_jobs(conversation_id);
 		Async_Notify("im_sync_push", "");	/* one per transaction: identical ones fold */
+	}
 }
 
 /*
@@ -315,8 +371,11 @@ im_claim_push_jobs(PG_FUNCTION_ARGS)
 	args[0] = Int32GetDatum(max_jobs);
 	im_exec(lock_plan, args, NULL, 0);
 	picked = im_get_datum_copy(0, 1, &picked_null);
+	if (!picked_null && im_standing_any())
+		picked = skip_suspended_jobs(picked, &picked_null, &suppressed);
 	if (picked_null)
 	{
+		im_counter_add_at_commit(IM_COUNTER_PUSH_SUPPRESSED, suppressed);
 		SPI_finish();
 		PG_RETURN_NULL();
 	}

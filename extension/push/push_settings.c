@@ -14,6 +14,7 @@
 #include "core/im_sync.h"
 #include "core/common.h"
 #include "core/im_sql.h"
+#include "core/standing.h"
 #include "push/push.h"
 
 #include "catalog/pg_type.h"
@@ -45,6 +46,7 @@ im_set_notify(PG_FUNCTION_ARGS)
 	im_push_require_catalog();
 
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 	if (conversation_id != 0)
 		im_require_ever_member(user_id, conversation_id, "Notification settings are for a conversation's members.");
 	args[0] = Int64GetDatum(user_id);

@@ -20,6 +20,7 @@
 #include "core/audit.h"
 #include "core/version_check.h"
 #include "core/im_sql.h"
+#include "core/standing.h"
 #include "push/push.h"
 
 #include "access/xact.h"
@@ -134,6 +135,7 @@ IM_SENSITIVE_FUNCTION(im_register_push_target)
 	sealed = im_push_seal_token(VARDATA_ANY(token), VARSIZE_ANY_EXHDR(token));
 
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 	im_lock_device(user_id, device_id, &dev);
 	if (strcmp(dev.state, "REVOKED") == 0)
 		ereport(ERROR,

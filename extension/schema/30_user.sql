@@ -265,7 +265,7 @@ RETURNS boolean AS 'MODULE_PATHNAME', 'im_revoke_device' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 CREATE FUNCTION im.device_session(user_id bigint, device_id text, connection_epoch bigint)
 RETURNS TABLE(state text, sync_generation int, server_acked_sync_seq bigint,
-              high_watermark bigint, current boolean)
+              high_watermark bigint, current boolean, account_state text)
 AS 'MODULE_PATHNAME', 'im_device_session' LANGUAGE C
 SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 CREATE FUNCTION im.sync_changes(user_id bigint, device_id text, client_generation int,
@@ -380,7 +380,7 @@ SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
 
 COMMENT ON FUNCTION im.register_device(bigint, text) IS 'Registers or re-registers a device of a user (contract §5)';
 COMMENT ON FUNCTION im.revoke_device(bigint, text) IS 'Revokes a device: its tokens and leases end (contract §5, §12)';
-COMMENT ON FUNCTION im.device_session(bigint, text, bigint) IS 'A device''s sync state at connect, fencing older connection epochs (contract §5)';
+COMMENT ON FUNCTION im.device_session(bigint, text, bigint) IS 'A device''s sync state at connect, fencing older connection epochs, and its account''s standing (contract §5, §17)';
 COMMENT ON FUNCTION im.sync_changes(bigint, text, integer, bigint, integer, text) IS 'Returns the next page of a device''s sync batch with its batch token (contract §5)';
 COMMENT ON FUNCTION im.ack_sync(bigint, text, text, bigint) IS 'ACKs a device''s sync batch up to ack_seq: SYNC_ACK (contract §5)';
 COMMENT ON FUNCTION im.begin_snapshot(bigint, text) IS 'Builds a snapshot for a device and returns its token and manifest (contract §6)';
@@ -407,3 +407,37 @@ COMMENT ON FUNCTION im.issue_device_token(bigint, text, interval) IS 'Issues a s
 COMMENT ON FUNCTION im.authenticate(text) IS 'Verifies a device token and returns its user, device and connection epoch (contract §8, §12)';
 COMMENT ON FUNCTION im.rotate_token_key() IS 'Adds a new signing key; older keys still verify (contract §8)';
 COMMENT ON FUNCTION im.retire_token_key(integer) IS 'Wipes the secret of a superseded key whose tokens have expired (contract §8)';
+
+-- ---- account standing (contract §17): suspensions, standing.c and
+-- suspension.c.  One row per suspended user, on every node (suspend_user
+-- writes on every node); active while suspended_until is NULL or later than
+-- now(), so a timed suspension ends by itself.  reinstate_user deletes the
+-- row; im.audit keeps the history.
+CREATE TABLE im.user_suspension (
+    user_id         bigint PRIMARY KEY,
+    suspended_at    timestamptz NOT NULL DEFAULT now(),
+    suspended_until timestamptz,       -- NULL: until reinstated
+    moderator       text NOT NULL,
+    reason          text
+);
+SELECT pg_catalog.pg_extension_config_dump('im.user_suspension', '');
+-- Any writer (COPY and restores too) tells shared memory before it commits,
+-- so the checks' fast path never misses a suspension (standing.c).
+CREATE FUNCTION im.user_suspension_written() RETURNS trigger
+AS 'MODULE_PATHNAME', 'im_user_suspension_written' LANGUAGE C
+SET search_path = pg_catalog, im, pg_temp;
+CREATE TRIGGER user_suspension_written BEFORE INSERT OR UPDATE ON im.user_suspension
+    FOR EACH STATEMENT EXECUTE FUNCTION im.user_suspension_written();
+CREATE FUNCTION im.suspend_user(moderator text, user_id bigint, suspended_until timestamptz,
+                                reason text)
+RETURNS TABLE(suspended boolean, sessions_closed int)
+AS 'MODULE_PATHNAME', 'im_suspend_user' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+CREATE FUNCTION im.reinstate_user(moderator text, user_id bigint)
+RETURNS TABLE(reinstated boolean)
+AS 'MODULE_PATHNAME', 'im_reinstate_user' LANGUAGE C
+SECURITY DEFINER SET search_path = pg_catalog, im, pg_temp;
+COMMENT ON TABLE im.user_suspension IS 'Suspended accounts: active while suspended_until is NULL or in the future (contract §17)';
+COMMENT ON FUNCTION im.user_suspension_written() IS 'Tells the account-standing checks that a suspension is being written (contract §17)';
+COMMENT ON FUNCTION im.suspend_user(text, bigint, timestamp with time zone, text) IS 'Suspends an account until a time or until reinstated: its calls fail with IS403, its sessions close (contract §17)';
+COMMENT ON FUNCTION im.reinstate_user(text, bigint) IS 'Lifts an account''s suspension (contract §17)';

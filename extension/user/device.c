@@ -13,7 +13,15 @@
  *   - a failed authentication leaves no row (the error rolls back) but is
  *     counted in shared memory and summarized in the log (at most one line
  *     per minute, without the token).
- * Lock order: device row, then the user's head (contract §4).
+ *   - at most im_sync.max_devices_per_user devices that are not revoked:
+ *     a new device, or a revoked one registering again, is counted under
+ *     the user's head lock (two racing registrations count one after the
+ *     other);
+ *   - a suspended account (contract §17) registers nothing, is issued no
+ *     token and authenticates no more (after the token checks, 28000 first);
+ *     device_session reports its standing for the gateway's re-check.
+ * Lock order: device row, then the user's head (contract §4); a device
+ * that does not exist yet takes the head first (architecture.md).
  */
 #include "core/im_sync.h"
 #include "core/common.h"
@@ -23,6 +31,7 @@
 #include "core/shmem.h"
 #include "core/log_privacy.h"
 #include "core/im_sql.h"
+#include "core/standing.h"
 #include "push/push.h"
 #include "user/user.h"
 
@@ -34,14 +43,42 @@
 #define IM_DEVICE_CHANNEL "im_sync_device"
 
 /* NOTIFY im_sync_device 'user:device:epoch:what', delivered at commit. */
-static void
-notify_device(int64 user_id, const char *device_id, int64 epoch, const char *what)
+void
+im_device_notify(int64 user_id, const char *device_id, int64 epoch, const char *what)
 {
 	char		payload[160];
 
 	snprintf(payload, sizeof(payload), INT64_FORMAT ":%s:" INT64_FORMAT ":%s",
 			 user_id, device_id, epoch, what);
 	Async_Notify(IM_DEVICE_CHANNEL, payload);
+}
+
+/*
+ * The device cap (im_sync.max_devices_per_user): the user's devices that are
+ * not revoked, besides device_id, must leave room for it.  The caller holds
+ * the user's head, so the count is not raced by another registration.
+ */
+static void
+require_device_room(int64 user_id, const char *device_id)
+{
+	static SPIPlanPtr count;
+	Datum		args[2];
+	int64		n;
+
+	im_prepare(&count,
+			   "SELECT pg_catalog.count(*) FROM im.device "
+			   "WHERE user_id" EQ "$1 AND device_id" NE "$2 AND state" NE "'REVOKED'",
+			   2, INT8OID, TEXTOID);
+	args[0] = Int64GetDatum(user_id);
+	args[1] = CStringGetTextDatum(device_id);
+	im_exec(count, args, NULL, 1);
+	n = im_get_int64(0, 1, NULL);
+	if (n >= im_max_devices_per_user)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("user " INT64_FORMAT " already has %d devices, the most im_sync.max_devices_per_user allows",
+						user_id, im_max_devices_per_user),
+				 errhint("Revoke one of the user's devices (im.revoke_device) before registering another.")));
 }
 
 PG_FUNCTION_INFO_V1(im_register_device);
@@ -53,6 +90,7 @@ PG_FUNCTION_INFO_V1(im_register_device);
 Datum
 im_register_device(PG_FUNCTION_ARGS)
 {
+	static SPIPlanPtr known;
 	static SPIPlanPtr ins;
 	static SPIPlanPtr again;
 	int64		user_id = im_arg_user_id(fcinfo, 0, "user_id");
@@ -67,9 +105,25 @@ im_register_device(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);
 
 	args[0] = Int64GetDatum(user_id);
 	args[1] = CStringGetTextDatum(device_id);
+	im_prepare(&known,
+			   "SELECT 1 FROM im.device WHERE user_id" EQ "$1 AND device_id" EQ "$2",
+			   2, INT8OID, TEXTOID);
+	/*
+	 * A device not known yet counts against the cap: under the user's head
+	 * lock, so two registrations racing at the cap are counted one after
+	 * the other.  Taking the head before the new device's row is safe: no
+	 * other transaction can hold that row (its inserter would hold the
+	 * head first).
+	 */
+	if (im_exec(known, args, NULL, 1) == 0)
+	{
+		im_lock_user_heads(&user_id, 1);
+		require_device_room(user_id, device_id);
+	}
 	im_prepare(&ins,
 			   "INSERT INTO im.device (user_id, device_id, state) VALUES ($1, $2, 'NEW') "
 			   "ON CONFLICT (user_id, device_id) DO NOTHING",
@@ -87,6 +141,9 @@ im_register_device(PG_FUNCTION_ARGS)
 		im_lock_device(user_id, device_id, &dev);
 		if (strcmp(dev.state, "REVOKED") == 0)
 		{
+			/* counted again: the cap as for a new device (device, then head) */
+			im_lock_user_heads(&user_id, 1);
+			require_device_room(user_id, device_id);
 			/* a new registration: a new generation and nothing acknowledged */
 			im_device_bump_generation(&dev, "NEW");
 			im_prepare(&again,
@@ -145,7 +202,7 @@ im_revoke_device(PG_FUNCTION_ARGS)
 		im_push_remove_device_target(user_id, device_id);	/* its push target goes with it (contract §13) */
 		snprintf(detail, sizeof(detail), "{\"registration\": %d}", dev.registration);
 		im_audit_device("revoke_device", user_id, device_id, detail);
-		notify_device(user_id, device_id, dev.connection_epoch, "REVOKED");
+		im_device_notify(user_id, device_id, dev.connection_epoch, "REVOKED");
 		revoked = true;
 	}
 	SPI_finish();
@@ -175,8 +232,9 @@ im_device_session(PG_FUNCTION_ARGS)
 	char	   *device_id = im_arg_device_id(fcinfo, 1);
 	int64		epoch;
 	Datum		args[3];
-	Datum		values[5];
-	bool		nulls[5] = {false, false, false, false, false};
+	Datum		values[6];
+	bool		nulls[6] = {false, false, false, false, false, false};
+	bool		suspended;
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -209,8 +267,12 @@ im_device_session(PG_FUNCTION_ARGS)
 		values[2] = Int64GetDatum(im_get_int64(0, Anum_session_acked_sync_seq, NULL));
 		values[3] = Int64GetDatum(im_get_int64(0, Anum_session_user_high_watermark, NULL));
 		values[4] = BoolGetDatum(im_get_bool(0, Anum_session_current_epoch, NULL));
+		/* the gateway's re-check of a SUSPENDED notification reads this, never the payload */
+		suspended = im_user_suspended(user_id);
 		SPI_finish();
 		values[0] = CStringGetTextDatum(state);
+		/* an older catalog declares five columns: the sixth is not stored */
+		values[5] = CStringGetTextDatum(suspended ? "suspended" : "active");
 	}
 	im_srf_row(fcinfo, values, nulls);
 	return (Datum) 0;
@@ -257,6 +319,7 @@ im_issue_device_token(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
 				 errmsg("device \"%s\" of user " INT64_FORMAT " is revoked", device_id, user_id),
 				 errhint("Register the device again before issuing a token.")));
+	im_user_check_standing(user_id);
 
 	memset(&c, 0, sizeof(c));
 	c.purpose = IM_TOKEN_DEVICE;
@@ -354,6 +417,8 @@ IM_SENSITIVE_FUNCTION(im_authenticate)
 		auth_fail(&c, "token was issued before the device was revoked");
 	if (GetCurrentTimestamp() >= c.expires_at)
 		auth_fail(&c, "token has expired");
+	/* after every token check (28000 first), under the device row's lock */
+	im_user_check_standing(c.user_id);
 
 	im_prepare(&bump,
 			   "UPDATE im.device SET connection_epoch = connection_epoch" PLUS "1, "
@@ -363,7 +428,7 @@ IM_SENSITIVE_FUNCTION(im_authenticate)
 			   2, INT8OID, TEXTOID);
 	im_exec(bump, args, NULL, 0);
 	epoch = im_get_int64(0, 1, NULL);
-	notify_device(c.user_id, c.device_id, epoch, "SUPERSEDED");
+	im_device_notify(c.user_id, c.device_id, epoch, "SUPERSEDED");
 	SPI_finish();
 
 	values[0] = Int64GetDatum(c.user_id);

@@ -13,6 +13,7 @@
 #include "core/common.h"
 #include "core/locks.h"
 #include "core/im_sql.h"
+#include "core/standing.h"
 #include "conversation/conversation.h"
 #include "user/user.h"
 
@@ -140,6 +141,7 @@ im_fetch_messages(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 
 	im_require_conversation(conversation_id, &conv);
 	up_to_seq = PG_ARGISNULL(4) ? conv.head_msg_seq : Min(PG_GETARG_INT64(4), conv.head_msg_seq);

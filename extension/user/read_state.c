@@ -22,6 +22,7 @@
 #include "core/shard_map.h"
 #include "core/shmem.h"
 #include "core/im_sql.h"
+#include "core/standing.h"
 #include "user/user.h"
 
 #include "catalog/pg_type.h"
@@ -144,6 +145,7 @@ im_report_read(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 
 	im_require_conversation(conversation_id, &conv);
 	im_require_ever_member(user_id, conversation_id,
@@ -335,6 +337,7 @@ im_delete_for_me(PG_FUNCTION_ARGS)
 	bool		done;
 
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 
 	im_require_conversation(conversation_id, &conv);
 
@@ -725,6 +728,7 @@ im_message_facts(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(sender_id);	/* IS403 for a suspended account (contract §17) */
 
 	actual_sender = message_sender(message_id, &isnull);
 	if (isnull || actual_sender != sender_id)
@@ -780,6 +784,7 @@ im_clear_dirty(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 
 	im_require_conversation(conversation_id, NULL);
 	im_require_ever_member(user_id, conversation_id,

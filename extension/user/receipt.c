@@ -49,6 +49,7 @@
 #include "core/shmem.h"
 #include "core/im_sql.h"
 #include "core/version_check.h"
+#include "core/standing.h"
 #include "user/user.h"
 
 #include "catalog/pg_type.h"
@@ -515,6 +516,7 @@ im_set_read_receipts(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 	im_shard_require_user(user_id);
 	im_prepare(&plan,
 			   "INSERT INTO im.receipt_setting (user_id, read_receipts) VALUES ($1, $2) "

@@ -26,6 +26,7 @@
 #include "core/im_sql.h"
 #include "core/version_check.h"
 #include "conversation/conversation.h"
+#include "core/standing.h"
 #include "user/user.h"
 
 #include "catalog/pg_type.h"
@@ -169,6 +170,7 @@ im_recent_conversations(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 	/*
 	 * The ORDER BY is the index read backwards; the row comparison is its
 	 * index condition (user_conversation_recent_idx).  One row more than
@@ -302,6 +304,7 @@ im_pin_conversation(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 	im_require_conversation(conversation_id, NULL);
 	im_require_ever_member(user_id, conversation_id,
 						   "Only a conversation the user has or had a membership period in can be pinned.");

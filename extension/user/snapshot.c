@@ -26,6 +26,7 @@
 #include "core/im_sql.h"
 #include "core/version_check.h"
 #include "conversation/conversation.h"
+#include "core/standing.h"
 #include "user/user.h"
 
 #include "catalog/pg_type.h"
@@ -353,6 +354,7 @@ im_begin_snapshot(PG_FUNCTION_ARGS)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 
 	/* The device row lock orders this with every other call of the device. */
 	im_lock_device(user_id, device_id, &dev);
@@ -519,6 +521,7 @@ IM_SENSITIVE_FUNCTION(im_fetch_snapshot)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 
 	refused = check_snapshot_token(user_id, device_id, token, &dev, &claims);
 	if (refused != NULL)
@@ -594,6 +597,7 @@ IM_SENSITIVE_FUNCTION(im_ack_snapshot)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 
 	refused = check_snapshot_token(user_id, device_id, token, &dev, &claims);
 	acked = dev.acked_sync_seq;

@@ -27,6 +27,7 @@
 #include "core/shard_map.h"
 #include "core/shmem.h"
 #include "core/im_sql.h"
+#include "core/standing.h"
 #include "conversation/conversation.h"
 #include "user/user.h"
 
@@ -652,6 +653,7 @@ IM_SENSITIVE_FUNCTION(im_sync_changes)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 	if (PG_ARGISNULL(5))
 	{
 		im_lock_device(user_id, device_id, &dev);
@@ -770,6 +772,7 @@ IM_SENSITIVE_FUNCTION(im_ack_sync)
 
 	im_srf_begin(fcinfo);
 	im_spi_connect();
+	im_user_check_standing(user_id);	/* IS403 for a suspended account (contract §17) */
 	/* Device row lock: concurrent ACKs of one device are applied one by one. */
 	im_lock_device(user_id, device_id, &dev);
 	if (PG_ARGISNULL(2))

@@ -49,6 +49,11 @@ extern void im_device_touch(int64 user_id, const char *device_id);
  * window is im_sync.device_inactive_after (30 days by default).
  */
 extern void im_device_touch_coarse(int64 user_id, const char *device_id);
+/*
+ * NOTIFY im_sync_device 'user:device:epoch:what' (REVOKED, SUPERSEDED,
+ * SUSPENDED), delivered at commit (device.c).
+ */
+extern void im_device_notify(int64 user_id, const char *device_id, int64 epoch, const char *what);
 
 /*
  * signed tokens and the key ring (token.c).

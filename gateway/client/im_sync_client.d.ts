@@ -53,6 +53,8 @@ export class ImSyncError extends Error {
   readonly code: string;
   readonly frame: object | null;
   readonly retryAfterMs: number | null;
+  /** FORBIDDEN's `reason` (contract §17): `suspended` or `muted`; null otherwise. */
+  readonly reason: string | null;
 }
 
 /** The user and device a device token names (not verified), or null. */

@@ -4,8 +4,8 @@
  * Invariants kept here: a session's user and device come only from
  * im.authenticate (frames naming others are refused in frame.c); a refused
  * hello changes nothing in the database (its transaction is rolled back);
- * a session is closed 4003/4008 only on im.device_session's answer, never
- * on a notification alone.
+ * a session is closed 4003/4008/4005 only on im.device_session's answer (or
+ * 4005 on authenticate's IS403 at hello), never on a notification alone.
  */
 #include "server/auth.h"
 #include "server/presence_report.h"
@@ -30,7 +30,7 @@
 enum
 {
 	DS_STATE, DS_SYNC_GENERATION, DS_SERVER_ACKED_SYNC_SEQ, DS_HIGH_WATERMARK, DS_CURRENT,
-	DS_NCOLS
+	DS_ACCOUNT_STATE, DS_NCOLS
 };
 
 /* The hello result: user_id, device_id, epoch, then the device_session columns. */
@@ -178,13 +178,18 @@ im_hello_done(session *s)
 }
 
 /*
- * Closes the session when device_session (columns from off) says the device
- * was revoked (4003) or the session is no longer current (4008).  Returns 1
- * when it closed.
+ * Closes the session when device_session (columns from off) says the
+ * account is suspended (4005), the device was revoked (4003) or the session
+ * is no longer current (4008).  Returns 1 when it closed.
  */
 static int
 closed_by_device_state(session *s, const PGresult *r, int off)
 {
+	if (strcmp(PQgetvalue(r, 0, off + DS_ACCOUNT_STATE), "suspended") == 0)
+	{
+		im_begin_close(s, 4005, "suspended");
+		return 1;
+	}
 	if (strcmp(PQgetvalue(r, 0, off + DS_STATE), "REVOKED") == 0)
 	{
 		im_begin_close(s, 4003, "revoked");
@@ -301,8 +306,17 @@ im_on_auth_job(session *s, im_job *j)
 		im_hello_done(s);
 		im_log("info", "event=auth_failed sid=%" PRIu64 " sqlstate=%s trace_id=%s", s->sid,
 			   j->status == IM_JOB_SQL_ERROR ? j->sqlstate : "-", s->rq.trace_id);
-		im_send_error(s, j->id, &s->rq, "NOT_AUTHENTICATED", "authentication failed", -1);
-		im_begin_close(s, 4001, "auth_failed");
+		if (j->status == IM_JOB_SQL_ERROR && strcmp(j->sqlstate, "IS403") == 0)
+		{
+			/* a suspended account (contract §17): told why, and no reconnect */
+			im_send_error_reason(s, j->id, &s->rq, "FORBIDDEN", "account suspended", -1, "suspended");
+			im_begin_close(s, 4005, "suspended");
+		}
+		else
+		{
+			im_send_error(s, j->id, &s->rq, "NOT_AUTHENTICATED", "authentication failed", -1);
+			im_begin_close(s, 4001, "auth_failed");
+		}
 		if (held)
 			im_db_end_txn(j, 0);
 		return held;
@@ -357,8 +371,8 @@ im_request_recheck(session *s, int hint)
 	j = im_job_new(IM_JOB_RECHECK, s->sid);
 	j->key = s->recheck_hint;
 	s->recheck_hint = 0;
-	j->sql = "SELECT state, sync_generation, server_acked_sync_seq, high_watermark, current "
-		"FROM im.device_session($1::bigint, $2::text, $3::bigint)";
+	j->sql = "SELECT state, sync_generation, server_acked_sync_seq, high_watermark, current, "
+		"account_state FROM im.device_session($1::bigint, $2::text, $3::bigint)";
 	j->nparams = 3;
 	j->params[0] = im_int64_text(s->user_id);
 	j->params[1] = strdup(s->device_id);

@@ -478,7 +478,7 @@ decode_hello(json_t *root, im_request *req)
 	 * per batch of hellos, db_hello_batch.c) instead of two.
 	 */
 	req->sql = "SELECT a.user_id, a.device_id, a.connection_epoch, d.state, d.sync_generation, "
-		"d.server_acked_sync_seq, d.high_watermark, d.current, "
+		"d.server_acked_sync_seq, d.high_watermark, d.current, d.account_state, "
 		"im.set_presence(a.user_id, a.device_id, a.connection_epoch, true, "
 		"'" IM_PRESENCE_TTL_TEXT "'::interval) "
 		"FROM im.authenticate($1::text) a "
@@ -720,6 +720,8 @@ im_parse_device_event(const char *payload, im_device_event *ev)
 		ev->revoked = 1;
 	else if (strcmp(c3 + 1, "SUPERSEDED") == 0)
 		ev->revoked = 0;
+	else if (strcmp(c3 + 1, "SUSPENDED") == 0)
+		ev->revoked = 2;
 	else
 		return -1;
 	return 0;
@@ -735,6 +737,7 @@ static const struct
 	const char *reason;
 }			forbidden_reasons[] = {
 	{"member muted", "muted"},
+	{"account suspended", "suspended"},
 };
 
 const char *

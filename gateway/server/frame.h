@@ -139,7 +139,7 @@ typedef struct im_device_event
 	int64_t		user_id;
 	char		device_id[65];
 	int64_t		epoch;
-	int			revoked;		/* 1 REVOKED, 0 SUPERSEDED */
+	int			revoked;		/* 1 REVOKED, 0 SUPERSEDED, 2 SUSPENDED (re-checked alike) */
 } im_device_event;
 extern int	im_parse_device_event(const char *payload, im_device_event *ev);
 

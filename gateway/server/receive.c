@@ -324,7 +324,7 @@ im_on_api_job(session *s, im_job *j)
 			im_send_error(s, j->id, rq, code, "internal error", -1);
 		}
 		else
-			im_send_error_reason(s, j->id, rq, code, j->errmsg, reason);
+			im_send_error_reason(s, j->id, rq, code, j->errmsg, -1, reason);
 	}
 	if (im_draining)
 		im_begin_close(s, 1001, "shutdown");

@@ -209,9 +209,9 @@ im_send_error(session *s, json_t *id, const im_reqinfo *rq, const char *code, co
 
 void
 im_send_error_reason(session *s, json_t *id, const im_reqinfo *rq, const char *code, const char *msg,
-					 const char *reason)
+					 long retry_ms, const char *reason)
 {
-	send_error_text(s, rq, code, im_error_frame_reason(id, rq->trace_id, code, msg, -1, reason));
+	send_error_text(s, rq, code, im_error_frame_reason(id, rq->trace_id, code, msg, retry_ms, reason));
 }
 
 /* Every request gets a reply: one too large for the send queue is answered UNAVAILABLE. */

@@ -125,9 +125,9 @@ extern void im_send_reply(session *s, json_t *id, char *text, int out_type,
 						  const im_reqinfo *rq);
 extern void im_send_error(session *s, json_t *id, const im_reqinfo *rq, const char *code,
 						  const char *msg, long retry_ms);
-/* The same with the error's reason (contract §17; NULL: none), never a retry hint. */
+/* The same with the error's "reason" (NULL: none; contract §17). */
 extern void im_send_error_reason(session *s, json_t *id, const im_reqinfo *rq, const char *code,
-								 const char *msg, const char *reason);
+								 const char *msg, long retry_ms, const char *reason);
 /* Closes with code once everything queued is written; the first code wins. */
 extern void im_begin_close(session *s, int code, const char *why);
 /* The writeable handler: writes one frame.  -1 tells lws to close. */

@@ -518,7 +518,8 @@ async function refreshTicksOnce() {
 function showStatus(state, detail) {
   $('status').dataset.state = state;
   const words = { needs_token: 'the token was refused: paste a new one', revoked: 'this device was revoked',
-                  superseded: 'this device connected elsewhere', not_a_token: 'that is not a device token' };
+                  superseded: 'this device connected elsewhere', not_a_token: 'that is not a device token',
+                  suspended: 'this account is suspended: it cannot sign in until a moderator reinstates it' };
   $('status').textContent = words[state] || state + (detail && typeof detail === 'string' ? `: ${detail}` : '');
   if (['needs_token', 'not_a_token', 'wrong_account'].includes(state)) $('token-form').hidden = false;
 }

@@ -45,6 +45,8 @@ export class ImSyncError extends Error {
     this.code = code;
     this.frame = frame || null;
     this.retryAfterMs = frame && frame.retry_after_ms != null ? frame.retry_after_ms : null;
+    // FORBIDDEN's reason (contract §17): 'suspended', 'muted', or null
+    this.reason = frame && frame.reason != null ? frame.reason : null;
   }
 }
 

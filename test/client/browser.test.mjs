@@ -578,3 +578,19 @@ test('older history on scroll: the pane scrolled to the top pages back, in order
   await shot(page, '14-older-history-first-message');
   await context.close();
 });
+
+// contract §17: a suspension closes the page's session with 4005; the page
+// says the account is suspended and does not reconnect.
+test('a suspended account: the page shows the notice and stays stopped', async () => {
+  const C = newUser();
+  sql(`SELECT im.create_conversation('group', ARRAY[${C}, ${A}]::bigint[], ${C})`);
+  const pc = await signIn(token(C, 'web'));
+  sql(`SELECT * FROM im.suspend_user('browser-test', ${C}, NULL, 'test')`);
+  await pc.waitForFunction(() => document.getElementById('status').dataset.state === 'suspended', { timeout: 10000, polling: 100 });
+  assert.match(await pc.$eval('#status', (e) => e.textContent), /suspended/);
+  await new Promise((res) => setTimeout(res, 1500));
+  assert.equal(await pc.$eval('#status', (e) => e.dataset.state), 'suspended');
+  await shot(pc, '17-suspended');
+  sql(`SELECT * FROM im.reinstate_user('browser-test', ${C})`);
+  await pc.close();
+});

@@ -302,6 +302,31 @@ test('close codes: a revoked device stops, a superseded one stops, a bad token a
   assert.equal(bad.state, 'needs_token');
 });
 
+// contract §17: a suspension closes the live session with 4005; the client
+// stops in `suspended` and sends no further hello (no reconnect loop); a
+// client started while the account is suspended stops the same way.
+test('close 4005: a suspended account stops the client in suspended, without reconnecting', async () => {
+  const A = newUser();
+  const counts = {};
+  const a = track(client(gw, token(A, 'a'), new MemoryStorage(), { WebSocket: countingWS(WS, counts) }));
+  await a.start();
+  const reconnects = a.stats.reconnects;
+  sql(`SELECT * FROM im.suspend_user('client-test', ${A}, NULL, 'test')`);
+  await waitFor('the session closed 4005', () => a.state === 'suspended');
+  await new Promise((res) => setTimeout(res, 1500));
+  assert.equal(a.state, 'suspended');
+  assert.equal(a.stats.reconnects, reconnects);
+  assert.equal(counts.frames.hello, 1);
+  // a token issued before the suspension: the hello is refused with 4005
+  sql(`SELECT * FROM im.reinstate_user('client-test', ${A})`);
+  const tokB = token(A, 'b');
+  sql(`SELECT * FROM im.suspend_user('client-test', ${A}, NULL, 'test')`);
+  const b = track(client(gw, tokB, new MemoryStorage()));
+  await assert.rejects(b.start(), (e) => e.code === 'SUSPENDED' || (e.code === 'FORBIDDEN' && e.reason === 'suspended'));
+  await waitFor('the hello closed 4005', () => b.state === 'suspended');
+  sql(`SELECT * FROM im.reinstate_user('client-test', ${A})`);
+});
+
 // The page keys its database by the user and device a token names, read
 // before connecting: the reading must agree with the server's.
 test('deviceTokenClaims reads the user and device the server authenticates; anything else is null', () => {

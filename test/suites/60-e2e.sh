@@ -47,6 +47,8 @@ port3=$(im_free_port)
 gw3=$!
 for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port3/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
 IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_small_gateway.py || rc=1
+# suspension (contract §17): live sessions on this gateway and the first close 4005 within 5 s
+IM_GW_URL="ws://127.0.0.1:$port/" IM_GW_URL2="ws://127.0.0.1:$port3/" "$py" test/e2e/test_suspension.py || rc=1
 # reactions, pins, replies: react, pin and reply with the gateway role's grants only
 IM_GW_URL="ws://127.0.0.1:$port3/" "$py" test/e2e/test_relations.py || rc=1
 # recency pages and conversation pins, with the gateway role's grants only

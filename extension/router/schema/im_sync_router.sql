@@ -526,8 +526,10 @@ CREATE FUNCTION im_router.issue_device_token(user_id bigint, device_id text, ttl
 RETURNS text
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.issue_device_token; $$;
 
+-- account_state last: the nodes' trailing column (contract §17)
 CREATE FUNCTION im_router.device_session(user_id bigint, device_id text, connection_epoch bigint)
-RETURNS TABLE(state text, sync_generation int, server_acked_sync_seq bigint, high_watermark bigint, current boolean)
+RETURNS TABLE(state text, sync_generation int, server_acked_sync_seq bigint, high_watermark bigint, current boolean,
+              account_state text)
 LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_id(user_id); TARGET im.device_session; $$;
 
 CREATE FUNCTION im_router.sync_changes(user_id bigint, device_id text, client_generation int,
@@ -823,6 +825,33 @@ AS $$ SELECT sum(n)::int FROM im_router.all_set_extension_owner(new_owner::text)
 CREATE FUNCTION im_router.retire_token_key(key_id int) RETURNS boolean
 LANGUAGE sql
 AS $$ SELECT bool_or(r) FROM im_router.all_retire_token_key(key_id) r $$;
+
+-- suspend_user and reinstate_user (contract §17): written on every node, as
+-- rotate_token_key is, so that every node's checks (a conversation node's
+-- send, a user node's sync) refuse the user.  One statement on each node in
+-- parallel; suspended / reinstated are true when any node changed (the
+-- nodes agree unless a node was restored or written apart), sessions_closed
+-- sums what each node told (the devices live on the user's node alone).
+CREATE FUNCTION im_router.all_suspend_user(moderator text, user_id bigint, suspended_until timestamptz,
+                                           reason text)
+RETURNS TABLE(suspended boolean, sessions_closed int)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); TARGET im.suspend_user; $$;
+
+CREATE FUNCTION im_router.all_reinstate_user(moderator text, user_id bigint)
+RETURNS TABLE(reinstated boolean)
+LANGUAGE plproxy AS $$ CLUSTER 'im_sync'; RUN ON im_router.route_all(); TARGET im.reinstate_user; $$;
+
+CREATE FUNCTION im_router.suspend_user(moderator text, user_id bigint, suspended_until timestamptz,
+                                       reason text)
+RETURNS TABLE(suspended boolean, sessions_closed int)
+LANGUAGE sql
+AS $$ SELECT bool_or(s.suspended), sum(s.sessions_closed)::int
+        FROM im_router.all_suspend_user(moderator, user_id, suspended_until, reason) s $$;
+
+CREATE FUNCTION im_router.reinstate_user(moderator text, user_id bigint)
+RETURNS TABLE(reinstated boolean)
+LANGUAGE sql
+AS $$ SELECT bool_or(r.reinstated) FROM im_router.all_reinstate_user(moderator, user_id) r $$;
 
 /*
  * rotate_token_key: the same new key id on every node (contract §15).  The
@@ -1448,6 +1477,8 @@ BEGIN
                     'takedown_message', 'moderation_evidence', 'moderation_log',
                     -- §8 tokens
                     'issue_device_token', 'authenticate', 'rotate_token_key', 'retire_token_key',
+                    -- §17 account standing
+                    'suspend_user', 'reinstate_user',
                     -- §13 push
                     'register_push_target', 'remove_push_target', 'set_notify', 'set_presence',
                     'refresh_presence', 'claim_push_jobs', 'complete_push_job'])
