@@ -511,6 +511,49 @@ apply_payload(const char *source, Datum payload, int64 conversation_id, int64 ms
 				   "    AND im.membership_period.leave_seq IS NULL AND EXCLUDED.leave_seq IS NOT NULL",
 				   1, JSONBOID);
 		im_exec(periods, args, NULL, 0);
+		if (IM_CATALOG_HAS_ROLES())
+		{
+			/*
+			 * A role or mute position changes the role and mute of this
+			 * node's copy of the member's open period (contract §17), so the
+			 * user node's recent_conversations and snapshot items say what
+			 * the conversation's node says; transfers of a conversation
+			 * arrive in msg_seq order, and the newest position in the
+			 * payload wins.
+			 */
+			static SPIPlanPtr standing;
+
+			im_prepare(&standing,
+					   "WITH ev AS ("
+					   "  SELECT x.conversation_id, x.msg_seq, x.kind, x.body"
+					   "  FROM pg_catalog.jsonb_populate_recordset(NULL::im.event, $1->'events') x"
+					   "  WHERE x.kind IN ('role', 'mute')), "
+					   "ch AS ("
+					   "  SELECT conversation_id, msg_seq, kind, (body" OP_GET_TEXT "'user_id')::pg_catalog.int8 AS user_id,"
+					   "         body" OP_GET_TEXT "'role' AS role, body" " OPERATOR(pg_catalog.->) " "'muted_until' AS muted_until FROM ev"
+					   "  UNION ALL"
+					   /* an ownership handover names the previous owner's new role */
+					   "  SELECT conversation_id, msg_seq, kind, (body" OP_GET_TEXT "'previous_owner')::pg_catalog.int8,"
+					   "         body" OP_GET_TEXT "'previous_owner_role', NULL FROM ev"
+					   "  WHERE kind" EQ "'role' AND body" OP_GET_TEXT "'previous_owner_role' IS NOT NULL), "
+					   "r AS (SELECT DISTINCT ON (conversation_id, user_id) * FROM ch WHERE kind" EQ "'role'"
+					   "      ORDER BY conversation_id, user_id, msg_seq DESC), "
+					   "m AS (SELECT DISTINCT ON (conversation_id, user_id) * FROM ch WHERE kind" EQ "'mute'"
+					   "      ORDER BY conversation_id, user_id, msg_seq DESC), "
+					   "b AS (SELECT COALESCE(r.conversation_id, m.conversation_id) AS conversation_id,"
+					   "             COALESCE(r.user_id, m.user_id) AS user_id,"
+					   "             r.msg_seq AS role_seq, r.role, m.msg_seq AS mute_seq, m.muted_until"
+					   "      FROM r FULL JOIN m ON m.conversation_id" EQ "r.conversation_id AND m.user_id" EQ "r.user_id) "
+					   "UPDATE im.membership_period p SET"
+					   "  role = CASE WHEN b.role_seq" GE "p.join_seq THEN b.role ELSE p.role END,"
+					   "  muted_until = CASE WHEN b.mute_seq" GE "p.join_seq"
+					   "                     THEN (b.muted_until" " OPERATOR(pg_catalog.#>>) " "'{}')::pg_catalog.timestamptz"
+					   "                     ELSE p.muted_until END "
+					   "FROM b WHERE p.conversation_id" EQ "b.conversation_id AND p.user_id" EQ "b.user_id"
+					   "  AND p.leave_seq IS NULL",
+					   1, JSONBOID);
+			im_exec(standing, args, NULL, 0);
+		}
 		{
 			/*
 			 * shconc (bytes): a transfer carries the rows of the

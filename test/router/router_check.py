@@ -339,6 +339,16 @@ def roles_mutes_removals_17():
     cl_b = {r[0]: r[1:] for r in q("SELECT conversation_id, my_role, muted_until FROM im.conversation_list(%s)", (b,))}
     check(mb and gr in cl_b and cl_b[gr][0] == "admin" and cl_b[gr][1] is not None,
           "conversation_list of a member on another node: the role and mute now in force", f"{cl_b.get(gr)}")
+    # the user node's copy of b's period follows the role and mute positions
+    # its transfers carry: recent_conversations (answered there) says the same
+    q("SELECT im.run_fanout()")
+    rc_b = {r[0]: r[1:] for r in q("SELECT conversation_id, my_role, muted_until FROM im.recent_conversations(%s, 100)", (b,))}
+    check(gr in rc_b and rc_b[gr][0] == "admin" and rc_b[gr][1] is not None,
+          "recent_conversations of a member on another node: the role and mute now in force", f"{rc_b.get(gr)}")
+    q("SELECT * FROM im.mute_member(%s, %s, %s, NULL, 'rk-unmute-b')", (a, gr, b))
+    q("SELECT im.run_fanout()")
+    rc_b = {r[0]: r[1:] for r in q("SELECT conversation_id, my_role, muted_until FROM im.recent_conversations(%s, 100)", (b,))}
+    check(gr in rc_b and rc_b[gr][1] is None, "recent_conversations on the user node: unmuted", f"{rc_b.get(gr)}")
 
 
 # ------------------------------------------------ read state and deletions
