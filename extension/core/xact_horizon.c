@@ -7,7 +7,8 @@
  * DEFINER paths and the workers read as the extension's owner.  A horizon
  * that missed a running transaction let the settling pass drop acks whose
  * transfers were still invisible (they then stayed unacknowledged for
- * ever), so the read must not depend on who reads.
+ * ever), so the read must not depend on who reads.  Only this database's
+ * backends count: transfers live in one database.
  */
 #include "core/im_sync.h"
 #include "core/xact_horizon.h"
@@ -30,6 +31,13 @@ im_oldest_other_xact_start(void)
 		TimestampTz start;
 
 		if (local == NULL || local->backendStatus.st_procpid == MyProcPid)
+			continue;
+		/*
+		 * only this database's transactions write its transfers: a
+		 * transaction of another database (another test database, another
+		 * database's workers on one server) holds nothing back here
+		 */
+		if (local->backendStatus.st_databaseid != MyDatabaseId)
 			continue;
 		start = local->backendStatus.st_xact_start_timestamp;
 		if (start != 0 && (oldest == 0 || start < oldest))
