@@ -909,7 +909,7 @@ subxact_abort(MemoryContext cxt, ResourceOwner owner)
 }
 
 /*
- * Issue 12: the run's `message` positions queue their push jobs in this
+ * Offline push (contract §13): the run's `message` positions queue their push jobs in this
  * (sub)transaction, so a push exists iff the delivery commits.
  */
 static void
