@@ -113,12 +113,14 @@ im_transfer_row_fate(const char *self, const char *writer, const char *addressee
 	return *reason ? IM_ROW_REFUSED : IM_ROW_CHECK;
 }
 
-const char *
-im_transfer_refusal(const char *self, const char *from, const char *source, const char *dest,
-					int64 conversation_id)
+/*
+ * What every inbound transfer must show, a carried receipt too: this node
+ * has a map, the transfer is addressed here, it names another node as its
+ * source, and that node is the one that delivered it.
+ */
+static const char *
+addressing_refusal(const char *self, const char *from, const char *source, const char *dest)
 {
-	const char *owner;
-
 	if (self == NULL)
 		return "this node has no shard map";
 	if (dest == NULL || strcmp(dest, self) != 0)
@@ -127,6 +129,18 @@ im_transfer_refusal(const char *self, const char *from, const char *source, cons
 		return "it claims to come from this node itself";
 	if (from == NULL || strcmp(source, from) != 0)
 		return psprintf("it claims source \"%s\" but node \"%s\" delivered it", source, from ? from : "?");
+	return NULL;
+}
+
+const char *
+im_transfer_refusal(const char *self, const char *from, const char *source, const char *dest,
+					int64 conversation_id)
+{
+	const char *owner;
+	const char *refused = addressing_refusal(self, from, source, dest);
+
+	if (refused != NULL)
+		return refused;
 	owner = im_shard_node_of_bucket(im_shard_bucket(conversation_id));
 	if (owner == NULL || strcmp(owner, source) != 0)
 		return psprintf("this node's map places conversation " INT64_FORMAT " (bucket %d) on node \"%s\", not on \"%s\"",
@@ -146,15 +160,10 @@ im_receipt_transfer_refusal(const char *self, const char *from, const char *sour
 							int64 sender_id)
 {
 	const char *owner;
+	const char *refused = addressing_refusal(self, from, source, dest);
 
-	if (self == NULL)
-		return "this node has no shard map";
-	if (dest == NULL || strcmp(dest, self) != 0)
-		return psprintf("addressed to node \"%s\", not to this node", dest ? dest : "(null)");
-	if (source == NULL || strcmp(source, self) == 0)
-		return "it claims to come from this node itself";
-	if (from == NULL || strcmp(source, from) != 0)
-		return psprintf("it claims source \"%s\" but node \"%s\" delivered it", source, from ? from : "?");
+	if (refused != NULL)
+		return refused;
 	if (sender_id <= 0)
 		return "a receipt that names no sender";
 	owner = im_shard_node_of_bucket(im_shard_bucket(sender_id));
