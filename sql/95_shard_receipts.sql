@@ -133,6 +133,15 @@ SELECT user_id, delivered_through_seq, read_through_seq, read_hidden FROM im.rec
 SELECT node_name, delivered_count, read_count, member_count FROM im.receipt_part ORDER BY message_id;
 SELECT count(*) AS receipts FROM im.inbox WHERE user_id = 2 AND kind = 'receipt';
 SELECT count(*) AS refused FROM im.transfer_refused;
+-- maintenance (here gc_inbox) collects the parts a sync window
+-- (im_sync.inbox_retention) after their last change, and no newer one
+UPDATE im.receipt_part SET updated_at = now() - interval '8 days' WHERE message_id = :gm;
+INSERT INTO im.receipt_part (message_id, node_name, sender_id, conversation_id, delivered_count, read_count, member_count)
+SELECT message_id, 'fresh', sender_id, conversation_id, delivered_count, read_count, member_count
+FROM im.receipt_part WHERE message_id = :gm;
+SELECT count(*) AS parts_before FROM im.receipt_part;
+SELECT count(*) >= 0 AS ran FROM im.gc_inbox();
+SELECT node_name, updated_at > now() - interval '1 day' AS recent FROM im.receipt_part ORDER BY node_name;
 
 \c im_regress
 DROP DATABASE im_shard_receipts;

@@ -155,6 +155,19 @@ static const RetentionStep steps[] = {
 	 "SELECT pg_catalog.count(*) FROM d",
 	 IM_RETENTION_BATCH, 12},
 	/*
+	 * Carried receipt parts (contract §20) a sync window after their last
+	 * change: the group's receipts in the logs are collected by then, and a
+	 * device back after longer starts from a snapshot, which carries none
+	 */
+	{"receipt_part",
+	 "WITH c AS (SELECT r.message_id, r.node_name FROM im.receipt_part r "
+	 "  WHERE r.updated_at" LT AGO("$2")
+	 "  ORDER BY r.updated_at LIMIT $1), "
+	 "d AS (DELETE FROM im.receipt_part r USING c WHERE r.message_id" EQ "c.message_id "
+	 "  AND r.node_name" EQ "c.node_name RETURNING 1) "
+	 "SELECT pg_catalog.count(*) FROM d",
+	 IM_RETENTION_BATCH, 12},
+	/*
 	 * The ack mark: when every logical slot of this database has confirmed
 	 * the previous mark's position, acks older than its time are confirmed;
 	 * then a new mark.  Its time is the start of the oldest transaction

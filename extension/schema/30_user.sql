@@ -73,6 +73,8 @@ CREATE TABLE im.receipt_part (
     updated_at      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (message_id, node_name)
 );
+-- Maintenance collects parts a sync window after their last change, oldest first.
+CREATE INDEX receipt_part_updated_idx ON im.receipt_part (updated_at);
 SELECT pg_catalog.pg_extension_config_dump('im.receipt_part', '');
 
 -- The users who turned read receipts off (absent: on).

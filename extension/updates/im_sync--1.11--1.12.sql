@@ -82,6 +82,8 @@ CREATE TABLE im.receipt_part (
     updated_at      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (message_id, node_name)
 );
+-- Maintenance collects parts a sync window after their last change, oldest first.
+CREATE INDEX receipt_part_updated_idx ON im.receipt_part (updated_at);
 SELECT pg_catalog.pg_extension_config_dump('im.receipt_part', '');
 COMMENT ON TABLE im.receipt_part IS 'Per message of a fanout group, the receipt counts another node carried for its own members (contract §15, §20)';
 COMMENT ON COLUMN im.receipt_pending.read_hidden IS 'A carried direct receipt''s reader turned read receipts off: no read state is emitted (contract §20)';
