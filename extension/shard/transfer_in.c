@@ -209,6 +209,38 @@ payload_is_deletion(Datum payload)
 }
 
 /*
+ * Whether a copy's events include a role or mute position: only then does
+ * its apply touch the copies of periods (the role and mute of contract §17),
+ * so a plain message's transfer runs no statement for them.
+ */
+static bool
+payload_has_standing_events(Datum payload)
+{
+	Jsonb	   *j = DatumGetJsonbP(payload);
+	JsonbValue *events;
+	int			n;
+
+	if (!JB_ROOT_IS_OBJECT(j) ||
+		(events = getKeyJsonValueFromContainer(&j->root, "events", 6, NULL)) == NULL ||
+		events->type != jbvBinary || !JsonContainerIsArray(events->val.binary.data))
+		return false;
+	n = JsonContainerSize(events->val.binary.data);
+	for (int i = 0; i < n; i++)
+	{
+		JsonbValue *e = getIthJsonbValueFromContainer(events->val.binary.data, i);
+		JsonbValue *kind;
+
+		if (e == NULL || e->type != jbvBinary || !JsonContainerIsObject(e->val.binary.data))
+			continue;
+		kind = getKeyJsonValueFromContainer(e->val.binary.data, "kind", 4, NULL);
+		if (kind != NULL && kind->type == jbvString && kind->val.string.len == 4 &&
+			(memcmp(kind->val.string.val, "role", 4) == 0 || memcmp(kind->val.string.val, "mute", 4) == 0))
+			return true;
+	}
+	return false;
+}
+
+/*
  * A receipt carried from a reader's node to the sender's (its payload has
  * 'receipt'; receipt.c applies it): its source is the reader's node, not
  * the conversation's.  *sender: the receipt's sender_id (0 when it names
@@ -511,7 +543,7 @@ apply_payload(const char *source, Datum payload, int64 conversation_id, int64 ms
 				   "    AND im.membership_period.leave_seq IS NULL AND EXCLUDED.leave_seq IS NOT NULL",
 				   1, JSONBOID);
 		im_exec(periods, args, NULL, 0);
-		if (IM_CATALOG_HAS_ROLES())
+		if (IM_CATALOG_HAS_ROLES() && payload_has_standing_events(payload))
 		{
 			/*
 			 * A role or mute position changes the role and mute of this
